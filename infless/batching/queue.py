@@ -1,0 +1,124 @@
+"""BatchQueue: one instance's bounded queue, releasing a batch when full or at its deadline.
+
+A batch leaves when b requests wait, or when the oldest has waited the batch timeout
+(t_slo - t_exec - slack). Only the instance's runner calls `next_batch`, and only when its
+worker is free, so at most one batch is in flight per instance. Time comes from the
+injected Clock; the decision itself is `policy.dispatch_due`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from infless.batching.policy import BatchSettings, dispatch_due
+from infless.batching.request import Pending
+from infless.clock import Clock
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class QueueFull(Exception):
+    """The instance's queue is at capacity; the request should go elsewhere or get 429."""
+
+
+class QueueClosed(Exception):
+    """The instance is stopping or dead; its queue accepts nothing more."""
+
+
+class BatchQueue:
+    def __init__(self, clock: Clock, settings: BatchSettings) -> None:
+        self._clock = clock
+        self._settings = settings
+        self._items: deque[Pending] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def settings(self) -> BatchSettings:
+        return self._settings
+
+    def update(self, settings: BatchSettings) -> None:
+        self._settings = settings
+        self._wake()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def has_room(self) -> bool:
+        return not self._closed and len(self._items) < self._settings.capacity
+
+    def submit(self, pending: Pending, *, force: bool = False) -> asyncio.Future[object]:
+        """Queue a request; `force` admits it beyond capacity (a retry already accepted)."""
+        if self._closed:
+            raise QueueClosed("instance is not accepting requests")
+        if not force and len(self._items) >= self._settings.capacity:
+            raise QueueFull(f"queue holds {len(self._items)} requests (capacity reached)")
+        self._items.append(pending)
+        # Wake the runner only when its decision can change: the first request starts a
+        # deadline, a full batch ends the wait. Other arrivals need no wake-up.
+        length = len(self._items)
+        if length in (1, self._settings.batch_size):
+            self._wake()
+        return pending.future  # type: ignore[return-value]
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _settle(self._waiter)
+
+    async def next_batch(self) -> list[Pending]:
+        """Wait for the next batch; raises QueueClosed once closed and empty."""
+        while True:
+            settings = self._settings
+            items = self._items
+            if items:
+                now = self._clock.now()
+                oldest = items[0].arrival_s
+                if self._closed or dispatch_due(
+                    len(items),
+                    settings.batch_size,
+                    oldest,
+                    settings.timeout_s,
+                    now,
+                    settings.eager,
+                ):
+                    count = min(len(items), settings.batch_size)
+                    return [items.popleft() for _ in range(count)]
+                await self._wait(oldest + settings.timeout_s)
+            elif self._closed:
+                raise QueueClosed("queue closed")
+            else:
+                await self._wait(None)
+
+    async def _wait(self, deadline: float | None) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        timer: asyncio.Task[None] | None = None
+        if deadline is not None:
+            timer = asyncio.ensure_future(self._clock.sleep_until(deadline))
+            timer.add_done_callback(lambda _: _settle(waiter))
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def take_all(self) -> list[Pending]:
+        """Remove and return every waiting request (to re-route them elsewhere)."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+    def close(self) -> None:
+        """Accept nothing more; `next_batch` flushes what remains, then raises QueueClosed."""
+        self._closed = True
+        self._wake()

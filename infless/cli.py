@@ -1,0 +1,74 @@
+"""The `infless` command line: a table of subcommands, each living in its own module.
+
+Each subcommand module exposes `configure(parser)` and `run(args) -> int`, and keeps heavy
+imports (torch, aiohttp) inside `run`, so `infless --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Protocol, cast
+
+from infless import __version__
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("infless.gateway.serve_command", "run the gateway with its worker pool"),
+    "deploy": ("infless.client.deploy_command", "deploy functions from a stack.yml or flags"),
+    "up": ("infless.client.deploy_command", "alias of deploy (faas-cli style)"),
+    "list": ("infless.client.list_command", "list deployed functions"),
+    "describe": ("infless.client.list_command", "show one function in detail"),
+    "instances": ("infless.client.list_command", "list running instances"),
+    "invoke": ("infless.client.invoke_command", "invoke a function with JSON from stdin"),
+    "scale": ("infless.client.scale_command", "set a function's instance count"),
+    "remove": ("infless.client.scale_command", "remove a function"),
+    "models": ("infless.models.commands", "build and list zoo function packages"),
+    "profile": ("infless.profiler.commands", "profile operators into the profile database"),
+    "predict": ("infless.profiler.commands", "print a function's predicted latency table"),
+    "coldstart-eval": ("infless.coldstart.commands", "replay a trace through cold-start policies"),
+    "loadgen": ("loadgen.cli", "drive a gateway with trace replays or synthetic load"),
+}
+
+
+class SubcommandModule(Protocol):
+    def configure(self, parser: argparse.ArgumentParser, name: str) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _load(module_name: str) -> SubcommandModule:
+    return cast(SubcommandModule, importlib.import_module(module_name))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infless", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"infless {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            try:
+                module = _load(module_name)
+            except ModuleNotFoundError:
+                continue  # a capability not present in this build
+            module.configure(sub_parser, name)
+            sub_parser.set_defaults(_module=module_name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    parser = build_parser(only=command)
+    args = parser.parse_args(argv)
+    module_name = getattr(args, "_module", None)
+    if module_name is None:
+        parser.print_help()
+        return 0 if command is None else 2
+    return _load(module_name).run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

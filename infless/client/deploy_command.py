@@ -1,0 +1,97 @@
+"""`infless deploy` / `infless up`: deploy functions from an INFless stack.yml or from flags.
+
+Like faas-cli: PUT /system/functions first, POST when the gateway answers 404. A stack
+function's `latency_target` becomes annotation `com.infless.latency_target`, `requests.cpu`
+the cores per instance, and `environment` the envVars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from infless.client.http import GatewayClient, add_gateway_flag, fail, gateway_url
+from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    add_gateway_flag(parser)
+    parser.add_argument("-f", "--yaml", type=Path, help="stack.yml with a `functions:` map")
+    parser.add_argument("--name", help="function name (deploy without a stack file)")
+    parser.add_argument("--image", help="zoo model name or package directory")
+    parser.add_argument("--latency-target", help="SLO, e.g. 50ms")
+    parser.add_argument("--max-batch", type=int, help="largest batch size")
+    parser.add_argument("--label", action="append", default=[], help="KEY=VALUE (repeatable)")
+    parser.add_argument("--filter", help="deploy only this function of the stack file")
+
+
+def _stringify(values: dict[str, Any] | None) -> dict[str, str]:
+    return {
+        str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (values or {}).items()
+    }
+
+
+def stack_to_deployments(stack: dict[str, Any]) -> list[dict[str, object]]:
+    functions = stack.get("functions")
+    if not isinstance(functions, dict) or not functions:
+        raise SystemExit("infless: the stack file has no `functions:` map")
+    deployments = []
+    for name, raw_entry in functions.items():
+        entry = raw_entry or {}
+        labels = _stringify(entry.get("labels"))
+        annotations = _stringify(entry.get("annotations"))
+        if "latency_target" in entry:
+            annotations[LATENCY_ANNOTATION] = str(entry["latency_target"])
+        deployment: dict[str, object] = {
+            "service": str(name),
+            "image": str(entry.get("image", "")),
+            "labels": labels,
+            "annotations": annotations,
+            "envVars": _stringify(entry.get("environment")),
+        }
+        for key in ("requests", "limits"):
+            if isinstance(entry.get(key), dict):
+                deployment[key] = _stringify(entry[key])
+        if "namespace" in entry:
+            deployment["namespace"] = str(entry["namespace"])
+        deployments.append(deployment)
+    return deployments
+
+
+def _from_flags(args: argparse.Namespace) -> dict[str, object]:
+    if not args.name or not args.image:
+        raise SystemExit("infless deploy: give -f stack.yml, or both --name and --image")
+    labels = dict(item.split("=", 1) for item in args.label if "=" in item)
+    if args.max_batch is not None:
+        labels[MAX_BATCH_LABEL] = str(args.max_batch)
+    annotations = {LATENCY_ANNOTATION: args.latency_target} if args.latency_target else {}
+    return {"service": args.name, "image": args.image, "labels": labels, "annotations": annotations}
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    fallback = None
+    if args.yaml is not None:
+        stack = yaml.safe_load(args.yaml.read_text(encoding="utf-8")) or {}
+        fallback = (stack.get("provider") or {}).get("gateway")
+        deployments = stack_to_deployments(stack)
+        if args.filter:
+            deployments = [d for d in deployments if d["service"] == args.filter]
+    else:
+        deployments = [_from_flags(args)]
+    client = GatewayClient(gateway_url(args, fallback))
+    status = 0
+    for deployment in deployments:
+        reply = client.call("PUT", "/system/functions", deployment)
+        if reply.status == 404:
+            reply = client.call("POST", "/system/functions", deployment)
+        if reply.status >= 400:
+            status = fail(reply, f"deploying {deployment['service']}")
+            continue
+        name = deployment["service"]
+        print(f"Deployed {name}: {reply.status} ({client.url}/function/{name})")
+    sys.stdout.flush()
+    return status

@@ -1,0 +1,1 @@
+"""This server's resources: CPU cores (affinity, cgroups later) and GPUs."""

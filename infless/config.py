@@ -1,0 +1,129 @@
+"""Configuration: one frozen struct per `config.toml` section, loaded and validated once.
+
+Unknown keys are errors (they are usually typos); every error names the key, the value and
+the file. Nothing here reads the environment: the CLI passes overrides explicitly.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from infless.errors import ConfigError
+
+
+class GatewayConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 4 * 1024 * 1024
+    request_timeout_s: float = 60.0
+
+
+class StateConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    dir: str = "state"
+
+
+class ModelsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    repository: str = "state/models"
+
+
+class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    launcher: Literal["subprocess", "zygote"] = "subprocess"
+    start_timeout_s: float = 180.0
+    cpus_per_instance: int = 1
+    reserved_cpus: int = 0
+
+
+class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    dispatch: Literal["deadline", "eager"] = "deadline"
+    queue_capacity_batches: int = 4
+    slack_ms: float = 3.0
+    warmup_rounds: int = 3
+
+
+class FunctionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    image: str
+    slo_ms: float = 200.0
+    max_batch: int = 8
+    instances: int = 1
+    cpus: int = 1
+    tenant: str = "default"
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    gateway: GatewayConfig = GatewayConfig()
+    state: StateConfig = StateConfig()
+    models: ModelsConfig = ModelsConfig()
+    workers: WorkersConfig = WorkersConfig()
+    batching: BatchingConfig = BatchingConfig()
+    functions: list[FunctionConfig] = []
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.state.dir)
+
+    @property
+    def model_repository(self) -> Path:
+        return Path(self.models.repository)
+
+
+def _check(config: Config, source: str) -> Config:
+    problems: list[str] = []
+    if not 0 <= config.gateway.port <= 65535:
+        problems.append(
+            f"gateway.port = {config.gateway.port}: must be 0..65535 (0 = any free port)"
+        )
+    if config.gateway.max_body_bytes < 1024:
+        problems.append(f"gateway.max_body_bytes = {config.gateway.max_body_bytes}: use >= 1024")
+    if config.workers.cpus_per_instance < 1:
+        problems.append("workers.cpus_per_instance must be >= 1")
+    if config.batching.queue_capacity_batches < 1:
+        problems.append("batching.queue_capacity_batches must be >= 1")
+    if config.batching.slack_ms < 0:
+        problems.append("batching.slack_ms must be >= 0")
+    names = [f.name for f in config.functions]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        problems.append(f"[[functions]] names must be unique; repeated: {', '.join(duplicates)}")
+    for fn in config.functions:
+        if fn.slo_ms <= 0 or fn.max_batch < 1 or fn.instances < 0 or fn.cpus < 1:
+            problems.append(
+                f"[[functions]] {fn.name!r}: need slo_ms > 0, max_batch >= 1, instances >= 0, "
+                "cpus >= 1"
+            )
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    try:
+        config = msgspec.convert(data, type=Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    return _check(config, source)
+
+
+def load_config(path: Path | None) -> Config:
+    """Load `path` (or the defaults when None), with every value validated."""
+    if path is None:
+        return _check(Config(), "<defaults>")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    return parse_config(data, str(path))
+
+
+def with_overrides(config: Config, **sections: dict[str, Any]) -> Config:
+    """A copy of `config` with some keys of some sections replaced (CLI flags, tests)."""
+    data = msgspec.to_builtins(config)
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    return parse_config(data, "<overrides>")

@@ -1,0 +1,92 @@
+"""The exception hierarchy and the one table that maps errors to HTTP statuses.
+
+Every error a caller can see is an `InflessError` with a status, a stable `code`, a message
+that names the field, the value and the fix, and optionally a Retry-After hint.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class InflessError(Exception):
+    """Base of every error that reaches a caller."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def to_json(self) -> dict[str, object]:
+        return {"error": self.message, "code": self.code}
+
+
+class BadRequest(InflessError):
+    status = 400
+    code = "bad_request"
+
+
+class MalformedBody(BadRequest):
+    code = "malformed_body"
+
+
+class InvalidDeployment(BadRequest):
+    code = "invalid_deployment"
+
+
+class UnknownModel(BadRequest):
+    code = "unknown_model"
+
+
+class Unauthorized(InflessError):
+    status = 401
+    code = "unauthorized"
+
+
+class FunctionNotFound(InflessError):
+    status = 404
+    code = "function_not_found"
+
+
+class FunctionExists(InflessError):
+    # faas-netes answers a duplicate create with a 500 from Kubernetes; 409 is the honest code
+    # and faas-cli only special-cases 404 on PUT, so it is safe.
+    status = 409
+    code = "function_exists"
+
+
+class PayloadTooLarge(InflessError):
+    status = 413
+    code = "payload_too_large"
+
+
+class InputMismatch(InflessError):
+    status = 422
+    code = "input_mismatch"
+
+
+class Overloaded(InflessError):
+    status = 429
+    code = "overloaded"
+
+
+class InferenceFailed(InflessError):
+    status = 500
+    code = "inference_failed"
+
+
+class WorkerUnavailable(InflessError):
+    status = 503
+    code = "worker_unavailable"
+
+
+class ConfigError(Exception):
+    """A configuration file or value is invalid; raised at startup, never on the request path."""
+
+
+class GatewayTimeout(InflessError):
+    status = 504
+    code = "timeout"

@@ -1,0 +1,1 @@
+"""The HTTP gateway: OpenFaaS-compatible system routes, invocation, metrics, health."""

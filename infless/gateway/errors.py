@@ -1,0 +1,45 @@
+"""JSON error responses: every error a client sees is `{"error": ..., "code": ...}`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from infless.errors import InflessError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(error: InflessError) -> web.Response:
+    headers = {}
+    if error.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    return web.Response(
+        status=error.status,
+        body=orjson.dumps(error.to_json()),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def json_errors(handler: Handler) -> Handler:
+    """Wrap a management handler so InflessError and aiohttp's HTTP errors answer as JSON."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except InflessError as error:
+            return error_response(error)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return web.Response(
+                status=exc.status,
+                body=orjson.dumps({"error": exc.reason, "code": "http_error"}),
+                content_type="application/json",
+            )
+
+    return wrapped

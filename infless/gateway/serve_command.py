@@ -1,0 +1,76 @@
+"""`infless serve`: run the gateway on uvloop until SIGINT/SIGTERM, then drain and exit."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--config", type=Path, default=None, help="config.toml (default: built-in)")
+    parser.add_argument("--host", default=None, help="listen address (overrides gateway.host)")
+    parser.add_argument("--port", type=int, default=None, help="listen port; 0 = any free port")
+    parser.add_argument("--state-dir", default=None, help="overrides state.dir")
+    parser.add_argument("--no-functions", action="store_true", help="skip [[functions]] deploys")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    import msgspec
+    from aiohttp import web
+
+    from infless.app import create_app
+    from infless.config import load_config, with_overrides
+
+    config = load_config(args.config)
+    gateway: dict[str, object] = {}
+    if args.host is not None:
+        gateway["host"] = args.host
+    if args.port is not None:
+        gateway["port"] = args.port
+    overrides: dict[str, dict[str, object]] = {"gateway": gateway}
+    if args.state_dir is not None:
+        overrides["state"] = {"dir": args.state_dir}
+        overrides["models"] = {"repository": str(Path(args.state_dir) / "models")}
+    config = with_overrides(config, **overrides)
+    if args.no_functions:
+        config = msgspec.structs.replace(config, functions=[])
+    app = create_app(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, config.gateway.host, config.gateway.port, backlog=1024)
+    await site.start()
+    server = getattr(site, "_server", None)
+    sockets = getattr(server, "sockets", None) or []
+    port = sockets[0].getsockname()[1] if sockets else config.gateway.port
+    # A machine-readable line for scripts and tests (readiness is /healthz, not this line).
+    print(f"infless gateway listening on http://{config.gateway.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger(__name__).info("shutting down: draining instances")
+    await runner.cleanup()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from infless.errors import ConfigError
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return uvloop.run(_serve(args))
+    except ConfigError as exc:
+        print(f"infless: {exc}", file=sys.stderr)
+        return 2

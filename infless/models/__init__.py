@@ -1,0 +1,1 @@
+"""Function packages (manifest + safetensors weights) and the model zoo that builds them."""

@@ -1,0 +1,1 @@
+"""Deployed functions: validation of deployments and their persistence in SQLite."""

@@ -1,0 +1,114 @@
+"""FunctionService: deploy, update, scale and remove functions — registry and pool together.
+
+The one place where a deployment becomes durable (SQLite) and live (worker pool). On start
+it restores what the registry holds, then deploys the config's functions that are missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from infless.clock import Clock
+from infless.config import FunctionConfig
+from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
+from infless.models.resolver import PackageResolver
+from infless.registry.deployment import parse_deployment
+from infless.registry.store import FunctionRegistry
+from infless.types import FunctionSpec
+from infless.workers.pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+
+def rfc3339(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FunctionService:
+    def __init__(
+        self,
+        clock: Clock,
+        registry: FunctionRegistry,
+        pool: WorkerPool,
+        resolver: PackageResolver,
+    ) -> None:
+        self._clock = clock
+        self._registry = registry
+        self._pool = pool
+        self._resolver = resolver
+
+    async def create(self, body: object) -> FunctionSpec:
+        spec = parse_deployment(body, rfc3339(self._clock.wall()))
+        if spec.name in self._pool.functions or self._registry.get(spec.name) is not None:
+            raise FunctionExists(
+                f"function {spec.name!r} already exists; update it with PUT /system/functions"
+            )
+        await self._activate(spec)
+        return spec
+
+    async def update(self, body: object) -> FunctionSpec:
+        spec = parse_deployment(body, rfc3339(self._clock.wall()))
+        old = self._registry.get(spec.name)
+        if old is None:
+            raise FunctionNotFound(f"function {spec.name!r} does not exist; create it with POST")
+        spec = replace(spec, created_at=old.created_at or spec.created_at)
+        package_dir, manifest = await self._resolver.resolve(spec.image)
+        self._registry.put(spec)
+        await self._pool.redeploy(spec, package_dir, manifest)
+        return spec
+
+    async def _activate(self, spec: FunctionSpec) -> None:
+        package_dir, manifest = await self._resolver.resolve(spec.image)
+        self._registry.put(spec)
+        self._pool.deploy(spec, package_dir, manifest)
+
+    async def remove(self, name: str) -> None:
+        known = self._registry.delete(name)
+        try:
+            await self._pool.remove(name)
+        except FunctionNotFound:
+            if not known:
+                raise
+
+    def scale(self, name: str, instances: int) -> FunctionSpec:
+        if instances < 0:
+            raise InvalidDeployment(f"replicas = {instances}: must be >= 0")
+        function = self._pool.get(name)
+        spec = function.spec
+        if instances > spec.max_instances:
+            raise InvalidDeployment(
+                f"replicas = {instances} exceeds com.openfaas.scale.max = {spec.max_instances} "
+                f"for {name!r}; redeploy with a higher max"
+            )
+        self._pool.scale(name, instances)
+        spec = replace(spec, instances=instances)
+        self._registry.put(spec)
+        return spec
+
+    async def restore(self, defaults: list[FunctionConfig]) -> None:
+        """Bring back every registered function, then deploy config functions not yet known."""
+        for spec in self._registry.all():
+            try:
+                package_dir, manifest = await self._resolver.resolve(spec.image)
+            except Exception:  # one broken package must not keep the others down
+                log.exception("cannot restore function %s (image %s)", spec.name, spec.image)
+                continue
+            self._pool.deploy(spec, package_dir, manifest)
+        for fn in defaults:
+            if fn.name in self._pool.functions:
+                continue
+            spec = FunctionSpec(
+                name=fn.name,
+                image=fn.image,
+                slo_ms=fn.slo_ms,
+                max_batch=fn.max_batch,
+                min_instances=min(1, fn.instances),
+                max_instances=max(5, fn.instances),
+                instances=fn.instances,
+                cpus_per_instance=fn.cpus,
+                created_at=rfc3339(self._clock.wall()),
+                tenant=fn.tenant,
+            )
+            await self._activate(spec)

@@ -1,0 +1,63 @@
+"""Value types shared across packages: tensor signatures, instance configs, function specs.
+
+Pure data, no behaviour beyond validation helpers; never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# numpy dtype names accepted in signatures and on the wire.
+SUPPORTED_DTYPES: frozenset[str] = frozenset(
+    {"float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One named tensor of a signature; `shape` excludes the batch dimension.
+
+    A dimension of -1 means "any length" (variable-length inputs).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        dims = ", ".join("*" if d < 0 else str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceConfig:
+    """The INFless per-instance configuration <batch size b, cpu cores c, gpu share g>."""
+
+    batch_size: int
+    cpus: int
+    gpu_pct: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    """A deployed function: a model endpoint with a latency SLO.
+
+    `image` names a zoo model or a function package path. Labels and annotations are the
+    OpenFaaS maps, kept verbatim (string to string) so faas-cli round-trips them.
+    """
+
+    name: str
+    image: str
+    slo_ms: float
+    max_batch: int
+    min_instances: int
+    max_instances: int
+    instances: int
+    cpus_per_instance: int = 1
+    namespace: str = "openfaas-fn"
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    env_process: str = ""
+    created_at: str = ""
+    tenant: str = "default"

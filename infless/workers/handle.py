@@ -1,0 +1,191 @@
+"""Gateway-side handle of one worker process: frames in and out, futures per batch.
+
+Owns the socket to the worker and a reader task. A worker whose socket reaches EOF (it
+exited, crashed or was SIGKILLed) is detected at once: every pending call fails with
+`WorkerDied` and the `on_death` callback runs. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+from infless.workers import protocol as p
+from infless.workers.launcher import LaunchedWorker
+
+
+class WorkerDied(Exception):
+    """The worker process is gone; calls in flight did not complete."""
+
+
+class WorkerStartFailed(Exception):
+    """The worker could not load its model (the message says why)."""
+
+
+class BatchError(Exception):
+    """The worker ran the batch and the model raised; the worker is still alive."""
+
+
+class WorkerHandle(Protocol):
+    pid: int
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready: ...
+
+    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult: ...
+
+    async def ping(self, timeout_s: float) -> p.Pong: ...
+
+    async def stop(self, timeout_s: float) -> None: ...
+
+
+class ProcessWorkerHandle:
+    """A real worker process reached through its socket."""
+
+    def __init__(
+        self,
+        launched: LaunchedWorker,
+        on_death: Callable[[ProcessWorkerHandle], None] | None = None,
+    ) -> None:
+        self.pid = launched.pid
+        self.spawn_ms = launched.spawn_ms
+        self._launched = launched
+        self._on_death = on_death
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[p.FromWorker]] = {}
+        self._load_future: asyncio.Future[p.FromWorker] | None = None
+        self._batch_ids = itertools.count(1)
+        self._alive = True
+        self.exit_code: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    async def _connect(self) -> None:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_unix_connection(
+                sock=self._launched.sock, limit=p.MAX_FRAME_BYTES
+            )
+            self._reader_task = asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}")
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                header = await self._reader.readexactly(p.FRAME_HEADER.size)
+                body = await self._reader.readexactly(p.frame_length(header))
+                self._deliver(p.decode_from_worker(body))
+        except (asyncio.IncompleteReadError, ConnectionError, p.FrameError, OSError):
+            pass
+        finally:
+            await self._mark_dead()
+
+    def _deliver(self, message: p.FromWorker) -> None:
+        if isinstance(message, p.BatchResult | p.BatchFailed):
+            future = self._pending.pop(message.batch_id, None)
+        elif isinstance(message, p.Pong):
+            future = self._pending.pop(-message.nonce, None)
+        else:
+            future, self._load_future = self._load_future, None
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    async def _mark_dead(self) -> None:
+        if not self._alive:
+            return
+        self._alive = False
+        error = WorkerDied(f"worker pid {self.pid} exited")
+        futures = list(self._pending.values())
+        if self._load_future is not None:
+            futures.append(self._load_future)
+        self._pending.clear()
+        self._load_future = None
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
+        if self._writer is not None:
+            self._writer.close()
+        if self._launched.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.exit_code = await self._launched.process.wait()
+        if self._on_death is not None:
+            self._on_death(self)
+
+    def _send(self, message: p.ToWorker) -> None:
+        if not self._alive or self._writer is None:
+            raise WorkerDied(f"worker pid {self.pid} is not running")
+        self._writer.write(p.encode_frame(message))
+
+    async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready:
+        await self._connect()
+        self._load_future = asyncio.get_running_loop().create_future()
+        future = self._load_future
+        self._send(request)
+        try:
+            reply = await asyncio.wait_for(future, timeout_s)
+        except TimeoutError as exc:
+            self.kill()
+            raise WorkerStartFailed(
+                f"worker pid {self.pid} not ready after {timeout_s:.0f} s"
+            ) from exc
+        except WorkerDied as exc:
+            raise WorkerStartFailed(f"worker pid {self.pid} exited while loading") from exc
+        if isinstance(reply, p.LoadFailed):
+            raise WorkerStartFailed(reply.error)
+        assert isinstance(reply, p.Ready)
+        return reply
+
+    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
+        batch_id = next(self._batch_ids)
+        future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
+        self._pending[batch_id] = future
+        try:
+            self._send(p.RunBatch(batch_id, inputs))
+        except WorkerDied:
+            self._pending.pop(batch_id, None)
+            raise
+        reply = await future
+        if isinstance(reply, p.BatchFailed):
+            raise BatchError(reply.error)
+        assert isinstance(reply, p.BatchResult)
+        return reply
+
+    async def ping(self, timeout_s: float) -> p.Pong:
+        nonce = next(self._batch_ids)
+        future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
+        self._pending[-nonce] = future
+        self._send(p.Ping(nonce))
+        reply = await asyncio.wait_for(future, timeout_s)
+        assert isinstance(reply, p.Pong)
+        return reply
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Ask the worker to exit; SIGKILL it if it has not after `timeout_s`."""
+        if self._alive and self._writer is not None:
+            with contextlib.suppress(WorkerDied, ConnectionError):
+                self._send(p.Shutdown())
+        elif self._writer is None:
+            self._launched.sock.close()
+        if self._reader_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._reader_task), timeout_s)
+            except TimeoutError:
+                self.kill()
+                await self._reader_task
+        else:
+            self.kill()
+            await self._mark_dead()

@@ -1,0 +1,192 @@
+"""One instance: a worker process, its batch queue, and the runner moving batches between them.
+
+The runner takes a batch from the queue whenever the worker is free, packs the samples into
+one tensor per input (raw bytes), awaits the worker's result and resolves each request's
+future with its row. When the worker dies, the batch in flight and everything still queued
+are handed back (`on_orphans`) to be retried elsewhere. Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from infless.batching.policy import BatchSettings
+from infless.batching.queue import BatchQueue, QueueClosed
+from infless.batching.request import Array, Outcome, Pending
+from infless.clock import Clock
+from infless.errors import InferenceFailed
+from infless.types import InstanceConfig, TensorSpec
+from infless.workers import protocol as p
+from infless.workers.handle import BatchError, WorkerDied, WorkerHandle
+
+
+class InstanceState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    DEAD = "dead"
+
+
+def pack_batch(specs: Sequence[TensorSpec], batch: Sequence[Pending]) -> dict[str, p.TensorData]:
+    """Stack each input of the batch's samples into one tensor; variable dims are zero-padded."""
+    packed: dict[str, p.TensorData] = {}
+    for spec in specs:
+        rows = [pending.inputs[spec.name] for pending in batch]
+        if any(d < 0 for d in spec.shape) and len({r.shape for r in rows}) > 1:
+            target = tuple(max(r.shape[i] for r in rows) for i in range(len(spec.shape)))
+            stacked = np.zeros((len(rows), *target), dtype=spec.dtype)
+            for i, row in enumerate(rows):
+                region: tuple[int | slice, ...] = (i, *(slice(0, n) for n in row.shape))
+                stacked[region] = row
+        else:
+            stacked = np.stack(rows)
+        packed[spec.name] = p.TensorData(spec.dtype, list(stacked.shape), stacked.tobytes())
+    return packed
+
+
+def unpack_outputs(outputs: dict[str, p.TensorData]) -> dict[str, Array]:
+    return {
+        name: np.frombuffer(t.data, dtype=t.dtype).reshape(t.shape) for name, t in outputs.items()
+    }
+
+
+class Instance:
+    """A serving unit of one function with its own <b, c, g>, run by exactly one worker."""
+
+    def __init__(
+        self,
+        instance_id: str,
+        function_name: str,
+        config: InstanceConfig,
+        cpu_ids: tuple[int, ...],
+        clock: Clock,
+        input_specs: Sequence[TensorSpec],
+        on_orphans: Callable[[Instance, list[Pending]], None],
+    ) -> None:
+        self.instance_id = instance_id
+        self.function_name = function_name
+        self.config = config
+        self.cpu_ids = cpu_ids
+        self.state = InstanceState.STARTING
+        self.handle: WorkerHandle | None = None
+        self.queue: BatchQueue | None = None
+        self.share_rps = 0.0
+        self.served = 0
+        self.failed = 0
+        self.batches = 0
+        self.exec_ms_by_batch: dict[int, float] = {}
+        self.start_breakdown = p.StartBreakdown()
+        self.started_at_s = clock.now()
+        self.ready_at_s: float | None = None
+        self.error: str | None = None
+        self._clock = clock
+        self._input_specs = tuple(input_specs)
+        self._on_orphans = on_orphans
+        self._runner: asyncio.Task[None] | None = None
+        self._in_flight: list[Pending] = []
+
+    @property
+    def pid(self) -> int:
+        return self.handle.pid if self.handle is not None else 0
+
+    @property
+    def accepting(self) -> bool:
+        queue = self.queue
+        return self.state is InstanceState.READY and queue is not None and queue.has_room
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def queue_length(self) -> int:
+        return 0 if self.queue is None else len(self.queue)
+
+    def become_ready(self, handle: WorkerHandle, settings: BatchSettings, ready: p.Ready) -> None:
+        self.handle = handle
+        self.exec_ms_by_batch = dict(ready.exec_ms)
+        self.start_breakdown = ready.start
+        self.config = InstanceConfig(settings.batch_size, self.config.cpus, self.config.gpu_pct)
+        self.share_rps = settings.batch_size * 1000.0 / max(settings.exec_ms, 0.1)
+        self.queue = BatchQueue(self._clock, settings)
+        self.state = InstanceState.READY
+        self.ready_at_s = self._clock.now()
+        self._runner = asyncio.create_task(self._run(), name=f"runner-{self.instance_id}")
+
+    async def _run(self) -> None:
+        queue, handle = self.queue, self.handle
+        assert queue is not None
+        assert handle is not None
+        specs = self._input_specs
+        while True:
+            try:
+                batch = await queue.next_batch()
+            except QueueClosed:
+                return
+            dispatched_s = self._clock.now()
+            self._in_flight = batch
+            try:
+                result = await handle.run_batch(pack_batch(specs, batch))
+            except WorkerDied:
+                self.mark_dead("worker exited mid-batch")
+                return
+            except BatchError as exc:
+                self._in_flight = []
+                self.failed += len(batch)
+                error = InferenceFailed(f"model {self.function_name!r} failed on a batch: {exc}")
+                for pending in batch:
+                    pending.fail(error)
+                continue
+            self._in_flight = []
+            self._resolve(batch, result, dispatched_s)
+
+    def _resolve(self, batch: list[Pending], result: p.BatchResult, dispatched_s: float) -> None:
+        outputs = unpack_outputs(result.outputs)
+        size = len(batch)
+        self.batches += 1
+        self.served += size
+        for row, pending in enumerate(batch):
+            pending.resolve(
+                Outcome(
+                    outputs={name: array[row] for name, array in outputs.items()},
+                    instance_id=self.instance_id,
+                    batch_size=size,
+                    queue_ms=(dispatched_s - pending.arrival_s) * 1000.0,
+                    exec_ms=result.exec_ms,
+                    cold_start_ms=pending.cold_start_ms,
+                )
+            )
+
+    def mark_dead(self, reason: str) -> None:
+        """The worker is gone: stop accepting and hand every unfinished request back."""
+        if self.state is InstanceState.DEAD:
+            return
+        self.state = InstanceState.DEAD
+        self.error = reason
+        orphans, self._in_flight = self._in_flight, []
+        if self.queue is not None:
+            orphans.extend(self.queue.take_all())
+            self.queue.close()
+        if self._runner is not None and self._runner is not asyncio.current_task():
+            self._runner.cancel()
+        self._on_orphans(self, orphans)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting, finish what is queued, then stop the worker."""
+        if self.state is InstanceState.READY:
+            self.state = InstanceState.DRAINING
+        if self.queue is not None:
+            self.queue.close()
+        if self._runner is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)
+            except TimeoutError:
+                self._runner.cancel()
+        if self.handle is not None:
+            await self.handle.stop(timeout_s)
+        if self.state is not InstanceState.DEAD:
+            self.state = InstanceState.DEAD

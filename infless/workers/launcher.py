@@ -1,0 +1,66 @@
+"""How worker processes come to exist: the WorkerLauncher protocol and the fresh-process launcher.
+
+A launcher returns a live process (its pid) connected to the gateway by one end of a
+socketpair. The worker side of every launcher ends in `infless.workers.main.serve(sock)`.
+Resource confinement (affinity, cgroups) is applied by the pool by pid, after launch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchedWorker:
+    pid: int
+    sock: socket.socket
+    spawn_ms: float
+    process: asyncio.subprocess.Process | None = None  # set when the gateway is the parent
+
+
+class WorkerLauncher(Protocol):
+    async def launch(self, instance_id: str) -> LaunchedWorker: ...
+
+    async def close(self) -> None: ...
+
+
+class SubprocessLauncher:
+    """Starts each worker as a fresh `python -m infless.workers.main` (pays the torch import)."""
+
+    def __init__(self, python: str = "", env: dict[str, str] | None = None) -> None:
+        self._python = python or sys.executable
+        self._env = env
+
+    async def launch(self, instance_id: str) -> LaunchedWorker:
+        started = time.perf_counter()
+        gateway_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            worker_fd = worker_sock.fileno()
+            env = dict(os.environ if self._env is None else self._env)
+            env["INFLESS_INSTANCE_ID"] = instance_id
+            process = await asyncio.create_subprocess_exec(
+                self._python,
+                "-m",
+                "infless.workers.main",
+                "--fd",
+                str(worker_fd),
+                pass_fds=(worker_fd,),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        except BaseException:
+            gateway_sock.close()
+            raise
+        finally:
+            worker_sock.close()
+        spawn_ms = (time.perf_counter() - started) * 1000.0
+        return LaunchedWorker(process.pid, gateway_sock, spawn_ms, process)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,205 @@
+"""The worker process: one instance of one function, serving batches over a socket.
+
+Worker side (imports torch). Lifecycle: receive `LoadModel` → build the model (structure on
+the meta device, then weights: mapped from the shared store or read from the package) →
+time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
+the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from infless.workers import protocol as p
+
+if TYPE_CHECKING:
+    import torch
+
+    from infless.models.package import PackageManifest
+
+
+class _Channel:
+    """Blocking frame I/O on the worker's end of the socketpair."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def _recv_exact(self, size: int) -> bytes | None:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(size - len(chunks))
+            if not chunk:
+                return None
+            chunks += chunk
+        return bytes(chunks)
+
+    def receive(self) -> p.ToWorker | None:
+        header = self._recv_exact(p.FRAME_HEADER.size)
+        if header is None:
+            return None
+        body = self._recv_exact(p.frame_length(header))
+        return None if body is None else p.decode_to_worker(body)
+
+    def send(self, message: p.FromWorker) -> None:
+        self._sock.sendall(p.encode_frame(message))
+
+
+class _LoadedModel:
+    """A model ready to run: the module, its manifest, and tensor conversion both ways."""
+
+    def __init__(self, manifest: PackageManifest, module: torch.nn.Module) -> None:
+        self.manifest = manifest
+        self.module = module
+        self.input_names = [s.name for s in manifest.inputs]
+        self.output_names = [s.name for s in manifest.outputs]
+
+    def run(self, inputs: dict[str, p.TensorData]) -> dict[str, p.TensorData]:
+        import torch
+
+        tensors = []
+        for name in self.input_names:
+            data = inputs[name]
+            array = np.frombuffer(bytearray(data.data), dtype=data.dtype).reshape(data.shape)
+            tensors.append(torch.from_numpy(array))
+        with torch.inference_mode():
+            raw = self.module(*tensors)
+        outputs = self._name_outputs(raw)
+        if self.manifest.postprocess:
+            from infless.models.loader import apply_postprocess
+
+            outputs = apply_postprocess(self.manifest.postprocess, outputs)
+        result: dict[str, p.TensorData] = {}
+        for name in self.output_names:
+            array = outputs[name].detach().contiguous().numpy()
+            result[name] = p.TensorData(str(array.dtype), list(array.shape), array.tobytes())
+        return result
+
+    def _name_outputs(self, raw: Any) -> dict[str, torch.Tensor]:
+        if isinstance(raw, dict):
+            return {name: raw[name] for name in self.output_names}
+        values = list(raw) if isinstance(raw, tuple | list) else [raw]
+        if len(values) != len(self.output_names):
+            raise RuntimeError(
+                f"model returned {len(values)} outputs, the signature declares "
+                f"{len(self.output_names)} ({', '.join(self.output_names)})"
+            )
+        return dict(zip(self.output_names, values, strict=True))
+
+    def example_inputs(self, batch_size: int) -> dict[str, p.TensorData]:
+        """Zero-valued inputs of the signature's shape (variable dims as 8)."""
+        result = {}
+        for spec in self.manifest.inputs:
+            shape = [batch_size, *(8 if d < 0 else d for d in spec.shape)]
+            array = np.zeros(shape, dtype=spec.dtype)
+            result[spec.name] = p.TensorData(spec.dtype, shape, array.tobytes())
+        return result
+
+
+def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
+    import torch
+
+    from infless.models.loader import build_module, load_package_weights
+    from infless.models.package import load_manifest
+
+    if request.cpu_ids:
+        os.sched_setaffinity(0, request.cpu_ids)
+    torch.set_num_threads(max(1, request.cpus))
+    package_dir = Path(request.package_dir)
+    build_started = time.perf_counter()
+    manifest = load_manifest(package_dir)
+    module = build_module(manifest, device="meta")
+    attach_started = time.perf_counter()
+    if request.store_tensors is not None:
+        from infless.weights.attach import attach
+
+        state = attach(request.store_tensors)
+    else:
+        state = load_package_weights(package_dir, manifest)
+    module.load_state_dict(state, assign=True)
+    module.eval()
+    warmup_started = time.perf_counter()
+    model = _LoadedModel(manifest, module)
+    exec_ms: dict[int, float] = {}
+    for batch_size in request.warmup_batch_sizes:
+        example = model.example_inputs(batch_size)
+        model.run(example)  # first call pays allocation; not timed
+        timings = []
+        for _ in range(max(1, request.warmup_rounds)):
+            started = time.perf_counter()
+            model.run(example)
+            timings.append((time.perf_counter() - started) * 1000.0)
+        exec_ms[batch_size] = float(np.median(timings))
+    done = time.perf_counter()
+    breakdown = p.StartBreakdown(
+        build_ms=(attach_started - build_started) * 1000.0,
+        attach_ms=(warmup_started - attach_started) * 1000.0,
+        warmup_ms=(done - warmup_started) * 1000.0,
+    )
+    return model, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown)
+
+
+def _rss_bytes() -> int:
+    try:
+        with Path("/proc/self/statm").open() as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def serve(sock: socket.socket) -> None:
+    """Serve one instance on `sock` until Shutdown or EOF. Never raises for a bad batch."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway owns shutdown
+    channel = _Channel(sock)
+    first = channel.receive()
+    if not isinstance(first, p.LoadModel):
+        return
+    try:
+        model, ready = _load(first)
+    except Exception as exc:  # report any load failure to the gateway, then exit
+        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
+        traceback.print_exc(file=sys.stderr)
+        return
+    channel.send(ready)
+    while True:
+        message = channel.receive()
+        if message is None or isinstance(message, p.Shutdown):
+            return
+        if isinstance(message, p.RunBatch):
+            started = time.perf_counter()
+            try:
+                outputs = model.run(message.inputs)
+            except Exception as exc:  # a bad batch fails that batch, not the worker
+                channel.send(p.BatchFailed(message.batch_id, f"{type(exc).__name__}: {exc}"))
+                continue
+            exec_ms = (time.perf_counter() - started) * 1000.0
+            channel.send(p.BatchResult(message.batch_id, outputs, exec_ms))
+        elif isinstance(message, p.Ping):
+            channel.send(p.Pong(message.nonce, _rss_bytes()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="infless worker (started by the gateway)")
+    parser.add_argument("--fd", type=int, required=True, help="inherited socket file descriptor")
+    args = parser.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    try:
+        serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        return 0
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,292 @@
+"""WorkerPool: the instances of every deployed function on this server, kept at their targets.
+
+`deploy`/`scale`/`remove` set what should run; `reconcile` starts or drains instances to
+match (starting one for a cold start when requests wait and none runs). Each instance
+boots through the launcher, loads its package, times warm-up batches, and gets its batch
+settings from `batching.policy`. A worker that dies is replaced and its requests retried.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import msgspec
+
+from infless.batching.policy import powers_of_two_up_to, settle
+from infless.batching.request import Pending
+from infless.batching.router import FunctionRouter
+from infless.clock import Clock
+from infless.cluster.cpus import CpuAllocator
+from infless.config import Config
+from infless.errors import FunctionNotFound, WorkerUnavailable
+from infless.models.package import PackageManifest
+from infless.types import FunctionSpec, InstanceConfig, TensorSpec
+from infless.workers import protocol as p
+from infless.workers.handle import ProcessWorkerHandle, WorkerStartFailed
+from infless.workers.instance import Instance, InstanceState
+from infless.workers.launcher import WorkerLauncher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class DeployedFunction:
+    spec: FunctionSpec
+    package_dir: Path
+    manifest: PackageManifest
+    router: FunctionRouter
+    desired: int
+    input_specs: tuple[TensorSpec, ...] = ()
+    invocations: int = 0
+    start_failures: int = 0
+    last_error: str | None = None
+    boots: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        launcher: WorkerLauncher,
+        allocator: CpuAllocator,
+        on_instance_change: Callable[[DeployedFunction], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._launcher = launcher
+        self._allocator = allocator
+        self._on_change = on_instance_change
+        self.functions: dict[str, DeployedFunction] = {}
+        self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- desired state -----------------------------------------------------------------
+    def deploy(self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest) -> None:
+        waiting_capacity = max(64, spec.max_batch * self._config.batching.queue_capacity_batches)
+        router = FunctionRouter(spec.name, self._clock, waiting_capacity, self._cold_start)
+        function = DeployedFunction(
+            spec, package_dir, manifest, router, spec.instances, manifest.input_specs
+        )
+        self.functions[spec.name] = function
+        self.reconcile(spec.name)
+
+    async def redeploy(
+        self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest
+    ) -> None:
+        """Replace a function's definition: new instances come up, the old ones drain."""
+        old = self.functions.get(spec.name)
+        if old is None:
+            self.deploy(spec, package_dir, manifest)
+            return
+        if old.package_dir == package_dir and _same_serving(old.spec, spec):
+            old.spec = spec
+            self.scale(spec.name, spec.instances)
+            return
+        await self.remove(spec.name)
+        self.deploy(spec, package_dir, manifest)
+
+    def scale(self, name: str, instances: int) -> None:
+        function = self.get(name)
+        function.desired = max(0, instances)
+        function.spec = replace(function.spec, instances=function.desired)
+        self.reconcile(name)
+
+    async def remove(self, name: str) -> None:
+        function = self.functions.pop(name, None)
+        if function is None:
+            raise FunctionNotFound(f"function {name!r} is not deployed")
+        for task in list(function.boots):
+            task.cancel()
+        function.router.fail_all(WorkerUnavailable(f"function {name!r} was removed"))
+        await asyncio.gather(
+            *(self._drain(function, i) for i in list(function.router.instances)),
+            return_exceptions=True,
+        )
+
+    def get(self, name: str) -> DeployedFunction:
+        function = self.functions.get(name)
+        if function is None:
+            raise FunctionNotFound(
+                f"function {name!r} is not deployed; GET /system/functions lists what is"
+            )
+        return function
+
+    # -- reconciliation ----------------------------------------------------------------
+    def _cold_start(self, name: str) -> None:
+        function = self.functions.get(name)
+        if function is not None:
+            function.desired = max(function.desired, 1)
+            self.reconcile(name)
+
+    def reconcile(self, name: str) -> None:
+        function = self.functions.get(name)
+        if function is None or self._stopping:
+            return
+        router = function.router
+        target = max(function.desired, 1 if router.waiting else 0)
+        live = [
+            i for i in router.instances if i.state in (InstanceState.STARTING, InstanceState.READY)
+        ]
+        for _ in range(target - len(live)):
+            self._spawn(function)
+        surplus = len(live) - target
+        if surplus > 0:
+            ready = [i for i in live if i.state is InstanceState.READY]
+            for instance in sorted(ready, key=lambda i: i.queue_length)[:surplus]:
+                self._background_task(self._drain(function, instance))
+
+    def _spawn(self, function: DeployedFunction) -> None:
+        spec = function.spec
+        cores = self._allocator.assign(spec.cpus_per_instance)
+        instance = Instance(
+            instance_id=f"{spec.name}-{secrets.token_hex(3)}",
+            function_name=spec.name,
+            config=InstanceConfig(batch_size=spec.max_batch, cpus=len(cores)),
+            cpu_ids=cores,
+            clock=self._clock,
+            input_specs=function.input_specs,
+            on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
+        )
+        function.router.add(instance)
+        task = asyncio.create_task(
+            self._boot(function, instance), name=f"boot-{instance.instance_id}"
+        )
+        function.boots.add(task)
+        task.add_done_callback(function.boots.discard)
+
+    async def _boot(self, function: DeployedFunction, instance: Instance) -> None:
+        spec = function.spec
+        batching = self._config.batching
+        try:
+            launched = await self._launcher.launch(instance.instance_id)
+            handle = ProcessWorkerHandle(
+                launched, on_death=lambda _: self._died(function, instance)
+            )
+            instance.handle = handle
+            request = p.LoadModel(
+                package_dir=str(function.package_dir),
+                cpus=len(instance.cpu_ids),
+                cpu_ids=list(instance.cpu_ids),
+                warmup_batch_sizes=powers_of_two_up_to(spec.max_batch),
+                warmup_rounds=batching.warmup_rounds,
+            )
+            ready = await handle.load(request, self._config.workers.start_timeout_s)
+        except (WorkerStartFailed, OSError) as exc:
+            self._boot_failed(function, instance, str(exc))
+            return
+        except asyncio.CancelledError:
+            await self._discard(function, instance)
+            raise
+        settings = settle(
+            ready.exec_ms,
+            spec.slo_ms,
+            spec.max_batch,
+            batching.slack_ms,
+            batching.queue_capacity_batches,
+            eager=batching.dispatch == "eager",
+        )
+        instance.become_ready(handle, settings, ready)
+        instance.start_breakdown = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
+        function.start_failures = 0
+        log.info(
+            "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
+            instance.instance_id,
+            handle.pid,
+            settings.batch_size,
+            settings.exec_ms,
+            instance.cpu_ids,
+        )
+        function.router.instance_ready(instance)
+        self._changed(function)
+        self.reconcile(spec.name)
+
+    def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
+        log.error("instance %s failed to start: %s", instance.instance_id, error)
+        instance.state = InstanceState.DEAD
+        instance.error = error
+        function.last_error = error
+        function.start_failures += 1
+        function.router.remove(instance)
+        self._allocator.release(instance.cpu_ids)
+        if instance.handle is not None and isinstance(instance.handle, ProcessWorkerHandle):
+            instance.handle.kill()
+        function.router.start_failed(error)
+        delay_s = min(30.0, 0.5 * 2**function.start_failures)
+        self._background_task(self._retry_later(function.spec.name, delay_s))
+
+    async def _retry_later(self, name: str, delay_s: float) -> None:
+        await self._clock.sleep_until(self._clock.now() + delay_s)
+        self.reconcile(name)
+
+    async def _discard(self, function: DeployedFunction, instance: Instance) -> None:
+        instance.state = InstanceState.DEAD
+        function.router.remove(instance)
+        self._allocator.release(instance.cpu_ids)
+        if instance.handle is not None:
+            await instance.handle.stop(2.0)
+
+    def _died(self, function: DeployedFunction, instance: Instance) -> None:
+        if instance.state in (InstanceState.DRAINING, InstanceState.DEAD):
+            return
+        code = getattr(instance.handle, "exit_code", None)
+        log.warning(
+            "instance %s: worker pid %d died (exit %s)", instance.instance_id, instance.pid, code
+        )
+        instance.mark_dead(f"worker exited (code {code})")
+
+    def _orphaned(
+        self, function: DeployedFunction, instance: Instance, orphans: list[Pending]
+    ) -> None:
+        function.router.remove(instance)
+        self._allocator.release(instance.cpu_ids)
+        function.router.adopt_orphans(orphans)
+        self._changed(function)
+        self.reconcile(function.spec.name)
+
+    async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
+        await instance.drain(timeout_s=max(5.0, function.spec.slo_ms / 1000.0 * 10))
+        function.router.remove(instance)
+        self._allocator.release(instance.cpu_ids)
+        self._changed(function)
+
+    def _changed(self, function: DeployedFunction) -> None:
+        if self._on_change is not None:
+            self._on_change(function)
+
+    def _background_task(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- shutdown ------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Drain every instance (queued requests are answered), then stop the launcher."""
+        self._stopping = True
+        for task in list(self._background):
+            task.cancel()
+        names = list(self.functions)
+        for name in names:
+            with contextlib.suppress(FunctionNotFound):
+                await self.remove(name)
+        await self._launcher.close()
+
+    def all_instances(self) -> list[Instance]:
+        return [i for f in self.functions.values() for i in f.router.instances]
+
+
+def _same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
+    return (
+        old.image == new.image
+        and old.slo_ms == new.slo_ms
+        and old.max_batch == new.max_batch
+        and old.cpus_per_instance == new.cpus_per_instance
+        and old.tenant == new.tenant
+    )

@@ -1,0 +1,132 @@
+"""Every gateway <-> worker message, as typed msgspec structs, and the frame codec.
+
+Frames are a 4-byte big-endian length followed by one msgpack-encoded message. Tensors
+travel as raw bytes with dtype and shape, never as nested lists; no pickle anywhere.
+This module is shared by both sides: it must not import torch or numpy.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+FRAME_HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 1 << 30
+
+
+class TensorData(msgspec.Struct, array_like=True, frozen=True):
+    """A dense tensor: numpy dtype name, full shape (batch included), C-order bytes."""
+
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+
+class StoredTensor(msgspec.Struct, array_like=True, frozen=True):
+    """One tensor of a model's state dict as a file of the shared tensor store."""
+
+    name: str
+    path: str
+    dtype: str
+    shape: list[int]
+
+
+class LoadModel(msgspec.Struct, tag="load", frozen=True):
+    """Build the model of a function package and get ready to serve.
+
+    `store_tensors` set: attach weights from the shared store (read-only maps); otherwise
+    load them from the package's safetensors file. `warmup_batch_sizes` are measured after
+    loading and reported in `Ready.exec_ms`.
+    """
+
+    package_dir: str
+    cpus: int
+    cpu_ids: list[int] = []
+    gpu_pct: int = 0
+    warmup_batch_sizes: list[int] = []
+    warmup_rounds: int = 3
+    store_tensors: list[StoredTensor] | None = None
+
+
+class StartBreakdown(msgspec.Struct, frozen=True):
+    """Where an instance's start time went, in milliseconds."""
+
+    spawn_ms: float = 0.0
+    build_ms: float = 0.0
+    attach_ms: float = 0.0
+    warmup_ms: float = 0.0
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    pid: int
+    exec_ms: dict[int, float]
+    start: StartBreakdown
+
+
+class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
+    error: str
+
+
+class RunBatch(msgspec.Struct, tag="run", frozen=True):
+    batch_id: int
+    inputs: dict[str, TensorData]
+
+
+class BatchResult(msgspec.Struct, tag="result", frozen=True):
+    batch_id: int
+    outputs: dict[str, TensorData]
+    exec_ms: float
+
+
+class BatchFailed(msgspec.Struct, tag="failed", frozen=True):
+    batch_id: int
+    error: str
+
+
+class Ping(msgspec.Struct, tag="ping", frozen=True):
+    nonce: int
+
+
+class Pong(msgspec.Struct, tag="pong", frozen=True):
+    nonce: int
+    rss_bytes: int = 0
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    pass
+
+
+ToWorker = LoadModel | RunBatch | Ping | Shutdown
+FromWorker = Ready | LoadFailed | BatchResult | BatchFailed | Pong
+Message = ToWorker | FromWorker
+
+_encoder = msgspec.msgpack.Encoder()
+_to_worker_decoder = msgspec.msgpack.Decoder(ToWorker)
+_from_worker_decoder = msgspec.msgpack.Decoder(FromWorker)
+
+
+class FrameError(Exception):
+    """A frame was too large or truncated: the peer is broken and the channel must close."""
+
+
+def encode_frame(message: Message) -> bytes:
+    body = _encoder.encode(message)
+    return FRAME_HEADER.pack(len(body)) + body
+
+
+def decode_to_worker(body: bytes | memoryview) -> ToWorker:
+    message: ToWorker = _to_worker_decoder.decode(body)
+    return message
+
+
+def decode_from_worker(body: bytes | memoryview) -> FromWorker:
+    message: FromWorker = _from_worker_decoder.decode(body)
+    return message
+
+
+def frame_length(header: bytes) -> int:
+    (length,) = FRAME_HEADER.unpack(header)
+    if length > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {length} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    return int(length)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create .venv and install infless with its dev tools; does nothing when already up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python_bin="${PYTHON:-}"
+if [ -z "$python_bin" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      python_bin="$candidate"
+      break
+    fi
+  done
+fi
+if [ -z "$python_bin" ]; then
+  echo "setup: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$python_bin" -m venv .venv
+fi
+stamp=.venv/.infless-install-stamp
+wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  echo "$wanted" > "$stamp"
+fi

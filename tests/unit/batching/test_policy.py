@@ -1,0 +1,69 @@
+"""Pure batching decisions: feasibility (INFless AvailableConfig), batch size, timeout."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infless.batching.policy import (
+    batch_timeout_s,
+    choose_batch_size,
+    dispatch_due,
+    feasible,
+    powers_of_two_up_to,
+    settle,
+)
+
+
+def test_feasibility_is_slo_for_single_requests_and_half_slo_for_batches() -> None:
+    assert feasible(1, 49.0, 50.0)
+    assert not feasible(1, 51.0, 50.0)
+    assert feasible(4, 25.0, 50.0)
+    assert not feasible(4, 25.5, 50.0)
+
+
+def test_largest_feasible_batch_within_the_label_limit_is_chosen() -> None:
+    exec_ms = {1: 3.0, 2: 5.0, 4: 9.0, 8: 20.0, 16: 41.0}
+    assert choose_batch_size(exec_ms, slo_ms=50.0, max_batch=16) == 8
+    assert choose_batch_size(exec_ms, slo_ms=100.0, max_batch=16) == 16
+    assert choose_batch_size(exec_ms, slo_ms=100.0, max_batch=4) == 4
+
+
+def test_no_feasible_batch_falls_back_to_one() -> None:
+    assert choose_batch_size({1: 80.0, 2: 150.0}, slo_ms=50.0, max_batch=8) == 1
+
+
+def test_timeout_is_slo_minus_exec_minus_slack_and_never_negative() -> None:
+    assert batch_timeout_s(200.0, 50.0, 0.0) == 0.15
+    assert abs(batch_timeout_s(50.0, 12.0, 3.0) - 0.035) < 1e-12
+    assert batch_timeout_s(50.0, 60.0, 3.0) == 0.0
+
+
+def test_settle_combines_size_timeout_and_capacity() -> None:
+    settings = settle(
+        {1: 2.0, 2: 3.0, 4: 5.0}, slo_ms=50.0, max_batch=4, slack_ms=1.0, capacity_batches=3
+    )
+    assert settings.batch_size == 4
+    assert settings.capacity == 12
+    assert abs(settings.timeout_s - 0.044) < 1e-12
+    assert settings.exec_ms == 5.0
+
+
+def test_powers_of_two_include_the_limit() -> None:
+    assert powers_of_two_up_to(8) == [1, 2, 4, 8]
+    assert powers_of_two_up_to(12) == [1, 2, 4, 8, 12]
+    assert powers_of_two_up_to(1) == [1]
+
+
+@given(
+    length=st.integers(0, 64),
+    batch=st.integers(1, 32),
+    waited=st.floats(0, 1),
+    timeout=st.floats(0, 1),
+)
+def test_dispatch_due_exactly_when_full_or_expired(
+    length: int, batch: int, waited: float, timeout: float
+) -> None:
+    due = dispatch_due(length, batch, oldest_arrival_s=10.0, timeout_s=timeout, now_s=10.0 + waited)
+    expected = length > 0 and (length >= batch or 10.0 + waited >= 10.0 + timeout)
+    assert due == expected

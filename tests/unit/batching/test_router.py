@@ -1,0 +1,153 @@
+"""FunctionRouter with real Instances on in-process workers: batching, retries, overload."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from infless.batching.policy import BatchSettings
+from infless.batching.router import FunctionRouter
+from infless.errors import Overloaded, WorkerUnavailable
+from infless.types import InstanceConfig, TensorSpec
+from infless.workers import protocol as p
+from infless.workers.instance import Instance, InstanceState
+from tests.support.clock import FakeClock
+from tests.support.inprocess_worker import InProcessWorkerHandle
+
+SPECS = (TensorSpec("x", "float32", (2,)),)
+
+
+class Harness:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.cold_start_requests: list[str] = []
+        self.router = FunctionRouter(
+            "f", clock, waiting_capacity=4, request_cold_start=self.cold_start_requests.append
+        )
+        self.count = 0
+
+    def add_instance(
+        self, batch_size: int = 4, capacity: int = 8, timeout_s: float = 0.04
+    ) -> tuple[Instance, InProcessWorkerHandle]:
+        self.count += 1
+        instance = Instance(
+            f"f-{self.count}",
+            "f",
+            InstanceConfig(batch_size, 1),
+            (0,),
+            self.clock,
+            SPECS,
+            on_orphans=lambda inst, orphans: self._orphans(inst, orphans),
+        )
+        self.router.add(instance)
+        handle = InProcessWorkerHandle()
+        ready = p.Ready(pid=0, exec_ms={batch_size: 5.0}, start=p.StartBreakdown())
+        instance.become_ready(handle, BatchSettings(batch_size, timeout_s, capacity, 5.0), ready)
+        self.router.instance_ready(instance)
+        return instance, handle
+
+    def _orphans(self, instance: Instance, orphans: list[object]) -> None:
+        self.router.remove(instance)
+        self.router.adopt_orphans(orphans)  # type: ignore[arg-type]
+
+    def submit(self, value: float) -> asyncio.Future[object]:
+        return self.router.submit({"x": np.array([value, value], dtype=np.float32)}).future  # type: ignore[return-value]
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_concurrent_requests_share_one_batch_and_get_their_own_rows() -> None:
+    harness = Harness(FakeClock())
+    _, handle = harness.add_instance(batch_size=4)
+    futures = [harness.submit(float(v)) for v in range(4)]
+    results = await asyncio.wait_for(asyncio.gather(*futures), 1.0)
+    assert handle.batch_sizes == [4]
+    for value, outcome in enumerate(results):
+        assert outcome.outputs["y"].tolist() == [2.0 * value, 2.0 * value]  # type: ignore[attr-defined]
+        assert outcome.batch_size == 4  # type: ignore[attr-defined]
+
+
+async def test_partial_batch_goes_at_the_deadline() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    _, handle = harness.add_instance(batch_size=4, timeout_s=0.04)
+    futures = [harness.submit(1.0), harness.submit(2.0)]
+    await _settle()
+    assert handle.batch_sizes == []
+    await clock.advance(0.04)
+    await asyncio.wait_for(asyncio.gather(*futures), 1.0)
+    assert handle.batch_sizes == [2]
+
+
+async def test_full_queues_give_429_with_retry_after() -> None:
+    harness = Harness(FakeClock())
+    _, handle = harness.add_instance(batch_size=2, capacity=2)
+    handle.gate.clear()  # the worker holds its first batch
+    harness.submit(1.0)
+    harness.submit(2.0)
+    await _settle()  # first batch in flight
+    harness.submit(3.0)
+    harness.submit(4.0)  # queue now full
+    with pytest.raises(Overloaded) as info:
+        harness.submit(5.0)
+    assert info.value.retry_after_s is not None
+    handle.gate.set()
+
+
+async def test_worker_death_mid_batch_retries_on_another_instance() -> None:
+    harness = Harness(FakeClock())
+    first, dying = harness.add_instance(batch_size=2)
+    dying.gate.clear()
+    futures = [harness.submit(1.0), harness.submit(2.0)]
+    await _settle()
+    assert dying.batch_sizes == [2]
+    _, healthy = harness.add_instance(batch_size=2)
+    dying.die()
+    results = await asyncio.wait_for(asyncio.gather(*futures), 1.0)
+    assert [r.outputs["y"][0] for r in results] == [2.0, 4.0]  # type: ignore[attr-defined]
+    assert healthy.batch_sizes == [2]
+    assert first.state is InstanceState.DEAD
+    assert harness.router.retries == 2
+
+
+async def test_second_death_answers_503() -> None:
+    harness = Harness(FakeClock())
+    _, one = harness.add_instance(batch_size=1)
+    one.gate.clear()
+    future = harness.submit(1.0)
+    await _settle()
+    _, two = harness.add_instance(batch_size=1)
+    two.gate.clear()
+    one.die()
+    await _settle()
+    two.die()
+    with pytest.raises(WorkerUnavailable, match="died twice"):
+        await asyncio.wait_for(future, 1.0)
+
+
+async def test_no_instance_means_cold_start_then_served_when_one_is_ready() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    future = harness.submit(3.0)
+    assert harness.cold_start_requests == ["f"]
+    assert harness.router.waiting == 1
+    await clock.advance(1.5)
+    harness.add_instance(batch_size=1, timeout_s=0.0)
+    outcome = await asyncio.wait_for(future, 1.0)
+    assert outcome.cold_start_ms == pytest.approx(1500.0)  # type: ignore[attr-defined]
+
+
+async def test_waiting_room_is_bounded_and_start_failure_answers_503() -> None:
+    harness = Harness(FakeClock())
+    futures = [harness.submit(1.0) for _ in range(4)]
+    with pytest.raises(Overloaded):
+        harness.submit(1.0)
+    harness.router.start_failed("model exploded")
+    for future in futures:
+        with pytest.raises(WorkerUnavailable, match="model exploded"):
+            await future
