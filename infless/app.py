@@ -7,7 +7,10 @@ instance and stops every worker it started.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from aiohttp import web
 
 from infless.clock import Clock, RealClock
 from infless.cluster.cpus import CpuAllocator, usable_cpus
+from infless.coldstart.manager import PrewarmManager
+from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.gateway.invoke import InvokeHandler
 from infless.gateway.metrics import GatewayMetrics
@@ -22,8 +27,11 @@ from infless.gateway.system import SystemRoutes
 from infless.models.resolver import PackageResolver
 from infless.registry.service import FunctionService
 from infless.registry.store import FunctionRegistry
+from infless.weights.reclaimer import Reclaimer
+from infless.weights.store import TensorStore
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
 from infless.workers.pool import DeployedFunction, WorkerPool
+from infless.workers.zygote import ZygoteLauncher
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +47,34 @@ class Platform:
     registry: FunctionRegistry
     pool: WorkerPool
     functions: FunctionService
+    prewarm: PrewarmManager
+    store: TensorStore | None
+    reclaimer: Reclaimer | None
 
 
 def make_launcher(config: Config) -> WorkerLauncher:
     if config.workers.launcher == "zygote":
-        from infless.workers.zygote import ZygoteLauncher
-
         return ZygoteLauncher()
     return SubprocessLauncher()
+
+
+def store_root(config: Config) -> Path:
+    """The configured store root, else one tmpfs directory per state directory."""
+    if config.store.root:
+        return Path(config.store.root)
+    digest = hashlib.blake2b(str(config.state_dir.resolve()).encode(), digest_size=6).hexdigest()
+    return Path("/dev/shm") / f"infless-store-{digest}"  # noqa: S108 - a dedicated subdir
+
+
+def make_store(config: Config, clock: Clock) -> TensorStore | None:
+    if not config.store.enabled:
+        return None
+    return TensorStore(
+        store_root(config),
+        clock,
+        capacity_bytes=config.store.capacity_bytes or None,
+        keepalive_s=config.store.keepalive_s,
+    )
 
 
 def build_platform(config: Config, clock: Clock | None = None) -> Platform:
@@ -58,17 +86,33 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
     def instances_changed(function: DeployedFunction) -> None:
         metrics.set_instances(function.spec.name, function.router.ready_count)
 
+    store = make_store(config, clock)
     pool = WorkerPool(
         config,
         clock,
         make_launcher(config),
         CpuAllocator(usable_cpus(config.workers.reserved_cpus)),
         on_instance_change=instances_changed,
+        store=store,
+    )
+    reclaimer = (
+        None
+        if store is None
+        else Reclaimer(store, clock, pool.instance_ids, config.store.reclaim_interval_s)
     )
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     resolver = PackageResolver(Path(config.models.repository))
     functions = FunctionService(clock, registry, pool, resolver)
-    return Platform(config, clock, metrics, registry, pool, functions)
+    coldstart = config.coldstart
+    prewarm = PrewarmManager(
+        pool,
+        clock,
+        build_policy(coldstart.policy, coldstart.params),
+        tick_s=coldstart.tick_s,
+        release_grace_s=coldstart.release_grace_s,
+        scale_to_zero_default=coldstart.scale_to_zero,
+    )
+    return Platform(config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer)
 
 
 def create_app(config: Config, clock: Clock | None = None) -> web.Application:
@@ -80,11 +124,24 @@ def create_app(config: Config, clock: Clock | None = None) -> web.Application:
     SystemRoutes(platform).register(app)
 
     async def startup(_: web.Application) -> None:
+        if platform.store is not None:
+            report = await asyncio.to_thread(platform.store.adopt_or_clean)
+            log.info("tensor store %s: %s", platform.store.root, report)
+        if platform.reclaimer is not None:
+            platform.reclaimer.start()
         await platform.functions.restore(list(config.functions))
+        platform.prewarm.start()
 
     async def cleanup(_: web.Application) -> None:
+        await platform.prewarm.stop()
         await platform.pool.stop()
         platform.registry.close()
+        if platform.reclaimer is not None:
+            await platform.reclaimer.stop()
+        if platform.store is not None:
+            platform.store.close()
+            if config.store.clear_on_shutdown:
+                shutil.rmtree(platform.store.root, ignore_errors=True)
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

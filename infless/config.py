@@ -31,7 +31,7 @@ class ModelsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 
 class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    launcher: Literal["subprocess", "zygote"] = "subprocess"
+    launcher: Literal["subprocess", "zygote"] = "zygote"
     start_timeout_s: float = 180.0
     cpus_per_instance: int = 1
     reserved_cpus: int = 0
@@ -42,6 +42,23 @@ class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     queue_capacity_batches: int = 4
     slack_ms: float = 3.0
     warmup_rounds: int = 3
+
+
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    enabled: bool = True
+    root: str = ""
+    capacity_bytes: int = 0
+    keepalive_s: float = 600.0
+    reclaim_interval_s: float = 5.0
+    clear_on_shutdown: bool = True
+
+
+class ColdStartConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    policy: Literal["fixed", "hhp", "lsth"] = "lsth"
+    params: dict[str, float | int] = {}
+    tick_s: float = 1.0
+    release_grace_s: float = 60.0
+    scale_to_zero: bool = False
 
 
 class FunctionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -60,6 +77,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     models: ModelsConfig = ModelsConfig()
     workers: WorkersConfig = WorkersConfig()
     batching: BatchingConfig = BatchingConfig()
+    coldstart: ColdStartConfig = ColdStartConfig()
+    store: StoreConfig = StoreConfig()
     functions: list[FunctionConfig] = []
 
     @property
@@ -85,6 +104,16 @@ def _check(config: Config, source: str) -> Config:
         problems.append("batching.queue_capacity_batches must be >= 1")
     if config.batching.slack_ms < 0:
         problems.append("batching.slack_ms must be >= 0")
+    if config.store.capacity_bytes < 0 or config.store.keepalive_s < 0:
+        problems.append("store.capacity_bytes and store.keepalive_s must be >= 0")
+    if config.coldstart.tick_s <= 0 or config.coldstart.release_grace_s < 0:
+        problems.append("coldstart.tick_s must be > 0 and coldstart.release_grace_s >= 0")
+    try:
+        from infless.coldstart.policies import build_policy
+
+        build_policy(config.coldstart.policy, config.coldstart.params)
+    except (ValueError, TypeError) as exc:
+        problems.append(f"coldstart.params: {exc}")
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -63,15 +63,20 @@ class InvokeHandler:
                 )
             body = await request.read()
             inputs = decode_inputs(body, function.input_specs)
-            pending = function.router.submit(inputs)
+            activity = function.activity
+            activity.arrive(started_s)
             try:
+                pending = function.router.submit(inputs)
                 async with asyncio.timeout(self._timeout_s):
                     outcome = await pending.future
             except TimeoutError:
-                function.router.forget_waiting(pending)
+                if pending is not None:
+                    function.router.forget_waiting(pending)
                 raise GatewayTimeout(
                     f"function {name!r} did not answer within {self._timeout_s:g} s"
                 ) from None
+            finally:
+                activity.finish(self._clock.now())
         except InflessError as error:
             response = error_response(error)
         except web.HTTPRequestEntityTooLarge:

@@ -16,6 +16,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -24,14 +25,18 @@ from infless.batching.request import Pending
 from infless.batching.router import FunctionRouter
 from infless.clock import Clock
 from infless.cluster.cpus import CpuAllocator
+from infless.coldstart.activity import FunctionActivity
 from infless.config import Config
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
 from infless.workers import protocol as p
-from infless.workers.handle import ProcessWorkerHandle, WorkerStartFailed
+from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.instance import Instance, InstanceState
 from infless.workers.launcher import WorkerLauncher
+
+if TYPE_CHECKING:
+    from infless.weights.store import TensorStore
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ class DeployedFunction:
     router: FunctionRouter
     desired: int
     input_specs: tuple[TensorSpec, ...] = ()
+    activity: FunctionActivity = field(default_factory=FunctionActivity)
+    last_start_duration_s: float = 0.0
     invocations: int = 0
     start_failures: int = 0
     last_error: str | None = None
@@ -58,12 +65,14 @@ class WorkerPool:
         launcher: WorkerLauncher,
         allocator: CpuAllocator,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
+        store: TensorStore | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
         self._launcher = launcher
         self._allocator = allocator
         self._on_change = on_instance_change
+        self._store = store
         self.functions: dict[str, DeployedFunction] = {}
         self._stopping = False
         self._background: set[asyncio.Task[None]] = set()
@@ -75,6 +84,7 @@ class WorkerPool:
         function = DeployedFunction(
             spec, package_dir, manifest, router, spec.instances, manifest.input_specs
         )
+        function.activity.idle_since_s = self._clock.now()
         self.functions[spec.name] = function
         self.reconcile(spec.name)
 
@@ -166,6 +176,14 @@ class WorkerPool:
         spec = function.spec
         batching = self._config.batching
         try:
+            stored = None
+            if self._store is not None:
+                stored = await asyncio.to_thread(
+                    self._store.publish,
+                    function.package_dir,
+                    spec.tenant,
+                    holder=instance.instance_id,
+                )
             launched = await self._launcher.launch(instance.instance_id)
             handle = ProcessWorkerHandle(
                 launched, on_death=lambda _: self._died(function, instance)
@@ -177,14 +195,15 @@ class WorkerPool:
                 cpu_ids=list(instance.cpu_ids),
                 warmup_batch_sizes=powers_of_two_up_to(spec.max_batch),
                 warmup_rounds=batching.warmup_rounds,
+                store_tensors=stored,
             )
             ready = await handle.load(request, self._config.workers.start_timeout_s)
-        except (WorkerStartFailed, OSError) as exc:
-            self._boot_failed(function, instance, str(exc))
-            return
         except asyncio.CancelledError:
             await self._discard(function, instance)
             raise
+        except Exception as exc:  # any start failure is reported and retried with backoff
+            self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
+            return
         settings = settle(
             ready.exec_ms,
             spec.slo_ms,
@@ -196,6 +215,7 @@ class WorkerPool:
         instance.become_ready(handle, settings, ready)
         instance.start_breakdown = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
         function.start_failures = 0
+        function.last_start_duration_s = self._clock.now() - instance.started_at_s
         log.info(
             "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
             instance.instance_id,
@@ -208,6 +228,16 @@ class WorkerPool:
         self._changed(function)
         self.reconcile(spec.name)
 
+    def _forget(self, instance: Instance) -> None:
+        """An instance is gone for good: free its cores and its store holds."""
+        self._allocator.release(instance.cpu_ids)
+        if self._store is not None:
+            self._store.release(instance.instance_id)
+
+    def instance_ids(self) -> list[str]:
+        """Every instance that may hold store tensors (starting, ready or draining)."""
+        return [i.instance_id for i in self.all_instances() if i.state is not InstanceState.DEAD]
+
     def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
         log.error("instance %s failed to start: %s", instance.instance_id, error)
         instance.state = InstanceState.DEAD
@@ -215,7 +245,7 @@ class WorkerPool:
         function.last_error = error
         function.start_failures += 1
         function.router.remove(instance)
-        self._allocator.release(instance.cpu_ids)
+        self._forget(instance)
         if instance.handle is not None and isinstance(instance.handle, ProcessWorkerHandle):
             instance.handle.kill()
         function.router.start_failed(error)
@@ -229,7 +259,7 @@ class WorkerPool:
     async def _discard(self, function: DeployedFunction, instance: Instance) -> None:
         instance.state = InstanceState.DEAD
         function.router.remove(instance)
-        self._allocator.release(instance.cpu_ids)
+        self._forget(instance)
         if instance.handle is not None:
             await instance.handle.stop(2.0)
 
@@ -246,16 +276,18 @@ class WorkerPool:
         self, function: DeployedFunction, instance: Instance, orphans: list[Pending]
     ) -> None:
         function.router.remove(instance)
-        self._allocator.release(instance.cpu_ids)
+        self._forget(instance)
         function.router.adopt_orphans(orphans)
         self._changed(function)
         self.reconcile(function.spec.name)
 
     async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
-        await instance.drain(timeout_s=max(5.0, function.spec.slo_ms / 1000.0 * 10))
-        function.router.remove(instance)
-        self._allocator.release(instance.cpu_ids)
-        self._changed(function)
+        try:
+            await instance.drain(timeout_s=max(5.0, function.spec.slo_ms / 1000.0 * 10))
+        finally:
+            function.router.remove(instance)
+            self._forget(instance)
+            self._changed(function)
 
     def _changed(self, function: DeployedFunction) -> None:
         if self._on_change is not None:

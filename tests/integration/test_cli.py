@@ -1,4 +1,4 @@
-"""The faas-cli-style CLI against a real gateway: deploy -f stack.yml, invoke, scale, list, remove."""
+"""The faas-cli-style CLI on a real gateway: deploy -f stack.yml, invoke, scale, list, remove."""
 
 from __future__ import annotations
 

@@ -1,0 +1,139 @@
+"""PrewarmManager: the server side of the cold-start policy (INFless §3.5), on the clock.
+
+Every tick it feeds each scale-to-zero function's idle-ending arrivals to the policy,
+recomputes the windows once per idle period, and asks `decide_lifecycle` what to do:
+release the function's instances when the keep-alive window ends, or start one at the
+prewarm point — early by the function's last measured start time, so the instance is ready
+before the predicted next request. Functions that may not scale to zero are left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from infless.clock import Clock
+from infless.coldstart.lifecycle import LifecycleAction, decide_lifecycle
+from infless.coldstart.policies import ColdStartPolicy, Windows
+from infless.workers.instance import InstanceState
+from infless.workers.pool import DeployedFunction, WorkerPool
+
+log = logging.getLogger(__name__)
+
+SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
+
+
+@dataclass
+class _Tracked:
+    state: Any
+    windows: Windows
+    decided_for_idle_s: float | None = None
+    restore_to: int = 1
+    actions: list[str] = field(default_factory=list)
+
+
+def scale_to_zero_allowed(function: DeployedFunction, default: bool) -> bool:
+    label = function.spec.labels.get(SCALE_ZERO_LABEL)
+    return default if label is None else label.strip().lower() == "true"
+
+
+class PrewarmManager:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        clock: Clock,
+        policy: ColdStartPolicy[Any],
+        tick_s: float,
+        release_grace_s: float,
+        scale_to_zero_default: bool,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._policy = policy
+        self._tick_s = tick_s
+        self._grace_s = release_grace_s
+        self._zero_default = scale_to_zero_default
+        self._tracked: dict[str, _Tracked] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.releases = 0
+        self.prewarms = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="prewarm-manager")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._clock.sleep_until(self._clock.now() + self._tick_s)
+            try:
+                self.tick()
+            except Exception:  # a policy bug must not stop cold-start management
+                log.exception("prewarm manager tick failed")
+
+    def windows(self, name: str) -> Windows | None:
+        tracked = self._tracked.get(name)
+        return None if tracked is None else tracked.windows
+
+    def tick(self) -> None:
+        now = self._clock.now()
+        for name in [n for n in self._tracked if n not in self._pool.functions]:
+            del self._tracked[name]
+        for name, function in self._pool.functions.items():
+            if scale_to_zero_allowed(function, self._zero_default):
+                self._manage(name, function, now)
+
+    def _manage(self, name: str, function: DeployedFunction, now: float) -> None:
+        activity = function.activity
+        tracked = self._tracked.get(name)
+        if tracked is None:
+            state = self._policy.initial_state()
+            windows, state = self._policy.decide(state, activity.idle_since_s or now)
+            tracked = self._tracked[name] = _Tracked(state, windows)
+        for arrival_s in activity.drain_arrivals():
+            tracked.state = self._policy.observe(tracked.state, arrival_s)
+        idle_since = activity.idle_since_s if activity.outstanding == 0 else None
+        if idle_since is not None and tracked.decided_for_idle_s != idle_since:
+            tracked.windows, tracked.state = self._policy.decide(tracked.state, idle_since)
+            tracked.decided_for_idle_s = idle_since
+        live = [
+            i
+            for i in function.router.instances
+            if i.state in (InstanceState.STARTING, InstanceState.READY)
+        ]
+
+        def decide_at(at_s: float) -> LifecycleAction:
+            return decide_lifecycle(
+                idle_since_s=idle_since,
+                windows=tracked.windows,
+                has_warm_instances=bool(live),
+                scale_to_zero=True,
+                min_instances=0,
+                now_s=at_s,
+                release_grace_s=self._grace_s,
+            ).action
+
+        lead_s = function.last_start_duration_s
+        ahead, current = decide_at(now + lead_s), decide_at(now)
+        if not live and ahead is LifecycleAction.PREWARM:
+            log.info("prewarming %s (next request expected in %.1f s)", name, lead_s)
+            self.prewarms += 1
+            tracked.actions.append("prewarm")
+            self._pool.scale(name, max(1, tracked.restore_to))
+        elif (
+            live
+            and current is LifecycleAction.RELEASE_TO_ZERO
+            and ahead is not LifecycleAction.KEEP
+        ):
+            log.info("releasing %s to zero (idle since %.1f s)", name, now - (idle_since or now))
+            self.releases += 1
+            tracked.actions.append("release")
+            tracked.restore_to = max(1, function.desired)
+            self._pool.scale(name, 0)
