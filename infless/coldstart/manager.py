@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from infless.clock import Clock
@@ -32,7 +32,8 @@ class _Tracked:
     windows: Windows
     decided_for_idle_s: float | None = None
     restore_to: int = 1
-    actions: list[str] = field(default_factory=list)
+    releases: int = 0
+    prewarms: int = 0
 
 
 def scale_to_zero_allowed(function: DeployedFunction, default: bool) -> bool:
@@ -58,8 +59,6 @@ class PrewarmManager:
         self._zero_default = scale_to_zero_default
         self._tracked: dict[str, _Tracked] = {}
         self._task: asyncio.Task[None] | None = None
-        self.releases = 0
-        self.prewarms = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="prewarm-manager")
@@ -78,9 +77,18 @@ class PrewarmManager:
             except Exception:  # a policy bug must not stop cold-start management
                 log.exception("prewarm manager tick failed")
 
-    def windows(self, name: str) -> Windows | None:
+    def describe(self, name: str) -> dict[str, object] | None:
+        """The function's current windows and what the manager did, for /system/function."""
         tracked = self._tracked.get(name)
-        return None if tracked is None else tracked.windows
+        if tracked is None:
+            return None
+        return {
+            "policy": self._policy.name,
+            "prewarmS": round(tracked.windows.prewarm_s, 3),
+            "keepaliveS": round(tracked.windows.keepalive_s, 3),
+            "releases": tracked.releases,
+            "prewarms": tracked.prewarms,
+        }
 
     def tick(self) -> None:
         now = self._clock.now()
@@ -124,8 +132,7 @@ class PrewarmManager:
         ahead, current = decide_at(now + lead_s), decide_at(now)
         if not live and ahead is LifecycleAction.PREWARM:
             log.info("prewarming %s (next request expected in %.1f s)", name, lead_s)
-            self.prewarms += 1
-            tracked.actions.append("prewarm")
+            tracked.prewarms += 1
             self._pool.scale(name, max(1, tracked.restore_to))
         elif (
             live
@@ -133,7 +140,6 @@ class PrewarmManager:
             and ahead is not LifecycleAction.KEEP
         ):
             log.info("releasing %s to zero (idle since %.1f s)", name, now - (idle_since or now))
-            self.releases += 1
-            tracked.actions.append("release")
+            tracked.releases += 1
             tracked.restore_to = max(1, function.desired)
             self._pool.scale(name, 0)

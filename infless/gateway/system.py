@@ -150,7 +150,9 @@ class SystemRoutes:
 
     async def get_function(self, request: web.Request) -> web.Response:
         name = find_function_name(self._platform, request.match_info["name"])
-        return _json(function_status(self._platform.pool.get(name)))
+        status = function_status(self._platform.pool.get(name))
+        status["coldStartPolicy"] = self._platform.prewarm.describe(name)
+        return _json(status)
 
     async def create(self, request: web.Request) -> web.Response:
         spec = await self._platform.functions.create(await _read_json(request))
