@@ -51,6 +51,9 @@ class PackageManifest(msgspec.Struct, frozen=True):
     preprocess: str | None = None
     postprocess: str | None = None
     description: str = ""
+    # Where the weights come from, e.g. "infless-zoo/weights-v1 seed=5000 fc.=5001"; a zoo
+    # package whose provenance differs from the zoo's current one is rebuilt.
+    provenance: str = ""
 
     @property
     def input_specs(self) -> tuple[TensorSpec, ...]:

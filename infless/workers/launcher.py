@@ -44,6 +44,7 @@ class SubprocessLauncher:
             worker_fd = worker_sock.fileno()
             env = dict(os.environ if self._env is None else self._env)
             env["INFLESS_INSTANCE_ID"] = instance_id
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ZygoteLauncher
             process = await asyncio.create_subprocess_exec(
                 self._python,
                 "-m",

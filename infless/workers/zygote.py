@@ -286,6 +286,7 @@ class ZygoteLauncher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ if self._env is None else self._env)
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning on shared cores
         try:
             fd = theirs.fileno()
             self._process = await asyncio.create_subprocess_exec(
