@@ -38,9 +38,10 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
 
 class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    dispatch: Literal["deadline", "eager"] = "deadline"
+    dispatch: Literal["deadline", "adaptive", "eager"] = "adaptive"
     queue_capacity_batches: int = 4
-    slack_ms: float = 3.0
+    slack_ms: float = 2.0
+    slack_fraction: float = 0.1
     warmup_rounds: int = 3
 
 
@@ -61,6 +62,14 @@ class ColdStartConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     scale_to_zero: bool = False
 
 
+class AuthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    basic_auth: bool = False  # basic auth on /system/* and /v2/repository/*
+    user: str = "admin"
+    password: str = ""  # empty: read password_file, or generate it on first start
+    password_file: str = ""  # empty: <state.dir>/basic_auth_password
+    invoke_token: str = ""  # non-empty: /function/* and /v2/models/* need this bearer token
+
+
 class FunctionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: str
     image: str
@@ -79,6 +88,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     batching: BatchingConfig = BatchingConfig()
     coldstart: ColdStartConfig = ColdStartConfig()
     store: StoreConfig = StoreConfig()
+    auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
     @property
@@ -102,8 +112,8 @@ def _check(config: Config, source: str) -> Config:
         problems.append("workers.cpus_per_instance must be >= 1")
     if config.batching.queue_capacity_batches < 1:
         problems.append("batching.queue_capacity_batches must be >= 1")
-    if config.batching.slack_ms < 0:
-        problems.append("batching.slack_ms must be >= 0")
+    if config.batching.slack_ms < 0 or not 0 <= config.batching.slack_fraction < 1:
+        problems.append("batching.slack_ms must be >= 0 and batching.slack_fraction in [0, 1)")
     if config.store.capacity_bytes < 0 or config.store.keepalive_s < 0:
         problems.append("store.capacity_bytes and store.keepalive_s must be >= 0")
     if config.coldstart.tick_s <= 0 or config.coldstart.release_grace_s < 0:
@@ -114,6 +124,8 @@ def _check(config: Config, source: str) -> Config:
         build_policy(config.coldstart.policy, config.coldstart.params)
     except (ValueError, TypeError) as exc:
         problems.append(f"coldstart.params: {exc}")
+    if config.auth.basic_auth and (not config.auth.user or ":" in config.auth.user):
+        problems.append(f"auth.user = {config.auth.user!r}: must be non-empty, without ':'")
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -5,8 +5,12 @@ Pure: no I/O, no clock; every function takes the times it needs as arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
+
+DispatchMode = Literal["deadline", "adaptive", "eager"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +21,7 @@ class BatchSettings:
     timeout_s: float
     capacity: int
     exec_ms: float
-    eager: bool = False
+    mode: DispatchMode = "deadline"
 
 
 def feasible(batch_size: int, exec_ms: float, slo_ms: float) -> bool:
@@ -47,7 +51,7 @@ def settle(
     max_batch: int,
     slack_ms: float,
     capacity_batches: int,
-    eager: bool = False,
+    mode: DispatchMode = "deadline",
 ) -> BatchSettings:
     """Batch settings for an instance from its measured (or predicted) execution times."""
     batch_size = choose_batch_size(exec_ms_by_batch, slo_ms, max_batch)
@@ -57,7 +61,7 @@ def settle(
         timeout_s=batch_timeout_s(slo_ms, exec_ms, slack_ms),
         capacity=batch_size * capacity_batches,
         exec_ms=exec_ms,
-        eager=eager,
+        mode=mode,
     )
 
 
@@ -70,20 +74,51 @@ def powers_of_two_up_to(limit: int) -> list[int]:
     return sizes
 
 
+def dispatch_at(
+    queue_length: int,
+    batch_size: int,
+    oldest_arrival_s: float,
+    timeout_s: float,
+    mode: DispatchMode,
+    interarrival_s: float,
+) -> float:
+    """When a free worker should take the waiting batch, if no other request arrives.
+
+    - "deadline" (INFless §3.2): when b requests wait (now), else when the oldest request
+      has waited `timeout_s`.
+    - "eager": now, whatever waits (lowest latency; batches still form while it is busy).
+    - "adaptive": like "deadline", but no later than the moment when the missing requests,
+      at the recent inter-arrival gap, could no longer arrive before the deadline: waiting
+      beyond it only adds latency without filling the batch. Never later than the deadline.
+    Returns -inf for "now" and +inf when nothing waits.
+    """
+    if queue_length <= 0:
+        return math.inf
+    if queue_length >= batch_size or mode == "eager":
+        return -math.inf
+    deadline_s = oldest_arrival_s + timeout_s
+    if mode == "deadline":
+        return deadline_s
+    fill_eta_s = (batch_size - queue_length) * interarrival_s
+    return min(deadline_s, deadline_s - fill_eta_s)
+
+
 def dispatch_due(
     queue_length: int,
     batch_size: int,
     oldest_arrival_s: float,
     timeout_s: float,
     now_s: float,
-    eager: bool = False,
+    mode: DispatchMode = "deadline",
+    interarrival_s: float = math.inf,
 ) -> bool:
-    """Whether a free worker should take a batch now.
+    """Whether a free worker should take a batch at `now_s` (see `dispatch_at`)."""
+    due_s = dispatch_at(queue_length, batch_size, oldest_arrival_s, timeout_s, mode, interarrival_s)
+    return now_s >= due_s
 
-    INFless ("deadline"): when b requests wait or the oldest has waited `timeout_s`.
-    "eager": whenever anything waits (the worker is free, so waiting only adds latency;
-    under load batches still fill while the worker is busy).
-    """
-    if queue_length <= 0:
-        return False
-    return eager or queue_length >= batch_size or now_s >= oldest_arrival_s + timeout_s
+
+def update_interarrival(previous_s: float, gap_s: float, weight: float = 0.2) -> float:
+    """EWMA of the gap between arrivals; the first gap is taken as it is."""
+    if math.isinf(previous_s):
+        return gap_s
+    return previous_s + weight * (gap_s - previous_s)

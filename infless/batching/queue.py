@@ -3,17 +3,21 @@
 A batch leaves when b requests wait, or when the oldest has waited the batch timeout
 (t_slo - t_exec - slack). Only the instance's runner calls `next_batch`, and only when its
 worker is free, so at most one batch is in flight per instance. Time comes from the
-injected Clock; the decision itself is `policy.dispatch_due`.
+injected Clock; the decision itself is `policy.dispatch_at`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 
-from infless.batching.policy import BatchSettings, dispatch_due
+from infless.batching.policy import BatchSettings, dispatch_at, update_interarrival
 from infless.batching.request import Pending
 from infless.clock import Clock
+
+
+_TIMER_RESOLUTION_S = 1e-6  # a wake-up this close to its time counts as on time
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
@@ -36,6 +40,8 @@ class BatchQueue:
         self._items: deque[Pending] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
+        self._last_arrival_s = math.nan
+        self.interarrival_s = math.inf  # EWMA of the gaps between arrivals here
 
     @property
     def settings(self) -> BatchSettings:
@@ -62,6 +68,12 @@ class BatchQueue:
             raise QueueClosed("instance is not accepting requests")
         if not force and len(self._items) >= self._settings.capacity:
             raise QueueFull(f"queue holds {len(self._items)} requests (capacity reached)")
+        now = self._clock.now()
+        if not math.isnan(self._last_arrival_s):
+            self.interarrival_s = update_interarrival(
+                self.interarrival_s, now - self._last_arrival_s
+            )
+        self._last_arrival_s = now
         self._items.append(pending)
         # Wake the runner only when its decision can change: the first request starts a
         # deadline, a full batch ends the wait. Other arrivals need no wake-up.
@@ -80,19 +92,21 @@ class BatchQueue:
             settings = self._settings
             items = self._items
             if items:
-                now = self._clock.now()
-                oldest = items[0].arrival_s
-                if self._closed or dispatch_due(
-                    len(items),
-                    settings.batch_size,
-                    oldest,
-                    settings.timeout_s,
-                    now,
-                    settings.eager,
-                ):
+                if self._closed:
+                    due_s = -math.inf  # draining: flush without waiting
+                else:
+                    due_s = dispatch_at(
+                        len(items),
+                        settings.batch_size,
+                        items[0].arrival_s,
+                        settings.timeout_s,
+                        settings.mode,
+                        self.interarrival_s,
+                    )
+                if self._clock.now() >= due_s - _TIMER_RESOLUTION_S:
                     count = min(len(items), settings.batch_size)
                     return [items.popleft() for _ in range(count)]
-                await self._wait(oldest + settings.timeout_s)
+                await self._wait(due_s)
             elif self._closed:
                 raise QueueClosed("queue closed")
             else:

@@ -208,9 +208,9 @@ class WorkerPool:
             ready.exec_ms,
             spec.slo_ms,
             spec.max_batch,
-            batching.slack_ms,
+            batching.slack_ms + batching.slack_fraction * spec.slo_ms,
             batching.queue_capacity_batches,
-            eager=batching.dispatch == "eager",
+            mode=batching.dispatch,
         )
         instance.become_ready(handle, settings, ready)
         instance.start_breakdown = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)

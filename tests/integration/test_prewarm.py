@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ def _invoke(gw: GatewayProcess) -> dict[str, str]:
 
 
 def test_idle_function_is_released_then_prewarmed_and_served_warm(tmp_path: Path) -> None:
-    sections = {
+    sections: dict[str, dict[str, Any]] = {
         "coldstart": {"policy": "hhp", "tick_s": 0.1, "release_grace_s": 0.0},
         "coldstart.params": {"bin_s": 1.0, "range_min": 120, "min_its": 3},
     }

@@ -37,7 +37,7 @@ class InProcessWorkerHandle:
         return self._alive
 
     async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready:
-        exec_ms = {b: self._exec_ms for b in request.warmup_batch_sizes}
+        exec_ms = dict.fromkeys(request.warmup_batch_sizes, self._exec_ms)
         return p.Ready(pid=0, exec_ms=exec_ms, start=p.StartBreakdown())
 
     async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
@@ -48,9 +48,11 @@ class InProcessWorkerHandle:
             for name, t in inputs.items()
         }
         self.batch_sizes.append(next(iter(arrays.values())).shape[0])
-        self._running = asyncio.get_running_loop().create_future()
-        gate = asyncio.ensure_future(self.gate.wait())
-        await asyncio.wait([gate, self._running], return_when=asyncio.FIRST_COMPLETED)
+        running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running = running
+        gate: asyncio.Future[bool] = asyncio.ensure_future(self.gate.wait())
+        waiters: list[asyncio.Future[object]] = [gate, running]  # type: ignore[list-item]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         gate.cancel()
         if not self._alive:
             raise WorkerDied("in-process worker died mid-batch")

@@ -67,3 +67,14 @@ def test_dispatch_due_exactly_when_full_or_expired(
     due = dispatch_due(length, batch, oldest_arrival_s=10.0, timeout_s=timeout, now_s=10.0 + waited)
     expected = length > 0 and (length >= batch or 10.0 + waited >= 10.0 + timeout)
     assert due == expected
+
+
+def test_dispatch_at_modes() -> None:
+    from infless.batching.policy import dispatch_at
+
+    assert dispatch_at(0, 4, 10.0, 0.1, "deadline", 0.01) == float("inf")
+    assert dispatch_at(4, 4, 10.0, 0.1, "deadline", 0.01) == float("-inf")
+    assert dispatch_at(1, 4, 10.0, 0.1, "eager", 0.01) == float("-inf")
+    assert dispatch_at(1, 4, 10.0, 0.1, "deadline", 0.01) == 10.1
+    assert abs(dispatch_at(1, 4, 10.0, 0.1, "adaptive", 0.02) - 10.04) < 1e-9
+    assert dispatch_at(1, 4, 10.0, 0.1, "adaptive", 0.0) == 10.1  # never past the deadline

@@ -110,7 +110,50 @@ async def test_take_all_returns_waiting_requests_for_rerouting() -> None:
 
 async def test_eager_dispatch_takes_whatever_waits_when_the_worker_asks() -> None:
     clock = FakeClock()
-    queue = BatchQueue(clock, BatchSettings(8, 10.0, 32, exec_ms=5.0, eager=True))
+    queue = BatchQueue(clock, BatchSettings(8, 10.0, 32, exec_ms=5.0, mode="eager"))
     item = _pending(clock)
     queue.submit(item)
+    assert await asyncio.wait_for(queue.next_batch(), 1.0) == [item]
+
+
+async def test_adaptive_dispatch_goes_early_when_the_batch_cannot_fill_in_time() -> None:
+    clock = FakeClock()
+    queue = BatchQueue(clock, BatchSettings(4, 0.100, 16, exec_ms=5.0, mode="adaptive"))
+    first = _pending(clock)
+    queue.submit(first)
+    await clock.advance(0.030)
+    second = _pending(clock)
+    queue.submit(second)  # the gap between arrivals is 30 ms; two more need ~60 ms
+    task = asyncio.create_task(queue.next_batch())
+    await clock.advance(0.009)  # 39 ms: the batch could still fill before the deadline
+    assert not task.done()
+    await clock.advance(0.002)  # past 40 ms = deadline 100 ms - 60 ms to fill: gone
+    assert task.done()
+    assert await asyncio.wait_for(task, 1.0) == [first, second]
+
+
+async def test_adaptive_dispatch_waits_for_a_batch_that_fills_in_time() -> None:
+    clock = FakeClock()
+    queue = BatchQueue(clock, BatchSettings(4, 0.100, 16, exec_ms=5.0, mode="adaptive"))
+    for _ in range(4):  # history: requests arrive every 5 ms
+        queue.submit(_pending(clock))
+        await clock.advance(0.005)
+    assert len(await queue.next_batch()) == 4
+    items = [_pending(clock)]
+    queue.submit(items[0])
+    task = asyncio.create_task(queue.next_batch())
+    await asyncio.sleep(0)
+    assert not task.done()  # three more should come within ~15 ms, long before 100 ms
+    for _ in range(3):
+        await clock.advance(0.005)
+        items.append(_pending(clock))
+        queue.submit(items[-1])
+    assert await asyncio.wait_for(task, 1.0) == items
+
+
+async def test_adaptive_dispatch_of_a_lone_first_request_is_immediate() -> None:
+    clock = FakeClock()
+    queue = BatchQueue(clock, BatchSettings(8, 0.100, 32, exec_ms=5.0, mode="adaptive"))
+    item = _pending(clock)
+    queue.submit(item)  # no gap history: nothing suggests the batch will fill
     assert await asyncio.wait_for(queue.next_batch(), 1.0) == [item]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from infless.batching.policy import BatchSettings
+from infless.batching.request import Pending
 from infless.batching.router import FunctionRouter
 from infless.errors import Overloaded, WorkerUnavailable
 from infless.types import InstanceConfig, TensorSpec
@@ -39,7 +40,7 @@ class Harness:
             (0,),
             self.clock,
             SPECS,
-            on_orphans=lambda inst, orphans: self._orphans(inst, orphans),
+            on_orphans=self._orphans,
         )
         self.router.add(instance)
         handle = InProcessWorkerHandle()
@@ -48,9 +49,9 @@ class Harness:
         self.router.instance_ready(instance)
         return instance, handle
 
-    def _orphans(self, instance: Instance, orphans: list[object]) -> None:
+    def _orphans(self, instance: Instance, orphans: list[Pending]) -> None:
         self.router.remove(instance)
-        self.router.adopt_orphans(orphans)  # type: ignore[arg-type]
+        self.router.adopt_orphans(orphans)
 
     def submit(self, value: float) -> asyncio.Future[object]:
         return self.router.submit({"x": np.array([value, value], dtype=np.float32)}).future  # type: ignore[return-value]

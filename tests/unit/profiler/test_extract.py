@@ -1,0 +1,138 @@
+"""Graph extraction: torch.fx with shape propagation, and the dispatch-tracer fallback."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch import nn
+
+from infless.profiler.extract import extract_graph
+from infless.profiler.graph import OperatorGraph
+from infless.profiler.structure import Parallel, count_parallel, decompose
+from infless.profiler.targets import build_operator
+from infless.types import TensorSpec
+
+IMAGE = (TensorSpec("image", "float32", (3, 8, 8)),)
+
+
+class Residual(nn.Module):
+    """conv -> bn -> relu -> conv, plus the input (a residual branch), then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.stem(image)
+        y = self.conv2(torch.relu(self.bn(self.conv1(x))))
+        z = x + y
+        out: torch.Tensor = self.head(z.view(z.size(0), -1))
+        return out
+
+
+class DataDependent(nn.Module):
+    """Control flow on tensor values: torch.fx cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if h.sum() > -1e9:  # always true, but only known at run time
+            h = h + self.b(torch.relu(h))
+        return torch.softmax(h, dim=-1)
+
+
+def _kinds(graph: OperatorGraph) -> list[str]:
+    return [n.signature.kind for n in graph.nodes if n.cost_class == "compute"]
+
+
+def test_fx_extraction_records_kinds_per_sample_shapes_and_the_residual_branch() -> None:
+    graph = extract_graph(Residual(), IMAGE, model_key="residual")
+    assert graph.tracer == "fx"
+    assert _kinds(graph) == [
+        "conv2d",
+        "conv2d",
+        "batchnorm2d",
+        "relu",
+        "conv2d",
+        "add",
+        "view",
+        "linear",
+    ]
+    by_name = {n.name: n for n in graph.nodes}
+    conv1 = by_name["conv1"].signature
+    assert conv1.inputs[0].shape == (1, 4, 8, 8)
+    assert conv1.inputs[0].batch_axis == 0
+    init = json.loads(conv1.params)["init"]
+    assert init["in_channels"] == 4
+    assert init["out_channels"] == 4
+    assert init["groups"] == 1
+    # x.view(x.size(0), -1): the size is shape arithmetic, the view's first int grows with batch
+    assert by_name["size"].cost_class == "python"
+    assert '{"b":1}' in by_name["view"].signature.params
+    assert by_name["add"].deps == ("stem", "conv2")
+    structure = decompose(graph)
+    assert count_parallel(structure) == 1
+    assert any(isinstance(part, Parallel) for part in getattr(structure, "items", ()))
+    # equal operators share a signature: conv1 and conv2 are the same operator
+    assert conv1.key == by_name["conv2"].signature.key
+    assert len(graph.signatures()) == len(graph.nodes) - 2  # minus the duplicate conv and size
+
+
+def test_a_signature_rebuilds_its_operator_at_any_batch_size() -> None:
+    graph = extract_graph(Residual(), IMAGE, model_key="residual")
+    view = next(n for n in graph.nodes if n.name == "view").signature
+    with torch.inference_mode():
+        out = build_operator(view, 5)()
+    assert isinstance(out, torch.Tensor)
+    assert out.shape == (5, 256)
+    conv = next(n for n in graph.nodes if n.name == "conv1").signature
+    with torch.inference_mode():
+        out = build_operator(conv, 3)()
+    assert isinstance(out, torch.Tensor)
+    assert out.shape == (3, 4, 8, 8)
+
+
+def test_models_fx_cannot_trace_fall_back_to_the_dispatch_tracer() -> None:
+    spec = (TensorSpec("x", "float32", (6,)),)
+    graph = extract_graph(DataDependent(), spec, model_key="dd")
+    assert graph.tracer == "dispatch"
+    kinds = _kinds(graph)
+    assert kinds[0] == "linear"
+    assert kinds[-1] == "softmax"
+    assert "relu" in kinds
+    assert "add" in kinds
+    assert graph.module_calls == 3  # the root and both Linear modules: none is profiled as such
+    # dependencies come from tensor identity: the add joins the first linear and the second
+    add = next(n for n in graph.nodes if n.signature.kind == "add")
+    linears = [n.name for n in graph.nodes if n.signature.kind == "linear"]
+    assert set(add.deps) == set(linears)
+    assert OperatorGraph.from_json(graph.to_json()) == graph
+
+
+def test_the_dispatch_tracer_also_sees_branches() -> None:
+    graph = extract_graph(Residual(), IMAGE, model_key="residual", tracer="dispatch")
+    assert graph.tracer == "dispatch"
+    assert "conv2d" in _kinds(graph)
+    assert count_parallel(decompose(graph)) >= 1
+    conv = next(n for n in graph.nodes if n.signature.kind == "conv2d").signature
+    # the functional form carries the weight as a batch-independent input
+    assert [t.batch_axis for t in conv.inputs][:2] == [0, None]
+
+
+def test_integer_inputs_keep_their_value_range() -> None:
+    model = nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(32, 2))
+    graph = extract_graph(model, (TensorSpec("ids", "int64", (4,)),), model_key="emb")
+    embedding = graph.nodes[0].signature
+    assert embedding.kind == "embedding"
+    assert embedding.inputs[0].dtype == "int64"
+    assert embedding.inputs[0].int_high is not None
+    assert embedding.inputs[0].int_high <= 50

@@ -1,0 +1,152 @@
+"""The pure predictor: interpolation, monotonicity, the offset, chains and branches."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infless.profiler.database import ProfileRow
+from infless.profiler.graph import OperatorGraph, OpNode, OpSignature, TensorInfo
+from infless.profiler.predictor import (
+    DEFAULT_OFFSET_PCT,
+    BatchCurve,
+    Calibration,
+    CombinedOperatorPredictor,
+    MissingProfile,
+    OpTable,
+)
+
+
+def _sig(kind: str) -> OpSignature:
+    return OpSignature(kind, f"function:torch.{kind}", "{}", (TensorInfo((1, 4), "float32", 0),))
+
+
+def _rows(kind: str, table: dict[tuple[int, int], float]) -> list[ProfileRow]:
+    return [ProfileRow(_sig(kind).key, b, c, 0, t) for (b, c), t in table.items()]
+
+
+def _linear_table(per_sample_ms: float, fixed_ms: float = 0.0) -> dict[tuple[int, int], float]:
+    return {
+        (b, c): (fixed_ms + per_sample_ms * b) / c for b in (1, 2, 4, 8, 16, 32) for c in (1, 2)
+    }
+
+
+def _diamond() -> OperatorGraph:
+    nodes = (
+        OpNode("a", _sig("a"), ()),
+        OpNode("b", _sig("b"), ("a",)),
+        OpNode("c", _sig("c"), ("a",)),
+        OpNode("d", _sig("d"), ("b", "c")),
+    )
+    return OperatorGraph("diamond", nodes, ("d",), "fx")
+
+
+def _predictor(**kwargs: object) -> CombinedOperatorPredictor:
+    predictor = CombinedOperatorPredictor(**kwargs)  # type: ignore[arg-type]
+    for kind, per_sample in (("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)):
+        predictor.add_profiles(_rows(kind, _linear_table(per_sample)))
+    predictor.register("diamond", _diamond())
+    return predictor
+
+
+def test_interpolation_is_linear_between_profiled_batches() -> None:
+    curve = BatchCurve.of([(1, 1.0), (2, 2.0), (4, 3.0), (8, 7.0)])
+    assert curve.at(3) == pytest.approx(2.5)
+    assert curve.at(6) == pytest.approx(5.0)
+    assert curve.at(4) == pytest.approx(3.0)
+
+
+def test_beyond_the_profiled_batches_it_extrapolates_with_the_last_slope() -> None:
+    curve = BatchCurve.of([(1, 1.0), (16, 10.0), (32, 18.0)])
+    assert curve.at(64) == pytest.approx(18.0 + 0.5 * 32)
+    assert BatchCurve.of([(4, 2.0)]).at(8) == pytest.approx(4.0)  # one point: proportional
+    assert BatchCurve.of([(4, 2.0), (8, 3.0)]).at(1) == pytest.approx(2.0)  # below: clamped
+
+
+def test_noisy_profiles_are_made_monotone_in_batch_and_threads() -> None:
+    table = OpTable.of(
+        [
+            ProfileRow("k", 1, 1, 0, 2.0),
+            ProfileRow("k", 2, 1, 0, 1.5),  # noise: faster at a larger batch
+            ProfileRow("k", 4, 1, 0, 4.0),
+            ProfileRow("k", 1, 2, 0, 3.0),  # noise: slower with more threads
+            ProfileRow("k", 2, 2, 0, 1.0),
+            ProfileRow("k", 4, 2, 0, 2.5),
+        ]
+    )
+    assert table.at(2, 1) == pytest.approx(2.0)
+    assert table.at(1, 2) == pytest.approx(2.0)
+    assert table.at(3, 2) <= table.at(3, 1)
+    assert table.at(8, 4) == table.at(8, 2)  # beyond the profiled threads: the best known
+
+
+def test_chains_add_and_branches_take_the_max_or_the_sum() -> None:
+    per_sample = 1.0 + max(2.0, 3.0) + 4.0
+    assert _predictor(branch_mode="max", offset_pct=0.0).predict_raw_ms(
+        "diamond", 4, 1
+    ) == pytest.approx(4 * per_sample)
+    assert _predictor(branch_mode="sum").predict_raw_ms("diamond", 4, 2) == pytest.approx(
+        4 * (1 + 2 + 3 + 4) / 2
+    )
+
+
+def test_the_safety_offset_is_ten_percent_by_default_and_configurable() -> None:
+    assert DEFAULT_OFFSET_PCT == 10.0
+    default = _predictor()
+    raw = default.predict_raw_ms("diamond", 8, 1)
+    assert default.predict_latency_ms("diamond", 8, 1) == pytest.approx(raw * 1.10)
+    assert _predictor(offset_pct=25.0).predict_latency_ms("diamond", 8, 1) == pytest.approx(
+        raw * 1.25
+    )
+    assert _predictor(offset_pct=0.0).predict_latency_ms("diamond", 8, 1) == pytest.approx(raw)
+
+
+def test_calibrated_overheads_are_added_per_call() -> None:
+    plain = _predictor(offset_pct=0.0).predict_raw_ms("diamond", 1, 1)
+    calibrated = _predictor(
+        offset_pct=0.0, calibration=Calibration(module_call_us=0.0, op_switch_us=500.0)
+    )
+    assert calibrated.predict_raw_ms("diamond", 1, 1) == pytest.approx(plain + 4 * 0.5)
+
+
+def test_missing_profiles_and_models_are_reported() -> None:
+    predictor = CombinedOperatorPredictor()
+    with pytest.raises(MissingProfile, match="infless profile"):
+        predictor.register("diamond", _diamond())
+    with pytest.raises(MissingProfile, match="not registered"):
+        predictor.predict_latency_ms("nothing", 1, 1)
+    with pytest.raises(MissingProfile, match="gpu_pct=50"):
+        _predictor().predict_latency_ms("diamond", 1, 1, gpu_pct=50)
+    with pytest.raises(ValueError, match="batch"):
+        _predictor().predict_latency_ms("diamond", 0, 1)
+
+
+noisy_ms = st.floats(min_value=0.001, max_value=100.0, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(noisy_ms, min_size=12, max_size=12), st.lists(noisy_ms, min_size=12, max_size=12))
+def test_predictions_are_monotone_whatever_the_profiles(
+    first: list[float], second: list[float]
+) -> None:
+    predictor = CombinedOperatorPredictor(branch_mode="max")
+    configs = [(b, c) for c in (1, 2) for b in (1, 2, 4, 8, 16, 32)]
+    for kind, times in (("a", first), ("b", second), ("c", second[::-1]), ("d", first[::-1])):
+        predictor.add_profiles(_rows(kind, dict(zip(configs, times, strict=True))))
+    predictor.register("diamond", _diamond())
+    for cpus in (1, 2, 3):
+        latencies = [predictor.predict_latency_ms("diamond", b, cpus) for b in range(1, 70)]
+        assert all(x <= y + 1e-9 for x, y in itertools.pairwise(latencies))
+    for batch in (1, 3, 32, 50):
+        by_threads = [predictor.predict_latency_ms("diamond", batch, c) for c in (1, 2, 3, 8)]
+        assert all(x >= y - 1e-9 for x, y in itertools.pairwise(by_threads))
+
+
+def test_breakdown_sums_to_the_prediction_in_sum_mode() -> None:
+    predictor = _predictor(offset_pct=0.0)
+    parts = predictor.breakdown_ms("diamond", 4, 1)
+    assert sum(parts.values()) == pytest.approx(predictor.predict_raw_ms("diamond", 4, 1))
+    assert set(parts) == {"overhead", "a", "b", "c", "d"}
