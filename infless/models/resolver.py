@@ -11,13 +11,9 @@ import sys
 from pathlib import Path
 
 from infless.errors import UnknownModel
-from infless.models.package import (
-    MANIFEST_FILE,
-    PackageManifest,
-    is_zoo_name,
-    load_manifest,
-    package_dir_for,
-)
+from infless.models.build import package_is_current, validate_package
+from infless.models.package import MANIFEST_FILE, PackageManifest, is_zoo_name, package_dir_for
+from infless.models.zoo import ZOO
 
 
 class PackageResolver:
@@ -28,19 +24,21 @@ class PackageResolver:
 
     async def resolve(self, image: str) -> tuple[Path, PackageManifest]:
         package_dir = package_dir_for(image, self.repository)
-        if not (package_dir / MANIFEST_FILE).exists():
-            if not is_zoo_name(image):
-                raise UnknownModel(
-                    f"image {image!r}: no function package at {package_dir} "
-                    f"({MANIFEST_FILE} missing); name a zoo model (`infless models list`) "
-                    "or a package directory"
-                )
+        entry = ZOO.get(image)
+        if entry is not None and not package_is_current(package_dir, entry):
             task = self._builds.get(image)
             if task is None:
                 task = self._builds[image] = asyncio.create_task(self._build(image))
                 task.add_done_callback(lambda _: self._builds.pop(image, None))
             await asyncio.shield(task)
-        return package_dir, load_manifest(package_dir)
+        elif entry is None and not (package_dir / MANIFEST_FILE).exists():
+            where = "zoo model" if is_zoo_name(image) else "package directory"
+            raise UnknownModel(
+                f"image {image!r} is neither a zoo model ({', '.join(sorted(ZOO))}) nor a "
+                f"function package ({package_dir}/{MANIFEST_FILE} is missing); name a {where} "
+                "that exists"
+            )
+        return package_dir, validate_package(package_dir)
 
     async def _build(self, image: str) -> None:
         process = await asyncio.create_subprocess_exec(
