@@ -21,7 +21,9 @@ from infless.cluster.cpus import CpuAllocator, usable_cpus
 from infless.coldstart.manager import PrewarmManager
 from infless.coldstart.policies import build_policy
 from infless.config import Config
+from infless.gateway import protocols
 from infless.gateway.invoke import InvokeHandler
+from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.gateway.system import SystemRoutes
 from infless.models.resolver import PackageResolver
@@ -50,6 +52,7 @@ class Platform:
     prewarm: PrewarmManager
     store: TensorStore | None
     reclaimer: Reclaimer | None
+    logs: LogBuffer
 
 
 def make_launcher(config: Config) -> WorkerLauncher:
@@ -112,16 +115,24 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
         release_grace_s=coldstart.release_grace_s,
         scale_to_zero_default=coldstart.scale_to_zero,
     )
-    return Platform(config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer)
+    logs = LogBuffer(clock.wall)
+    return Platform(
+        config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer, logs
+    )
 
 
 def create_app(config: Config, clock: Clock | None = None) -> web.Application:
     platform = build_platform(config, clock)
-    app = web.Application(client_max_size=config.gateway.max_body_bytes)
+    app = web.Application(
+        client_max_size=config.gateway.max_body_bytes,
+        middlewares=protocols.auth_middlewares(config),
+    )
     app[PLATFORM_KEY] = platform
-    app.router.add_route("*", "/function/{name}", InvokeHandler(platform))
-    app.router.add_route("*", "/function/{name}/{path:.*}", InvokeHandler(platform))
+    invoke = InvokeHandler(platform).__call__  # a coroutine function: aiohttp wants one
+    app.router.add_route("*", "/function/{name}", invoke)
+    app.router.add_route("*", "/function/{name}/{path:.*}", invoke)
     SystemRoutes(platform).register(app)
+    protocols.install(app, platform, platform.logs)
 
     async def startup(_: web.Application) -> None:
         if platform.store is not None:
@@ -129,6 +140,7 @@ def create_app(config: Config, clock: Clock | None = None) -> web.Application:
             log.info("tensor store %s: %s", platform.store.root, report)
         if platform.reclaimer is not None:
             platform.reclaimer.start()
+        await platform.pool.start()
         await platform.functions.restore(list(config.functions))
         platform.prewarm.start()
 

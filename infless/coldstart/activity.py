@@ -16,7 +16,8 @@ MAX_PENDING_ARRIVALS = 1024
 @dataclass(slots=True)
 class FunctionActivity:
     outstanding: int = 0
-    idle_since_s: float | None = None
+    idle_since_s: float | None = None  # last finish, or deployment before any request
+    last_finish_s: float | None = None  # last finish of a request: None until one ran
     idle_arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_PENDING_ARRIVALS))
 
     def arrive(self, now_s: float) -> None:
@@ -29,6 +30,7 @@ class FunctionActivity:
         if self.outstanding <= 0:
             self.outstanding = 0
             self.idle_since_s = now_s
+            self.last_finish_s = now_s
 
     def drain_arrivals(self) -> list[float]:
         arrivals = list(self.idle_arrivals)

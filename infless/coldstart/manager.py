@@ -102,15 +102,22 @@ class PrewarmManager:
         activity = function.activity
         tracked = self._tracked.get(name)
         if tracked is None:
+            # Windows for a function that never ran yet; the state stays fresh so that the
+            # first request is not mistaken for the end of an idle period.
             state = self._policy.initial_state()
-            windows, state = self._policy.decide(state, activity.idle_since_s or now)
+            windows, _ = self._policy.decide(state, now)
             tracked = self._tracked[name] = _Tracked(state, windows)
         for arrival_s in activity.drain_arrivals():
             tracked.state = self._policy.observe(tracked.state, arrival_s)
         idle_since = activity.idle_since_s if activity.outstanding == 0 else None
-        if idle_since is not None and tracked.decided_for_idle_s != idle_since:
-            tracked.windows, tracked.state = self._policy.decide(tracked.state, idle_since)
-            tracked.decided_for_idle_s = idle_since
+        finished_s = activity.last_finish_s
+        if (
+            idle_since is not None
+            and finished_s is not None
+            and (tracked.decided_for_idle_s != finished_s)
+        ):
+            tracked.windows, tracked.state = self._policy.decide(tracked.state, finished_s)
+            tracked.decided_for_idle_s = finished_s
         live = [
             i
             for i in function.router.instances

@@ -25,6 +25,10 @@ class LaunchedWorker:
 
 
 class WorkerLauncher(Protocol):
+    async def start(self) -> object:
+        """Get ready to launch (e.g. start the zygote) so that the first launch is fast."""
+        ...
+
     async def launch(self, instance_id: str) -> LaunchedWorker: ...
 
     async def close(self) -> None: ...
@@ -62,6 +66,9 @@ class SubprocessLauncher:
             worker_sock.close()
         spawn_ms = (time.perf_counter() - started) * 1000.0
         return LaunchedWorker(process.pid, gateway_sock, spawn_ms, process)
+
+    async def start(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None

@@ -125,6 +125,8 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
         state = attach(request.store_tensors)
     else:
         state = load_package_weights(package_dir, manifest)
+        if request.private_weights:  # drop the file mapping: anonymous memory per worker
+            state = {name: tensor.clone() for name, tensor in state.items()}
     module.load_state_dict(state, assign=True)
     module.eval()
     warmup_started = time.perf_counter()

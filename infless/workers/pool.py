@@ -77,6 +77,10 @@ class WorkerPool:
         self._stopping = False
         self._background: set[asyncio.Task[None]] = set()
 
+    async def start(self) -> None:
+        """Prepare the launcher (the zygote imports torch once, here, not on first deploy)."""
+        await self._launcher.start()
+
     # -- desired state -----------------------------------------------------------------
     def deploy(self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest) -> None:
         waiting_capacity = max(64, spec.max_batch * self._config.batching.queue_capacity_batches)
@@ -196,6 +200,7 @@ class WorkerPool:
                 warmup_batch_sizes=powers_of_two_up_to(spec.max_batch),
                 warmup_rounds=batching.warmup_rounds,
                 store_tensors=stored,
+                private_weights=stored is None and self._config.store.private_weights,
             )
             ready = await handle.load(request, self._config.workers.start_timeout_s)
         except asyncio.CancelledError:

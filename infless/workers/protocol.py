@@ -36,8 +36,10 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     """Build the model of a function package and get ready to serve.
 
     `store_tensors` set: attach weights from the shared store (read-only maps); otherwise
-    load them from the package's safetensors file. `warmup_batch_sizes` are measured after
-    loading and reported in `Ready.exec_ms`.
+    load them from the package's safetensors file (memory-mapped: page cache shared between
+    workers), or with `private_weights` copy them into the worker's own memory (the
+    no-sharing baseline of bench.memory). `warmup_batch_sizes` are measured after loading
+    and reported in `Ready.exec_ms`.
     """
 
     package_dir: str
@@ -47,6 +49,7 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     warmup_batch_sizes: list[int] = []
     warmup_rounds: int = 3
     store_tensors: list[StoredTensor] | None = None
+    private_weights: bool = False
 
 
 class StartBreakdown(msgspec.Struct, frozen=True):

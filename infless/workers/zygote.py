@@ -82,19 +82,13 @@ class ZygoteError(RuntimeError):
     """The zygote failed to start, to fork, or died; the message says which and why."""
 
 
-# -- zygote side ----------------------------------------------------------------------------
-
-
 def _thread_count() -> int:
     return sum(1 for _ in Path("/proc/self/task").iterdir())
 
 
 def _resolve(target: str) -> Callable[[socket.socket], None]:
     module_name, _, attribute = target.partition(":")
-    function: Callable[[socket.socket], None] = getattr(
-        importlib.import_module(module_name), attribute or "serve"
-    )
-    return function
+    return getattr(importlib.import_module(module_name), attribute or "serve")  # type: ignore[no-any-return]
 
 
 def _run_child(
@@ -171,19 +165,23 @@ def _serve_control(control: socket.socket, target: Callable[[socket.socket], Non
     selector.register(wake_read, selectors.EVENT_READ)
     closing = [control.fileno(), wake_read.fileno(), wake_write.fileno(), selector.fileno()]
     control.send(_encoder.encode(ZygoteReady(os.getpid(), _thread_count())))
-    while True:
-        for key, _ in selector.select():
-            if key.fileobj is wake_read:
-                with contextlib.suppress(BlockingIOError):
-                    while wake_read.recv(4096):
-                        pass
-                _reap(control)
-                continue
-            message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE_BYTES, 4)
-            if not message:
-                return 0  # the gateway is gone (or closed us): children live on their sockets
-            reply = _fork(_to_zygote.decode(message), fds, target, closing)
-            control.send(_encoder.encode(reply))
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is wake_read:
+                    with contextlib.suppress(BlockingIOError):
+                        while wake_read.recv(4096):
+                            pass
+                    _reap(control)
+                    continue
+                message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE_BYTES, 4)
+                if not message:
+                    return 0  # the gateway is gone: children live on their own sockets
+                reply = _fork(_to_zygote.decode(message), fds, target, closing)
+                control.send(_encoder.encode(reply))
+    finally:
+        signal.set_wakeup_fd(-1)  # before the wake sockets close: no write to a dead fd
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def zygote_main(argv: Sequence[str] | None = None) -> int:
