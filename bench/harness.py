@@ -59,7 +59,7 @@ class Gateway:
         return float(times.user + times.system)
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=30) as response:  # noqa: S310
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
             return json.loads(response.read())
 
     def wait_ready(self, function: str, count: int = 1, timeout_s: float = 300.0) -> None:

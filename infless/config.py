@@ -52,6 +52,13 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     keepalive_s: float = 600.0
     reclaim_interval_s: float = 5.0
     clear_on_shutdown: bool = True
+    # Benchmark baseline (bench.memory): with enabled = false, each worker clones the
+    # package's weights into private memory, as Triton/TorchServe replicas hold them.
+    private_weights: bool = False
+
+    def __post_init__(self) -> None:
+        if self.enabled and self.private_weights:
+            raise ValueError("store.private_weights = true needs store.enabled = false")
 
 
 class ColdStartConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -100,6 +107,12 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
         return Path(self.models.repository)
 
 
+def _auth_problems(auth: AuthConfig) -> list[str]:
+    if auth.basic_auth and (not auth.user or ":" in auth.user):
+        return [f"auth.user = {auth.user!r}: must be non-empty, without ':'"]
+    return []
+
+
 def _check(config: Config, source: str) -> Config:
     problems: list[str] = []
     if not 0 <= config.gateway.port <= 65535:
@@ -124,8 +137,7 @@ def _check(config: Config, source: str) -> Config:
         build_policy(config.coldstart.policy, config.coldstart.params)
     except (ValueError, TypeError) as exc:
         problems.append(f"coldstart.params: {exc}")
-    if config.auth.basic_auth and (not config.auth.user or ":" in config.auth.user):
-        problems.append(f"auth.user = {config.auth.user!r}: must be non-empty, without ':'")
+    problems.extend(_auth_problems(config.auth))
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -16,7 +16,6 @@ from infless.batching.policy import BatchSettings, dispatch_at, update_interarri
 from infless.batching.request import Pending
 from infless.clock import Clock
 
-
 _TIMER_RESOLUTION_S = 1e-6  # a wake-up this close to its time counts as on time
 
 

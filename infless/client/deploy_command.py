@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infless.client.http import GatewayClient, add_gateway_flag, fail, gateway_url
+from infless.client.http import add_gateway_flag, client_for, fail
 from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
 
 
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             deployments = [d for d in deployments if d["service"] == args.filter]
     else:
         deployments = [_from_flags(args)]
-    client = GatewayClient(gateway_url(args, fallback))
+    client = client_for(args, fallback)
     status = 0
     for deployment in deployments:
         reply = client.call("PUT", "/system/functions", deployment)

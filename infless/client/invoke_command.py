@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from infless.client.http import GatewayClient, add_gateway_flag, fail, gateway_url
+from infless.client.http import add_gateway_flag, client_for, fail
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     body = sys.stdin.buffer.read()
-    client = GatewayClient(gateway_url(args))
+    client = client_for(args)
     reply = client.call("POST", f"/function/{args.function}", raw=body)
     if reply.status >= 400:
         return fail(reply, f"invoking {args.function}")

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from infless.client.http import GatewayClient, add_gateway_flag, fail, gateway_url
+from infless.client.http import add_gateway_flag, client_for, fail
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.set_defaults(_verb=name)
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True))
@@ -41,9 +41,7 @@ def _print_functions(items: list[dict[str, Any]]) -> None:
         ]
         for f in items
     ]
-    print(
-        _table(rows, ["Function", "Invocations", "Replicas", "Ready", "SLO", "MaxBatch", "Image"])
-    )
+    print(table(rows, ["Function", "Invocations", "Replicas", "Ready", "SLO", "MaxBatch", "Image"]))
 
 
 def _print_instances(items: list[dict[str, Any]]) -> None:
@@ -61,12 +59,39 @@ def _print_instances(items: list[dict[str, Any]]) -> None:
         for i in items
     ]
     print(
-        _table(rows, ["Instance", "Function", "State", "PID", "Batch", "Cores", "Served", "Queue"])
+        table(rows, ["Instance", "Function", "State", "PID", "Batch", "Cores", "Served", "Queue"])
     )
 
 
+def _signature(tensors: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{t['name']}: {t['dtype']}{t['shape']}" for t in tensors)
+
+
+def _print_description(f: dict[str, Any], url: str) -> None:
+    """faas-cli describe's layout, plus infless's serving fields."""
+    signature = f.get("signature") or {}
+    rows = [
+        ("Name", f["name"]),
+        ("Status", "Ready" if f["availableReplicas"] > 0 else "Not Ready"),
+        ("Replicas", f["replicas"]),
+        ("Available Replicas", f["availableReplicas"]),
+        ("Invocations", int(f["invocationCount"])),
+        ("Image", f["image"]),
+        ("SLO", f"{f['latencyTargetMs']:g}ms"),
+        ("Max batch", f["maxBatch"]),
+        ("Cold starts", f.get("coldStarts", 0)),
+        ("Inputs", _signature(signature.get("inputs", []))),
+        ("Outputs", _signature(signature.get("outputs", []))),
+        ("Function URL", f"{url}/function/{f['name']}"),
+        ("V2 URL", f"{url}/v2/models/{f['name']}/infer"),
+    ]
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"{label + ':':<{width}}{value}")
+
+
 def run(args: argparse.Namespace) -> int:
-    client = GatewayClient(gateway_url(args))
+    client = client_for(args)
     verb = args._verb
     if verb == "describe":
         reply = client.call("GET", f"/system/function/{args.function}")
@@ -78,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     if reply.status >= 400:
         return fail(reply, verb)
     data = reply.json()
-    if args.json or verb == "describe":
+    if args.json:
         print(json.dumps(data, indent=2))
+    elif verb == "describe":
+        _print_description(data, client.url)
     elif verb == "instances":
         _print_instances(data)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from infless.client.http import GatewayClient, add_gateway_flag, fail, gateway_url
+from infless.client.http import add_gateway_flag, client_for, fail
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -20,7 +20,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = GatewayClient(gateway_url(args))
+    client = client_for(args)
     if args._verb == "scale":
         reply = client.call(
             "POST",

@@ -1,0 +1,141 @@
+"""The Open Inference Protocol's routes: server health and metadata, model metadata,
+readiness and configuration, inference, and the model repository.
+
+A deployed function is a V2 model of the same name with one version, "1"; its metadata comes
+from the function package's signature, so it never wakes a scaled-to-zero function. Every
+error is JSON `{"error": ...}` (tritonclient reads nothing else), and no response is
+compressed. Must not hold request-path logic (that is `infer`) or deploy logic (`repository`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+
+from infless import __version__
+from infless.errors import WorkerUnavailable
+from infless.gateway.errors import Handler, http_error_json, v2_errors
+from infless.gateway.v2.datatypes import CONFIG_TYPE_PREFIX, v2_datatype
+from infless.gateway.v2.infer import MODEL_VERSION, V2InferHandler, find_model
+from infless.gateway.v2.repository import RepositoryRoutes
+from infless.types import TensorSpec
+
+if TYPE_CHECKING:
+    from infless.app import Platform
+    from infless.workers.pool import DeployedFunction
+
+PLATFORM_NAME = "infless_pytorch"
+EXTENSIONS = ["binary_tensor_data", "model_repository", "model_configuration"]
+MODEL_PATHS = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(data), content_type="application/json")
+
+
+@web.middleware
+async def v2_json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown `/v2/...` routes and wrong methods answer `{"error": ...}`, not plain text."""
+    if not request.path.startswith("/v2"):
+        return await handler(request)
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return http_error_json(exc)
+
+
+def tensor_metadata(spec: TensorSpec) -> dict[str, object]:
+    return {"name": spec.name, "datatype": v2_datatype(spec.dtype), "shape": [-1, *spec.shape]}
+
+
+def model_metadata(function: DeployedFunction) -> dict[str, object]:
+    manifest = function.manifest
+    return {
+        "name": function.spec.name,
+        "versions": [MODEL_VERSION],
+        "platform": PLATFORM_NAME,
+        "inputs": [tensor_metadata(s) for s in manifest.input_specs],
+        "outputs": [tensor_metadata(s) for s in manifest.output_specs],
+    }
+
+
+def model_config(function: DeployedFunction) -> dict[str, object]:
+    """A minimal Triton model configuration (what tritonclient's `get_model_config` reads)."""
+
+    def tensor(spec: TensorSpec) -> dict[str, object]:
+        datatype = CONFIG_TYPE_PREFIX + v2_datatype(spec.dtype)
+        return {"name": spec.name, "data_type": datatype, "dims": list(spec.shape)}
+
+    manifest = function.manifest
+    spec = function.spec
+    return {
+        "name": spec.name,
+        "platform": PLATFORM_NAME,
+        "max_batch_size": spec.max_batch,
+        "input": [tensor(s) for s in manifest.input_specs],
+        "output": [tensor(s) for s in manifest.output_specs],
+        "parameters": {"latency_target_ms": {"string_value": f"{spec.slo_ms:g}"}},
+    }
+
+
+def is_ready(function: DeployedFunction) -> bool:
+    """Ready: an instance serves now, or the function is scaled to zero and starts one on
+    its next request (scale-from-zero, like a Knative activator). Not ready: instances are
+    starting, or the last start failed."""
+    if function.router.ready_count > 0:
+        return True
+    return function.desired == 0 and function.start_failures == 0
+
+
+class V2Routes:
+    def __init__(self, platform: Platform) -> None:
+        self._platform = platform
+
+    def register(self, app: web.Application) -> None:
+        infer = V2InferHandler(self._platform).__call__
+        routes = [
+            web.get("/v2", self.server_metadata),
+            web.get("/v2/health/live", self.live),
+            web.get("/v2/health/ready", self.ready),
+        ]
+        for base in MODEL_PATHS:
+            routes += [
+                web.get(base, v2_errors(self.metadata)),
+                web.get(f"{base}/ready", v2_errors(self.model_ready)),
+                web.get(f"{base}/config", v2_errors(self.config)),
+                web.post(f"{base}/infer", infer),
+            ]
+        app.add_routes(routes)
+        RepositoryRoutes(self._platform).register(app)
+        app.middlewares.append(v2_json_errors)
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        return _json({"name": "infless", "version": __version__, "extensions": EXTENSIONS})
+
+    async def live(self, request: web.Request) -> web.Response:
+        return _json({"live": True})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        # Serving means startup (restoring the registry) is done; cold functions do not
+        # make the server unready, or scale-to-zero would keep it unready forever.
+        return _json({"ready": True})
+
+    async def metadata(self, request: web.Request) -> web.Response:
+        return _json(model_metadata(find_model(self._platform, request)))
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        function = find_model(self._platform, request)
+        if not is_ready(function):
+            raise WorkerUnavailable(
+                f"model {function.spec.name!r} is not ready: its instances are starting"
+                + (f" (last error: {function.last_error})" if function.last_error else ""),
+                retry_after_s=1.0,
+            )
+        return _json({"name": function.spec.name, "ready": True})
+
+    async def config(self, request: web.Request) -> web.Response:
+        return _json(model_config(find_model(self._platform, request)))

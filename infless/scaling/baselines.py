@@ -1,0 +1,235 @@
+"""Scaling policies by name: INFless, the baselines it is compared with, and its ablations.
+
+Every policy has the planner's signature, `(view, demand, predictor, cfg) -> ScalingPlan`,
+so the shell, the simulator and the benchmarks run them through the same machinery:
+
+- `infless`: Algorithm 1 + the §3.2 regimes (`planner.plan`).
+- `openfaas+`: one request per instance (b = 1), fixed resources (`baseline_cpus`,
+  `baseline_gpu_pct`), as many instances as ceil(R·(1 + headroom) / r_up), and a fixed
+  keep-alive: a surplus instance is stopped once it has been idle `keep_alive_s` (300 s).
+- `batch` (BATCH / OTP): the same uniform scaling, but every instance batches with one batch
+  size chosen offline (`batch_baseline_size`, or the largest feasible at the fixed resources)
+  and timeout t_slo − t_exec.
+- `infless-nobatch`: INFless with b = 1 only. `infless-nors`: no resource scheduling — for each
+  batch size only the maximum-throughput <c, g>. `infless-x1.5`, `infless-x2`: INFless with
+  every prediction inflated.
+
+Uniform baselines fill instances in start order (each up to r_up; the rest get share 0), so
+surplus instances go idle and their keep-alive can expire; with an equal split no instance
+would ever idle and they would never scale in. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from infless.batching.policy import powers_of_two_up_to
+from infless.scaling.bounds import Bounds, rate_bounds
+from infless.scaling.capacity import CapacityIndex
+from infless.scaling.config import POLICY_NAMES, ScalingConfig
+from infless.scaling.demand import Demand
+from infless.scaling.planner import knobs_from, plan, plan_with
+from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
+from infless.scaling.shares import Regime, regime_of
+from infless.scaling.view import (
+    Action,
+    FunctionDecision,
+    FunctionView,
+    InstanceState,
+    PoolView,
+    ScalingPlan,
+    SetShare,
+    StartInstance,
+    StopInstance,
+)
+from infless.types import InstanceConfig
+
+ScalingPolicy = Callable[[PoolView, Demand, LatencyPredictor, ScalingConfig], ScalingPlan]
+
+
+def uniform_config(
+    function: FunctionView,
+    predictor: LatencyPredictor,
+    cfg: ScalingConfig,
+    batching: bool,
+    max_cpus: int,
+    has_gpus: bool,
+) -> tuple[InstanceConfig, Bounds] | None:
+    """The one configuration every instance of `function` gets under openfaas+ / batch."""
+    cpus = max(1, min(cfg.baseline_cpus, max_cpus))
+    gpu_pct = cfg.baseline_gpu_pct if has_gpus else 0
+
+    def bounds_at(b: int) -> Bounds | None:
+        try:
+            exec_ms = predictor.predict_latency_ms(function.model_key, b, cpus, gpu_pct)
+        except (LookupError, ValueError):
+            return None
+        if not math.isfinite(exec_ms) or exec_ms <= 0:
+            return None
+        return rate_bounds(b, exec_ms, function.slo_ms, cfg.rounding)
+
+    batch = 1
+    if batching:
+        if cfg.batch_baseline_size > 0:
+            batch = min(cfg.batch_baseline_size, max(1, function.max_batch))
+        else:
+            for b in sorted(powers_of_two_up_to(max(1, function.max_batch)), reverse=True):
+                found = bounds_at(b)
+                if found is not None and found.feasible:
+                    batch = b
+                    break
+    bounds = bounds_at(batch)
+    if bounds is None or bounds.r_up_rps <= 0:
+        return None
+    return InstanceConfig(batch, cpus, gpu_pct), bounds
+
+
+def _plan_uniform_function(
+    function: FunctionView,
+    demand_rps: float,
+    predictor: LatencyPredictor,
+    cfg: ScalingConfig,
+    index: CapacityIndex,
+    now_s: float,
+    batching: bool,
+) -> tuple[list[Action], FunctionDecision]:
+    demand_rps = max(0.0, demand_rps)
+    chosen = uniform_config(function, predictor, cfg, batching, index.max_cpus, index.has_gpus)
+    live = [
+        i for i in function.instances if i.state in (InstanceState.STARTING, InstanceState.READY)
+    ]
+    ready = sorted(
+        (i for i in live if i.state is InstanceState.READY),
+        key=lambda i: (i.started_s, i.instance_id),
+    )
+    if chosen is None:
+        decision = FunctionDecision(
+            function.name, demand_rps, Regime.IDLE, 0.0, 0.0, 0.0, 0.0, demand_rps
+        )
+        return [], decision
+    config, bounds = chosen
+    r_up = bounds.r_up_rps
+    wanted = math.ceil(demand_rps * (1.0 + cfg.headroom) / r_up - 1e-9) if demand_rps > 0 else 0
+    target = min(max(function.min_instances, wanted), function.max_instances)
+    starts: list[Action] = []
+    for _ in range(target - len(live)):
+        pos = index.best_fit(config.cpus, config.gpu_pct)
+        if pos is None:
+            break
+        device = index.place(pos, config.cpus, config.gpu_pct)
+        starts.append(
+            StartInstance(
+                function.name,
+                config,
+                index.ids[pos],
+                device,
+                bounds.exec_ms,
+                bounds.r_low_rps,
+                r_up,
+                bounds.batch_timeout_ms,
+                0.0,
+            )
+        )
+    unmet = max(0.0, demand_rps - (len(live) + len(starts)) * r_up)
+    remaining = demand_rps
+    shares: dict[str, float] = {}
+    for instance in ready:
+        shares[instance.instance_id] = min(r_up, remaining)
+        remaining = max(0.0, remaining - r_up)
+    surplus = len(live) - target
+    stops: list[Action] = []
+    for instance in reversed(ready):
+        if len(stops) >= surplus:
+            break
+        idle_since = instance.idle_since_s
+        if shares[instance.instance_id] > 0 or idle_since is None:
+            continue
+        if now_s - idle_since >= cfg.keep_alive_s:
+            stops.append(StopInstance(function.name, instance.instance_id, "keep-alive"))
+    actions: list[Action] = [SetShare(function.name, i, s) for i, s in shares.items()]
+    actions += starts + stops
+    r_max = len(ready) * r_up
+    r_min = len(ready) * bounds.r_low_rps
+    decision = FunctionDecision(
+        function=function.name,
+        demand_rps=demand_rps,
+        regime=regime_of(demand_rps, r_min, r_max, cfg.alpha),
+        r_min_rps=r_min,
+        r_max_rps=r_max,
+        starting_rps=(len(live) - len(ready)) * r_up,
+        planned_rps=len(starts) * r_up,
+        unmet_rps=unmet,
+        starts=len(starts),
+        stops=len(stops),
+    )
+    return actions, decision
+
+
+def _uniform_policy(batching: bool) -> ScalingPolicy:
+    def policy(
+        view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
+    ) -> ScalingPlan:
+        index = CapacityIndex(view.servers, cfg.beta)
+        actions: list[Action] = []
+        decisions: list[FunctionDecision] = []
+        for function in sorted(view.functions, key=lambda f: f.name):
+            acts, decision = _plan_uniform_function(
+                function,
+                demand.rate_rps(function.name),
+                predictor,
+                cfg,
+                index,
+                view.now_s,
+                batching,
+            )
+            actions.extend(acts)
+            decisions.append(decision)
+        return ScalingPlan(tuple(actions), tuple(decisions))
+
+    return policy
+
+
+def _ablation(
+    factor: float = 1.0, allow_batching: bool = True, max_throughput_only: bool = False
+) -> ScalingPolicy:
+    def policy(
+        view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
+    ) -> ScalingPlan:
+        scale = factor * cfg.prediction_factor
+        if scale != 1.0:
+            predictor = ScaledPredictor(predictor, scale)
+        knobs = replace(
+            knobs_from(cfg),
+            allow_batching=allow_batching,
+            max_throughput_only=max_throughput_only,
+        )
+        return plan_with(view, demand, predictor, knobs)
+
+    return policy
+
+
+plan_openfaas_plus = _uniform_policy(batching=False)
+plan_batch = _uniform_policy(batching=True)
+
+POLICIES: dict[str, ScalingPolicy] = {
+    "infless": plan,
+    "batch": plan_batch,
+    "openfaas+": plan_openfaas_plus,
+    "infless-nobatch": _ablation(allow_batching=False),
+    "infless-nors": _ablation(max_throughput_only=True),
+    "infless-x1.5": _ablation(1.5),
+    "infless-x2": _ablation(2.0),
+}
+assert tuple(POLICIES) == POLICY_NAMES
+
+
+def get_policy(name: str) -> ScalingPolicy:
+    """The policy called `name` ([scaling] policy in config.toml)."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(
+            f"scaling policy {name!r} is unknown; use one of {', '.join(POLICY_NAMES)}"
+        ) from None

@@ -1,0 +1,113 @@
+"""Free capacity of many servers, indexed for Algorithm 1's best-server lookups.
+
+Equation 10's efficiency e_ij = N_i / (1 − u_i / S_j), with u_i = β·c_i + g_i the instance's
+resource units and S_j = β·C_j + G_j the server's free units, grows as S_j shrinks towards u_i.
+So for a given configuration the best server is the fitting server with the *smallest* free
+score (best fit). Servers are bucketed by free cores; inside a bucket they are sorted by free
+GPU share. A lookup walks the buckets with enough cores in increasing order and stops as soon
+as no later bucket can beat the best score found: O(distinct free-core values · log m), not
+O(servers). Placing an instance moves one server between buckets (bisect).
+
+Mutable, but private to one `plan()` call: built from a `PoolView`, never shared or stored.
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from infless.scaling.view import ServerView
+
+
+class CapacityIndex:
+    def __init__(self, servers: Sequence[ServerView], beta: float) -> None:
+        self.beta = beta
+        self.ids = [s.server_id for s in servers]
+        self.cpu_capacity = [s.cpus for s in servers]
+        self.free_cpus = [max(0, s.free_cpus) for s in servers]
+        self.free_gpu = [list(s.free_gpu_pct) for s in servers]
+        self.has_gpus = any(s.gpu_pct for s in servers)
+        self.max_cpus = max(self.cpu_capacity, default=0)
+        self._buckets: dict[int, list[tuple[int, int]]] = {}
+        self._keys: list[int] = []  # the free-core values that have a bucket, ascending
+        for pos in range(len(servers)):
+            self._bucket_of(pos).append((self._gpu_total(pos), pos))
+        for bucket in self._buckets.values():
+            bucket.sort()
+
+    def _gpu_total(self, pos: int) -> int:
+        return sum(self.free_gpu[pos])
+
+    def _bucket_of(self, pos: int) -> list[tuple[int, int]]:
+        free = self.free_cpus[pos]
+        bucket = self._buckets.get(free)
+        if bucket is None:
+            bucket = self._buckets[free] = []
+            bisect.insort(self._keys, free)
+        return bucket
+
+    def score(self, pos: int) -> float:
+        """S_j: the server's free resource units β·C_j + G_j."""
+        return self.beta * self.free_cpus[pos] + self._gpu_total(pos)
+
+    def fits(self, pos: int, cpus: int, gpu_pct: int) -> bool:
+        if self.free_cpus[pos] < cpus:
+            return False
+        return gpu_pct <= 0 or max(self.free_gpu[pos], default=0) >= gpu_pct
+
+    def best_fit(self, cpus: int, gpu_pct: int) -> int | None:
+        """The fitting server with the smallest free score (ties: lowest position)."""
+        best: tuple[float, int] | None = None
+        start = bisect.bisect_left(self._keys, cpus)
+        for free in self._keys[start:]:
+            if best is not None and self.beta * free > best[0]:
+                break
+            bucket = self._buckets[free]
+            if not bucket:
+                continue
+            index = 0 if gpu_pct <= 0 else bisect.bisect_left(bucket, (gpu_pct, -1))
+            while index < len(bucket):
+                gpu_total, pos = bucket[index]
+                if gpu_pct <= 0 or max(self.free_gpu[pos]) >= gpu_pct:
+                    candidate = (self.beta * free + gpu_total, pos)
+                    if best is None or candidate < best:
+                        best = candidate
+                    break
+                index += 1
+        return None if best is None else best[1]
+
+    def _unindex(self, pos: int) -> None:
+        bucket = self._buckets[self.free_cpus[pos]]
+        index = bisect.bisect_left(bucket, (self._gpu_total(pos), pos))
+        del bucket[index]
+
+    def _reindex(self, pos: int) -> None:
+        bisect.insort(self._bucket_of(pos), (self._gpu_total(pos), pos))
+
+    def place(self, pos: int, cpus: int, gpu_pct: int) -> int | None:
+        """Take `cpus` cores and `gpu_pct` of one device (best fit); the device index or None."""
+        if not self.fits(pos, cpus, gpu_pct):
+            raise ValueError(
+                f"server {self.ids[pos]!r} cannot fit {cpus} cores + {gpu_pct}% GPU "
+                f"(free: {self.free_cpus[pos]} cores, GPU {self.free_gpu[pos]})"
+            )
+        self._unindex(pos)
+        self.free_cpus[pos] -= cpus
+        device: int | None = None
+        if gpu_pct > 0:
+            free = self.free_gpu[pos]
+            device = min(
+                (d for d in range(len(free)) if free[d] >= gpu_pct), key=lambda d: (free[d], d)
+            )
+            free[device] -= gpu_pct
+        self._reindex(pos)
+        return device
+
+    def unplace(self, pos: int, cpus: int, gpu_pct: int, device: int | None) -> None:
+        """Give back what `place` took (used to try a plan and undo it)."""
+        self._unindex(pos)
+        self.free_cpus[pos] += cpus
+        if device is not None:
+            self.free_gpu[pos][device] += gpu_pct
+        self._reindex(pos)

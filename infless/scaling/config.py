@@ -1,0 +1,139 @@
+"""The `[scaling]` config section: which scaling policy runs and every knob of INFless §3.2/§3.4.
+
+One frozen struct (msgspec, like `infless.config`) plus `check_scaling`, which returns the
+problems as sentences naming the key, the value and the fix. Pure: no I/O, no environment.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Rounding = Literal["paper", "reference", "exact"]
+
+# Every policy `baselines.get_policy` knows, in the order reports list them.
+POLICY_NAMES: tuple[str, ...] = (
+    "infless",
+    "batch",
+    "openfaas+",
+    "infless-nobatch",
+    "infless-nors",
+    "infless-x1.5",
+    "infless-x2",
+)
+
+
+class DemandConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Arrival-rate estimation (`scaling.demand`): two sliding windows + a decaying peak."""
+
+    bucket_s: float = 0.25  # arrivals are counted per bucket of this width
+    short_window_s: float = 2.0  # reacts to bursts within ~2 s ("fast attack")
+    long_window_s: float = 30.0  # keeps sporadic loads from reading as zero
+    decay_tau_s: float = 15.0  # after a burst the estimate falls with this time constant
+    trend_lookahead_s: float = 2.0  # on a ramp, plan for the rate this far ahead (0 = off)
+    trend_z: float = 3.0  # a growth within this many Poisson standard deviations is noise
+
+
+class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    policy: str = "infless"
+    tick_s: float = 0.5  # how often the autoscaler shell plans (the planner never reads time)
+    alpha: float = 0.8  # §3.2: the band is [R_min + alpha·(R_max − R_min), R_max]
+    headroom: float = 0.1  # scale out for demand × (1 + headroom): absorbs bursts during starts
+    release_headroom: float = 0.25  # release only while Σ r_up stays ≥ demand × (1 + this)
+    rounding: Rounding = "paper"  # Equation 1 as printed; "reference" = INFless's Go code
+    cpu_options: tuple[int, ...] = (1, 2, 4, 8, 16)  # core counts an instance may get
+    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50)  # GPU shares (only with GPUs)
+    cpu_core_gflops: float = 64.0  # β = cpu_core_gflops / gpu_pct_gflops (reference code)
+    gpu_pct_gflops: float = 142.0
+    efficiency: Literal["served", "paper"] = "served"  # Equation 10's numerator (planner doc)
+    min_fragment: float = 0.25  # Equation 10's denominator floor (reference code: ~0.001)
+    prediction_factor: float = 1.0  # multiplies every prediction (ablations use 1.5 and 2)
+    prefer_measured: bool = True  # an instance's measured t_exec beats the prediction
+    downsize: bool = True  # start a smaller instance when the kept ones are underfed
+    downsize_ratio: float = 0.75  # ... if the new set needs at most this share of resources
+    keep_alive_s: float = 300.0  # openfaas+ / batch: idle surplus instances live this long
+    baseline_cpus: int = 2  # openfaas+ / batch: the fixed cores of every instance
+    baseline_gpu_pct: int = 0  # openfaas+ / batch: the fixed GPU share of every instance
+    batch_baseline_size: int = 0  # batch: the offline batch size (0 = largest feasible)
+    demand: DemandConfig = DemandConfig()
+
+    @property
+    def beta(self) -> float:
+        """Equation 10's β: how many GPU-percent units one CPU core is worth (FLOPS ratio)."""
+        return self.cpu_core_gflops / self.gpu_pct_gflops
+
+
+def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
+    """Every problem with `cfg`, one sentence each; empty when the config is usable."""
+    problems: list[str] = []
+    if cfg.policy not in POLICY_NAMES:
+        problems.append(
+            f"{section}.policy = {cfg.policy!r}: unknown; use one of {', '.join(POLICY_NAMES)}"
+        )
+    if cfg.tick_s <= 0:
+        problems.append(f"{section}.tick_s = {cfg.tick_s}: must be > 0 (e.g. 1.0)")
+    if not 0.0 <= cfg.alpha <= 1.0:
+        problems.append(f"{section}.alpha = {cfg.alpha}: must be within [0, 1] (paper: 0.8)")
+    if cfg.headroom < 0:
+        problems.append(f"{section}.headroom = {cfg.headroom}: must be >= 0 (e.g. 0.1)")
+    if cfg.release_headroom < cfg.headroom:
+        problems.append(
+            f"{section}.release_headroom = {cfg.release_headroom}: must be >= headroom "
+            f"({cfg.headroom}), else a release can trigger the next scale-out"
+        )
+    if not cfg.cpu_options or min(cfg.cpu_options) < 1:
+        problems.append(
+            f"{section}.cpu_options = {list(cfg.cpu_options)}: need at least one value, all >= 1"
+        )
+    if any(not 0 < g <= 100 for g in cfg.gpu_options_pct):
+        problems.append(
+            f"{section}.gpu_options_pct = {list(cfg.gpu_options_pct)}: each must be in 1..100"
+        )
+    if cfg.cpu_core_gflops <= 0 or cfg.gpu_pct_gflops <= 0:
+        problems.append(
+            f"{section}.cpu_core_gflops / gpu_pct_gflops = {cfg.cpu_core_gflops} / "
+            f"{cfg.gpu_pct_gflops}: both must be > 0 (reference: 64 and 142)"
+        )
+    if not 0 < cfg.min_fragment <= 1:
+        problems.append(
+            f"{section}.min_fragment = {cfg.min_fragment}: must be in (0, 1] (default 0.25)"
+        )
+    if cfg.prediction_factor <= 0:
+        problems.append(
+            f"{section}.prediction_factor = {cfg.prediction_factor}: must be > 0 (1.0 = as is)"
+        )
+    if not 0 < cfg.downsize_ratio <= 1:
+        problems.append(f"{section}.downsize_ratio = {cfg.downsize_ratio}: must be in (0, 1]")
+    problems.extend(_check_baselines(cfg, section))
+    d = cfg.demand
+    if (
+        not 0 < d.bucket_s <= d.short_window_s <= d.long_window_s
+        or d.decay_tau_s <= 0
+        or d.trend_lookahead_s < 0
+        or d.trend_z < 0
+    ):
+        problems.append(
+            f"{section}.demand: need 0 < bucket_s ({d.bucket_s}) <= short_window_s "
+            f"({d.short_window_s}) <= long_window_s ({d.long_window_s}) and decay_tau_s "
+            f"({d.decay_tau_s}) > 0, trend_lookahead_s ({d.trend_lookahead_s}) and trend_z "
+            f"({d.trend_z}) >= 0"
+        )
+    return problems
+
+
+def _check_baselines(cfg: ScalingConfig, section: str) -> list[str]:
+    problems: list[str] = []
+    if cfg.keep_alive_s < 0:
+        problems.append(f"{section}.keep_alive_s = {cfg.keep_alive_s}: must be >= 0")
+    if cfg.baseline_cpus < 1 or not 0 <= cfg.baseline_gpu_pct <= 100:
+        problems.append(
+            f"{section}.baseline_cpus = {cfg.baseline_cpus}, baseline_gpu_pct = "
+            f"{cfg.baseline_gpu_pct}: need cpus >= 1 and a GPU share in 0..100"
+        )
+    if cfg.batch_baseline_size < 0:
+        problems.append(
+            f"{section}.batch_baseline_size = {cfg.batch_baseline_size}: must be >= 0 "
+            "(0 = the largest feasible batch)"
+        )
+    return problems

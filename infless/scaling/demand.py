@@ -1,0 +1,195 @@
+"""Per-function arrival rate from recent arrivals, robust to bursts.
+
+Arrivals are counted in buckets of `bucket_s`. The estimate for a function is
+
+    max(short-window rate + (short/2 + lookahead) · growth, long-window rate,
+        previous estimate · exp(−Δt / decay_tau_s))
+
+- the short window (2 s) reacts to a burst within about its length ("fast attack"), and on
+  a ramp the growth per second (newer half of the short window against the older half, only
+  when positive and beyond Poisson noise) is extrapolated `trend_lookahead_s` ahead — about
+  a tick plus a cold start, the time a new instance needs before it serves;
+- the decaying previous estimate holds the rate up after a burst ends and lets it fall with
+  time constant tau ("slow decay"), so a function is not scaled in between two bursts and the
+  §3.2 band is not left on every dip;
+- the long window (30 s) keeps a sporadic load (a request every few seconds) from reading 0.
+
+A window's rate divides its count by the time it really covers (whole past buckets plus the
+elapsed part of the current one), so partial buckets neither inflate nor hide a burst.
+
+The shell counts arrivals per function (an int per request) and hands them over once per
+tick with `record` (or `record_times` with timestamps); `estimate` is called at plan time.
+Pure: no I/O, no clock — `now_s` is always an argument; state in, state out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from infless.scaling.config import DemandConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """The arrival rate (requests per second) of each function at one instant."""
+
+    rates_rps: Mapping[str, float] = field(default_factory=dict)
+
+    def rate_rps(self, function: str) -> float:
+        return self.rates_rps.get(function, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RateTrack:
+    """One function's recent arrivals: counts of consecutive buckets, oldest first."""
+
+    first_bucket: int
+    counts: tuple[int, ...]
+    since_bucket: int  # the first bucket ever recorded: windows never reach before it
+    estimate_rps: float = 0.0
+    estimated_at_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemandState:
+    tracks: Mapping[str, RateTrack] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _bucket(at_s: float, cfg: DemandConfig) -> int:
+    return math.floor(at_s / cfg.bucket_s)
+
+
+def _keep_buckets(cfg: DemandConfig) -> int:
+    return math.ceil(cfg.long_window_s / cfg.bucket_s) + 1
+
+
+def _add(track: RateTrack | None, bucket: int, count: int, cfg: DemandConfig) -> RateTrack:
+    if track is None:
+        return RateTrack(bucket, (count,), bucket)
+    counts = list(track.counts)
+    first = track.first_bucket
+    last = first + len(counts) - 1
+    if bucket > last:
+        counts.extend([0] * (bucket - last))
+    elif bucket < first:  # late report for a bucket already dropped or before the first
+        if first - bucket >= _keep_buckets(cfg):
+            return track
+        counts[:0] = [0] * (first - bucket)
+        first = bucket
+        track = replace(track, since_bucket=min(track.since_bucket, bucket))
+    counts[bucket - first] += count
+    keep = _keep_buckets(cfg)
+    if len(counts) > keep:
+        first += len(counts) - keep
+        counts = counts[-keep:]
+    return replace(track, first_bucket=first, counts=tuple(counts))
+
+
+def record(
+    state: DemandState, function: str, count: int, at_s: float, cfg: DemandConfig
+) -> DemandState:
+    """`count` arrivals of `function` at time `at_s` (all in the bucket holding `at_s`)."""
+    if count < 0:
+        raise ValueError(f"count = {count}: arrivals cannot be negative")
+    track = _add(state.tracks.get(function), _bucket(at_s, cfg), count, cfg)
+    tracks = dict(state.tracks)
+    tracks[function] = track
+    return DemandState(MappingProxyType(tracks))
+
+
+def record_times(
+    state: DemandState, function: str, arrivals_s: Iterable[float], cfg: DemandConfig
+) -> DemandState:
+    """Arrivals of `function` given by their timestamps (any order)."""
+    per_bucket: dict[int, int] = {}
+    for at_s in arrivals_s:
+        bucket = _bucket(at_s, cfg)
+        per_bucket[bucket] = per_bucket.get(bucket, 0) + 1
+    track = state.tracks.get(function)
+    if track is None and not per_bucket:
+        return state
+    for bucket in sorted(per_bucket):
+        track = _add(track, bucket, per_bucket[bucket], cfg)
+    assert track is not None
+    tracks = dict(state.tracks)
+    tracks[function] = track
+    return DemandState(MappingProxyType(tracks))
+
+
+def window_rate_rps(track: RateTrack, window_s: float, now_s: float, cfg: DemandConfig) -> float:
+    """Arrivals per second over the last `window_s` (whole buckets ending at `now_s`'s).
+
+    A function seen for less than the window is averaged over the time it has been seen.
+    """
+    now_bucket = _bucket(now_s, cfg)
+    n_buckets = max(1, round(window_s / cfg.bucket_s))
+    n_buckets = max(1, min(n_buckets, now_bucket - track.since_bucket + 1))
+    oldest = now_bucket - n_buckets + 1
+    first = track.first_bucket
+    total = 0
+    for offset, count in enumerate(track.counts):
+        bucket = first + offset
+        if oldest <= bucket <= now_bucket:
+            total += count
+    elapsed_in_current_s = now_s - now_bucket * cfg.bucket_s
+    covered_s = (n_buckets - 1) * cfg.bucket_s + max(elapsed_in_current_s, 1e-3 * cfg.bucket_s)
+    return total / covered_s
+
+
+def _count(track: RateTrack, oldest: int, newest: int) -> int:
+    """Arrivals in buckets oldest..newest (inclusive)."""
+    lo = max(oldest - track.first_bucket, 0)
+    hi = min(newest - track.first_bucket + 1, len(track.counts))
+    return sum(track.counts[lo:hi]) if hi > lo else 0
+
+
+def trend_rps_per_s(track: RateTrack, now_s: float, cfg: DemandConfig) -> float:
+    """How fast the rate grows (RPS per second); a growth within Poisson noise reads as 0.
+
+    Compares the newer half of the short window with the older half, on whole buckets. A
+    growth of counts within `trend_z` standard deviations (√(n_new + n_old)) is noise: most
+    ticks of a steady load would otherwise bump the estimate and start capacity for nothing.
+    A growth beyond it is a ramp and counts in full.
+    """
+    half = max(1, round(cfg.short_window_s / 2.0 / cfg.bucket_s))
+    last_whole = _bucket(now_s, cfg) - 1
+    if last_whole - 2 * half + 1 < track.since_bucket:
+        return 0.0
+    newer = _count(track, last_whole - half + 1, last_whole)
+    older = _count(track, last_whole - 2 * half + 1, last_whole - half)
+    half_s = half * cfg.bucket_s
+    growth = (newer - older) / half_s / half_s
+    if 0 <= newer - older <= cfg.trend_z * math.sqrt(newer + older):
+        return 0.0  # within noise
+    return growth
+
+
+def estimate(state: DemandState, now_s: float, cfg: DemandConfig) -> tuple[Demand, DemandState]:
+    """The current demand of every tracked function, and the state holding the new peaks."""
+    rates: dict[str, float] = {}
+    tracks: dict[str, RateTrack] = {}
+    for function, track in state.tracks.items():
+        short = window_rate_rps(track, cfg.short_window_s, now_s, cfg)
+        long = window_rate_rps(track, cfg.long_window_s, now_s, cfg)
+        if cfg.trend_lookahead_s > 0:  # the window's mean lags its end by half its length
+            ahead_s = cfg.short_window_s / 2.0 + cfg.trend_lookahead_s
+            short += ahead_s * max(0.0, trend_rps_per_s(track, now_s, cfg))
+        decayed = 0.0
+        if track.estimated_at_s is not None:
+            dt_s = max(0.0, now_s - track.estimated_at_s)
+            decayed = track.estimate_rps * math.exp(-dt_s / cfg.decay_tau_s)
+        rate = max(short, long, decayed)
+        rates[function] = rate
+        tracks[function] = replace(track, estimate_rps=rate, estimated_at_s=now_s)
+    return Demand(MappingProxyType(rates)), DemandState(MappingProxyType(tracks))
+
+
+def forget(state: DemandState, function: str) -> DemandState:
+    """Drop a removed function's history."""
+    if function not in state.tracks:
+        return state
+    tracks = {k: v for k, v in state.tracks.items() if k != function}
+    return DemandState(MappingProxyType(tracks))

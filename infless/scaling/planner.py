@@ -1,0 +1,384 @@
+"""INFless Algorithm 1 (§3.4): non-uniform scale-out, scale-in and dispatch shares as one plan.
+
+`plan(view, demand, predictor, cfg)` decides, for every function (in name order, sharing one
+capacity index so functions compete for the same servers):
+
+1. the rate range of each live instance (Equation 1, from its measured or predicted t_exec);
+2. scale-out: while the residual R·(1 + headroom) − Σ r_up(live) is positive, take the largest
+   batch size with a feasible configuration (AvailableConfig: t_exec ≤ t_slo for b = 1;
+   t_exec ≤ t_slo/2 and residual ≥ r_low for b > 1), then the configuration × server with the
+   highest e_ij (Equation 10) and subtract its r_up; a batch size whose configurations fit no
+   server falls through to the next (the paper's loop would spin); what no server can take is
+   reported as `unmet_rps`;
+3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
+   says so);
+4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the
+   band the instances to release (cover at R·(1 + release_headroom) is never broken: a
+   wider margin than scale-out's, so a release does not trigger the next start — the
+   hysteresis that keeps a noisy estimate from starting and releasing capacity every tick);
+5. downsizing (an extension): when the kept instances stay underfed (Σ r_low > R) and a fresh
+   Algorithm-1 set for R needs ≤ `downsize_ratio` of their resources, start that set; once it
+   is ready, step 4 releases the oversized instances (they are the underfed ones).
+
+Equation 10, two deliberate deviations (`efficiency = "paper"` and a tiny `min_fragment` give
+the literal form): the numerator counts the rate the instance will really receive,
+min(r_up, residual), not r_up; and the fragment 1 − u/S is floored at `min_fragment` (0.25).
+Literally, a configuration that fills a server exactly has fragment 0 and wins whatever its
+throughput (the reference code's 1.001 only caps it at 1000×), so a 16-core instance would
+be started for 5 RPS on an empty 16-core server.
+
+Pure: no I/O, no clock (time comes in the view). Starting instances count towards cover for
+scale-out but not for release, so nothing is released before its replacement serves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from infless.batching.policy import powers_of_two_up_to
+from infless.scaling.bounds import Bounds, rate_bounds
+from infless.scaling.capacity import CapacityIndex
+from infless.scaling.config import Rounding, ScalingConfig
+from infless.scaling.demand import Demand
+from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
+from infless.scaling.shares import Regime, ShareInput, dispatch_shares
+from infless.scaling.view import (
+    Action,
+    FunctionDecision,
+    FunctionView,
+    InstanceState,
+    InstanceView,
+    PoolView,
+    ScalingPlan,
+    SetShare,
+    StartInstance,
+    StopInstance,
+)
+from infless.types import InstanceConfig
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """Everything the planner needs from the config, plus the ablation switches."""
+
+    alpha: float = 0.8
+    headroom: float = 0.1
+    release_headroom: float = 0.25
+    rounding: Rounding = "paper"
+    beta: float = 64.0 / 142.0
+    cpu_options: tuple[int, ...] = (1, 2, 4, 8, 16)
+    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50)
+    prefer_measured: bool = True
+    downsize: bool = True
+    downsize_ratio: float = 0.75
+    efficiency: Literal["served", "paper"] = "served"
+    min_fragment: float = 0.25
+    allow_batching: bool = True  # False: the "no batching" ablation (b = 1 only)
+    max_throughput_only: bool = False  # True: "no resource scheduling" ablation
+
+
+def knobs_from(cfg: ScalingConfig) -> Knobs:
+    return Knobs(
+        alpha=cfg.alpha,
+        headroom=cfg.headroom,
+        release_headroom=cfg.release_headroom,
+        rounding=cfg.rounding,
+        beta=cfg.beta,
+        cpu_options=tuple(sorted(set(cfg.cpu_options))),
+        gpu_options_pct=tuple(sorted(set(cfg.gpu_options_pct))),
+        prefer_measured=cfg.prefer_measured,
+        downsize=cfg.downsize,
+        downsize_ratio=cfg.downsize_ratio,
+        efficiency=cfg.efficiency,
+        min_fragment=cfg.min_fragment,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A feasible <b, c, g> of one function with its Equation-1 bounds."""
+
+    config: InstanceConfig
+    bounds: Bounds
+    units: float  # β·c + g
+
+    @property
+    def rate_per_unit(self) -> float:
+        return self.bounds.r_up_rps / self.units
+
+
+def candidates(
+    function: FunctionView,
+    predictor: LatencyPredictor,
+    knobs: Knobs,
+    max_cpus: int,
+    has_gpus: bool,
+) -> tuple[Candidate, ...]:
+    """AvailableConfig without the residual test: every feasible <b, c, g>, largest b first."""
+    batches = powers_of_two_up_to(max(1, function.max_batch)) if knobs.allow_batching else [1]
+    cpu_options = [c for c in knobs.cpu_options if c <= max_cpus]
+    gpu_options = [0, *knobs.gpu_options_pct] if has_gpus else [0]
+    found: list[Candidate] = []
+    for b in sorted(batches, reverse=True):
+        of_batch: list[Candidate] = []
+        for c in cpu_options:
+            for g in gpu_options:
+                try:
+                    exec_ms = predictor.predict_latency_ms(function.model_key, b, c, g)
+                except (LookupError, ValueError):
+                    continue
+                if not math.isfinite(exec_ms) or exec_ms <= 0:
+                    continue
+                bounds = rate_bounds(b, exec_ms, function.slo_ms, knobs.rounding)
+                if bounds.feasible:
+                    units = knobs.beta * c + g
+                    of_batch.append(Candidate(InstanceConfig(b, c, g), bounds, units))
+        if knobs.max_throughput_only and of_batch:
+            of_batch = [max(of_batch, key=lambda k: (k.bounds.r_up_rps, -k.units))]
+        found.extend(of_batch)
+    return tuple(found)
+
+
+@dataclass(slots=True)
+class _Placed:
+    start: StartInstance
+    pos: int
+    device: int | None
+    units: float
+
+
+def efficiency(
+    rate_rps: float, units: float, best_rate_per_unit: float, free_units: float, min_fragment: float
+) -> float:
+    """Equation 10: e_ij = (RPS/resource, normalised to [0, 1]) / (1 − u_i / S_j), floored."""
+    fragment = max(1.0 - units / free_units, min_fragment) if free_units > 0 else 1.0
+    return (rate_rps / units / best_rate_per_unit) / fragment
+
+
+def _pick(
+    cands: Sequence[Candidate],
+    residual_rps: float,
+    index: CapacityIndex,
+    best_rate: float,
+    knobs: Knobs,
+) -> tuple[Candidate, int, float] | None:
+    """Algorithm 1, lines 3–11: the largest batch with a placeable config; argmax e_ij."""
+    current: int | None = None
+    best: tuple[float, Candidate, int] | None = None
+    fits: dict[tuple[int, int], int | None] = {}
+    for cand in cands:  # grouped by batch size, largest first
+        b = cand.config.batch_size
+        if b != current:
+            if best is not None:
+                break  # a larger batch size already has a placement
+            current = b
+        if b > 1 and residual_rps + _EPS < cand.bounds.r_low_rps:
+            continue
+        key = (cand.config.cpus, cand.config.gpu_pct)
+        if key not in fits:
+            fits[key] = index.best_fit(*key)
+        pos = fits[key]
+        if pos is None:
+            continue
+        rate_rps = cand.bounds.r_up_rps
+        if knobs.efficiency == "served":
+            rate_rps = min(rate_rps, max(residual_rps, 1.0))
+        e_ij = efficiency(rate_rps, cand.units, best_rate, index.score(pos), knobs.min_fragment)
+        if best is None or e_ij > best[0]:
+            best = (e_ij, cand, pos)
+    return None if best is None else (best[1], best[2], best[0])
+
+
+def schedule(
+    function: FunctionView,
+    cands: Sequence[Candidate],
+    residual_rps: float,
+    index: CapacityIndex,
+    max_new: int,
+    knobs: Knobs,
+    ensure_one: bool = False,
+) -> tuple[list[_Placed], float]:
+    """Algorithm 1's outer loop: start instances until the residual is covered (or none fits).
+
+    Returns the placements (already taken from `index`) and the residual left uncovered.
+    """
+    placed: list[_Placed] = []
+    best_rate = max((c.rate_per_unit for c in cands), default=1.0)
+    while (residual_rps > _EPS or (ensure_one and not placed)) and len(placed) < max_new:
+        choice = _pick(cands, residual_rps, index, best_rate, knobs)
+        if choice is None:
+            break
+        cand, pos, e_ij = choice
+        device = index.place(pos, cand.config.cpus, cand.config.gpu_pct)
+        bounds = cand.bounds
+        start = StartInstance(
+            function=function.name,
+            config=cand.config,
+            server_id=index.ids[pos],
+            gpu_index=device,
+            exec_ms=bounds.exec_ms,
+            r_low_rps=bounds.r_low_rps,
+            r_up_rps=bounds.r_up_rps,
+            batch_timeout_ms=bounds.batch_timeout_ms,
+            efficiency=e_ij,
+        )
+        placed.append(_Placed(start, pos, device, cand.units))
+        residual_rps -= bounds.r_up_rps
+    return placed, residual_rps if residual_rps > _EPS else 0.0
+
+
+def undo(placed: Sequence[_Placed], index: CapacityIndex) -> None:
+    for p in reversed(placed):
+        index.unplace(p.pos, p.start.config.cpus, p.start.config.gpu_pct, p.device)
+
+
+def instance_bounds(
+    instance: InstanceView,
+    function: FunctionView,
+    predictor: LatencyPredictor,
+    knobs: Knobs,
+) -> Bounds:
+    """Equation 1 for a live instance.
+
+    An instance whose config is (no longer) feasible — unpredictable, over its t_exec budget,
+    or r_low > r_up — gets [0, 0]: it counts for nothing, draws no share, is released first,
+    and new instances are planned as if it were not there.
+    """
+    config = instance.config
+    exec_ms = instance.exec_ms if knobs.prefer_measured else None
+    if exec_ms is None:
+        try:
+            exec_ms = predictor.predict_latency_ms(
+                function.model_key, config.batch_size, config.cpus, config.gpu_pct
+            )
+        except (LookupError, ValueError):
+            exec_ms = math.inf
+    if not math.isfinite(exec_ms) or exec_ms <= 0:
+        return Bounds(config.batch_size, math.inf, function.slo_ms, 0.0, 0.0, 0.0)
+    bounds = rate_bounds(config.batch_size, exec_ms, function.slo_ms, knobs.rounding)
+    if not bounds.feasible:
+        return Bounds(config.batch_size, exec_ms, function.slo_ms, 0.0, 0.0, 0.0)
+    return bounds
+
+
+def plan_function(
+    function: FunctionView,
+    demand_rps: float,
+    predictor: LatencyPredictor,
+    knobs: Knobs,
+    index: CapacityIndex,
+) -> tuple[list[Action], FunctionDecision]:
+    """Steps 1–5 of the module docstring for one function."""
+    demand_rps = max(0.0, demand_rps)
+    target_rps = demand_rps * (1.0 + knobs.headroom)
+    cands = candidates(function, predictor, knobs, index.max_cpus, index.has_gpus)
+    live = [
+        i for i in function.instances if i.state in (InstanceState.STARTING, InstanceState.READY)
+    ]
+    bounds = {i.instance_id: instance_bounds(i, function, predictor, knobs) for i in live}
+    ready = [i for i in live if i.state is InstanceState.READY]
+    starting_rps = sum(
+        (bounds[i.instance_id].r_up_rps for i in live if i.state is InstanceState.STARTING), 0.0
+    )
+    stops: list[StopInstance] = []
+
+    def rank(i: InstanceView) -> float:
+        units = knobs.beta * i.config.cpus + i.config.gpu_pct
+        return bounds[i.instance_id].r_up_rps / max(units, _EPS)
+
+    over = len(live) - function.max_instances
+    if over > 0:
+        for gone in sorted(ready, key=lambda i: (rank(i), i.instance_id))[:over]:
+            stops.append(StopInstance(function.name, gone.instance_id, "over-max"))
+            ready.remove(gone)
+            live.remove(gone)
+    max_new = max(0, function.max_instances - len(live))
+    live_rmax = sum(bounds[i.instance_id].r_up_rps for i in live)
+    placed, unmet = schedule(function, cands, target_rps - live_rmax, index, max_new, knobs)
+    need = max(function.min_instances, 1 if (function.keep_warm or demand_rps > 0) else 0)
+    while len(live) + len(placed) < need and len(placed) < max_new:
+        more, _ = schedule(function, cands, 0.0, index, 1, knobs, ensure_one=True)
+        if not more:
+            break
+        placed.extend(more)
+
+    n_starting = len(live) - len(ready)
+    floor = 1 if (demand_rps > 0 or function.keep_warm) else 0
+    min_keep = max(function.min_instances - n_starting - len(placed), floor)
+    if placed:
+        min_keep = len(ready)  # scaling out: release nothing this tick
+    inputs = [
+        ShareInput(
+            i.instance_id,
+            bounds[i.instance_id].r_low_rps,
+            bounds[i.instance_id].r_up_rps,
+            release_rank=rank(i),
+        )
+        for i in sorted(ready, key=lambda i: i.instance_id)
+    ]
+    cover_rps = demand_rps * (1.0 + max(knobs.headroom, knobs.release_headroom))
+    shares = dispatch_shares(inputs, demand_rps, knobs.alpha, min_keep, cover_rps=cover_rps)
+    reason = "zero-demand" if demand_rps <= 0 else "release"
+    stops.extend(StopInstance(function.name, i, reason) for i in shares.release)
+
+    underfed = shares.regime is Regime.BELOW and shares.r_min_rps > demand_rps + _EPS
+    if knobs.downsize and underfed and not placed and n_starting == 0 and demand_rps > 0:
+        kept = {s.instance_id for s in shares.shares}
+        kept_units = sum(
+            knobs.beta * i.config.cpus + i.config.gpu_pct for i in ready if i.instance_id in kept
+        )
+        trial, left = schedule(function, cands, target_rps, index, max_new, knobs)
+        trial_units = sum(p.units for p in trial)
+        if trial and left <= _EPS and trial_units <= knobs.downsize_ratio * kept_units:
+            placed = trial
+        else:
+            undo(trial, index)
+
+    # shares first (they only re-weight), then new capacity, then what drains away
+    actions: list[Action] = [
+        SetShare(function.name, s.instance_id, s.share_rps) for s in shares.shares
+    ]
+    actions.extend(p.start for p in placed)
+    actions.extend(stops)
+    decision = FunctionDecision(
+        function=function.name,
+        demand_rps=demand_rps,
+        regime=shares.regime,
+        r_min_rps=shares.r_min_rps,
+        r_max_rps=shares.r_max_rps,
+        starting_rps=starting_rps,
+        planned_rps=sum((p.start.r_up_rps for p in placed), 0.0),
+        unmet_rps=unmet,
+        starts=len(placed),
+        stops=len(stops),
+    )
+    return actions, decision
+
+
+def plan_with(
+    view: PoolView, demand: Demand, predictor: LatencyPredictor, knobs: Knobs
+) -> ScalingPlan:
+    index = CapacityIndex(view.servers, knobs.beta)
+    actions: list[Action] = []
+    decisions: list[FunctionDecision] = []
+    for function in sorted(view.functions, key=lambda f: f.name):
+        acts, decision = plan_function(
+            function, demand.rate_rps(function.name), predictor, knobs, index
+        )
+        actions.extend(acts)
+        decisions.append(decision)
+    return ScalingPlan(tuple(actions), tuple(decisions))
+
+
+def plan(
+    view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
+) -> ScalingPlan:
+    """INFless: Algorithm 1 + the §3.2 regimes, for every function of the view."""
+    if cfg.prediction_factor != 1.0:
+        predictor = ScaledPredictor(predictor, cfg.prediction_factor)
+    return plan_with(view, demand, predictor, knobs_from(cfg))

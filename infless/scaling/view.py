@@ -1,0 +1,138 @@
+"""What a scaling policy reads and what it returns: the pool snapshot and the plan's actions.
+
+`PoolView` is a snapshot the shell (or the simulator) builds once per tick: servers with
+their free capacity, functions with their live instances. `ScalingPlan` lists actions the
+shell applies in order — per function: `SetShare` (dispatch weights of ready instances),
+`StartInstance` (a full <b, c, g> with its placement, expected rate range and batch timeout),
+`StopInstance` (stop routing to it, drain its queue, then stop the worker).
+Pure data: no I/O, no clock, no behaviour beyond small derived properties.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+from infless.scaling.shares import Regime
+from infless.types import InstanceConfig
+
+
+class InstanceState(enum.Enum):
+    STARTING = "starting"  # holds its resources, serves nothing yet
+    READY = "ready"
+    DRAINING = "draining"  # finishing its queue; resources still held (count them as used)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """One server's capacity and what is still free (after every live or draining instance)."""
+
+    server_id: str
+    cpus: int
+    free_cpus: int
+    gpu_pct: tuple[int, ...] = ()  # capacity per GPU device, in percent (100 each)
+    free_gpu_pct: tuple[int, ...] = ()  # free share per device, same order
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    instance_id: str
+    function: str
+    server_id: str
+    config: InstanceConfig
+    state: InstanceState = InstanceState.READY
+    exec_ms: float | None = None  # measured (or planned) t_exec at config.batch_size
+    started_s: float = 0.0
+    idle_since_s: float | None = None  # last moment it had work, None while it has work
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionView:
+    name: str
+    model_key: str
+    slo_ms: float
+    max_batch: int
+    min_instances: int = 0
+    max_instances: int = 1_000_000
+    keep_warm: bool = True  # keep one instance with zero demand (the cold-start policy says)
+    instances: tuple[InstanceView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    servers: tuple[ServerView, ...]
+    functions: tuple[FunctionView, ...]
+    now_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StartInstance:
+    """Launch one instance of `function` with `config` on `server_id` (GPU `gpu_index`)."""
+
+    function: str
+    config: InstanceConfig
+    server_id: str
+    gpu_index: int | None  # the device holding config.gpu_pct; None for CPU-only
+    exec_ms: float  # the predicted t_exec at config.batch_size
+    r_low_rps: float
+    r_up_rps: float
+    batch_timeout_ms: float  # t_slo − t_exec (0 for b = 1); subtract the IPC slack on top
+    efficiency: float  # Equation 10's e_ij when it was chosen (0 for baselines)
+    kind: Literal["start"] = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class StopInstance:
+    function: str
+    instance_id: str
+    reason: str  # "release" (below the band), "keep-alive", "over-max", "zero-demand"
+    kind: Literal["stop"] = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class SetShare:
+    function: str
+    instance_id: str
+    share_rps: float  # becomes Instance.share_rps, the dispatcher's weight
+    kind: Literal["share"] = "share"
+
+
+Action = StartInstance | StopInstance | SetShare
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionDecision:
+    """Why the plan does what it does for one function (for logs, metrics and tests)."""
+
+    function: str
+    demand_rps: float
+    regime: Regime
+    r_min_rps: float  # over the ready instances kept
+    r_max_rps: float
+    starting_rps: float  # Σ r_up of instances already starting
+    planned_rps: float  # Σ r_up of the instances this plan starts
+    unmet_rps: float  # demand no capacity could be found for
+    starts: int = 0
+    stops: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPlan:
+    actions: tuple[Action, ...] = ()
+    decisions: tuple[FunctionDecision, ...] = field(default=())
+
+    @property
+    def starts(self) -> tuple[StartInstance, ...]:
+        return tuple(a for a in self.actions if isinstance(a, StartInstance))
+
+    @property
+    def stops(self) -> tuple[StopInstance, ...]:
+        return tuple(a for a in self.actions if isinstance(a, StopInstance))
+
+    @property
+    def shares(self) -> tuple[SetShare, ...]:
+        return tuple(a for a in self.actions if isinstance(a, SetShare))
+
+    def decision(self, function: str) -> FunctionDecision | None:
+        return next((d for d in self.decisions if d.function == function), None)

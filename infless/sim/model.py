@@ -1,0 +1,155 @@
+"""The simulated world: servers with capacity, instances with batch queues, and the run's result.
+
+A `SimServer` hands out cores and GPU shares and records any overrun instead of failing, so a
+test can assert there was none. A `SimInstance` is `Routable` for `RateShareDispatcher`: it
+accepts while ready and its queue is below `queue_capacity_batches` full batches.
+Simulation only: mutable, no I/O, no clock (time is passed in).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from infless.types import InstanceConfig
+
+
+class SimState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+class SimServer:
+    def __init__(self, server_id: str, cpus: int, gpus: int) -> None:
+        self.server_id = server_id
+        self.cpus = cpus
+        self.free_cpus = cpus
+        self.gpu_pct = [100] * gpus
+        self.free_gpu_pct = [100] * gpus
+        self.overruns = 0
+
+    def allocate(self, cpus: int, gpu_pct: int, device: int | None) -> None:
+        self.free_cpus -= cpus
+        if self.free_cpus < 0:
+            self.overruns += 1
+        if gpu_pct > 0:
+            if device is None or not 0 <= device < len(self.free_gpu_pct):
+                self.overruns += 1
+                return
+            self.free_gpu_pct[device] -= gpu_pct
+            if self.free_gpu_pct[device] < 0:
+                self.overruns += 1
+
+    def release(self, cpus: int, gpu_pct: int, device: int | None) -> None:
+        self.free_cpus += cpus
+        if gpu_pct > 0 and device is not None and 0 <= device < len(self.free_gpu_pct):
+            self.free_gpu_pct[device] += gpu_pct
+
+
+class SimInstance:
+    def __init__(
+        self,
+        instance_id: str,
+        function: str,
+        server: SimServer,
+        config: InstanceConfig,
+        device: int | None,
+        planned_exec_ms: float,
+        timeout_s: float,
+        queue_capacity: int,
+        started_s: float,
+    ) -> None:
+        self.instance_id = instance_id
+        self.function = function
+        self.server = server
+        self.config = config
+        self.device = device
+        self.planned_exec_ms = planned_exec_ms
+        self.timeout_s = timeout_s
+        self.queue_capacity = queue_capacity
+        self.started_s = started_s
+        self.state = SimState.STARTING
+        self.queue: deque[float] = deque()
+        self.busy = False
+        self.timer_s: float | None = None
+        self.last_arrival_s: float | None = None
+        self.interarrival_s = math.inf  # EWMA of arrival gaps ("adaptive" dispatch)
+        self.share_rps = 0.0
+        self.last_active_s = started_s
+        self.served = 0
+        self.batches = 0
+
+    @property
+    def accepting(self) -> bool:
+        return self.state is SimState.READY and len(self.queue) < self.queue_capacity
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and not self.queue
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """What a run measured; `violation_rate` counts late, rejected and unserved requests."""
+
+    policy: str
+    servers: int
+    duration_s: float
+    requests: int
+    completed: int
+    late: int
+    rejected: int
+    unserved: int
+    p50_ms: float
+    p99_ms: float
+    mean_batch: float
+    instance_starts: int
+    instance_stops: int
+    peak_instances: int
+    core_seconds: float
+    capacity_overruns: int
+    unmet_ticks: int
+    plans: int
+    configs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> int:
+        return self.late + self.rejected + self.unserved
+
+    @property
+    def violation_rate(self) -> float:
+        return self.violations / self.requests if self.requests else 0.0
+
+    @property
+    def mean_cores(self) -> float:
+        return self.core_seconds / self.duration_s if self.duration_s else 0.0
+
+    @property
+    def cores_per_100_rps(self) -> float:
+        served_rps = self.completed / self.duration_s if self.duration_s else 0.0
+        return 100.0 * self.mean_cores / served_rps if served_rps else 0.0
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.update(
+            violation_rate=self.violation_rate,
+            mean_cores=self.mean_cores,
+            cores_per_100_rps=self.cores_per_100_rps,
+        )
+        return json.dumps(data, sort_keys=True)
+
+
+def config_label(config: InstanceConfig) -> str:
+    return f"b{config.batch_size}/c{config.cpus}/g{config.gpu_pct}"
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
