@@ -17,6 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from infless.clock import Clock, RealClock
+from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
 from infless.coldstart.manager import PrewarmManager
 from infless.coldstart.policies import build_policy
@@ -29,8 +30,10 @@ from infless.gateway.system import SystemRoutes
 from infless.models.resolver import PackageResolver
 from infless.registry.service import FunctionService
 from infless.registry.store import FunctionRegistry
+from infless.scaling.autoscaler import Autoscaler
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
+from infless.workers.boot import InstanceBooter
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
 from infless.workers.pool import DeployedFunction, WorkerPool
 from infless.workers.zygote import ZygoteLauncher
@@ -53,6 +56,8 @@ class Platform:
     store: TensorStore | None
     reclaimer: Reclaimer | None
     logs: LogBuffer
+    autoscaler: Autoscaler | None
+    confiner: CpuConfiner | None
 
 
 def make_launcher(config: Config) -> WorkerLauncher:
@@ -90,14 +95,21 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
         metrics.set_instances(function.spec.name, function.router.ready_count)
 
     store = make_store(config, clock)
+    launcher = make_launcher(config)
+    confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
+    booter = InstanceBooter(config, clock, launcher, store, confiner)
+    cores = usable_cpus(config.workers.reserved_cpus)
+    autoscaled = config.scaling.policy != "none"
     pool = WorkerPool(
         config,
         clock,
-        make_launcher(config),
-        CpuAllocator(usable_cpus(config.workers.reserved_cpus)),
+        launcher,
+        CpuAllocator(cores),
         on_instance_change=instances_changed,
-        store=store,
+        booter=booter,
+        autoscaled=autoscaled,
     )
+    autoscaler = Autoscaler(pool, clock, config.scaling, len(cores)) if autoscaled else None
     reclaimer = (
         None
         if store is None
@@ -117,8 +129,9 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
     )
     logs = LogBuffer(clock.wall)
     return Platform(
-        config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer, logs
-    )
+        config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer, logs,
+        autoscaler, confiner,
+    )  # fmt: skip
 
 
 def create_app(config: Config, clock: Clock | None = None) -> web.Application:
@@ -143,10 +156,16 @@ def create_app(config: Config, clock: Clock | None = None) -> web.Application:
         await platform.pool.start()
         await platform.functions.restore(list(config.functions))
         platform.prewarm.start()
+        if platform.autoscaler is not None:
+            platform.autoscaler.start()
 
     async def cleanup(_: web.Application) -> None:
         await platform.prewarm.stop()
+        if platform.autoscaler is not None:
+            await platform.autoscaler.stop()
         await platform.pool.stop()
+        if platform.confiner is not None:
+            platform.confiner.remove_parent()
         platform.registry.close()
         if platform.reclaimer is not None:
             await platform.reclaimer.stop()

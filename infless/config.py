@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from infless.errors import ConfigError
+from infless.scaling.config import ScalingConfig, check_scaling
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -35,6 +36,7 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     start_timeout_s: float = 180.0
     cpus_per_instance: int = 1
     reserved_cpus: int = 0
+    cgroups: bool = True
 
 
 class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -95,6 +97,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     batching: BatchingConfig = BatchingConfig()
     coldstart: ColdStartConfig = ColdStartConfig()
     store: StoreConfig = StoreConfig()
+    scaling: ScalingConfig = ScalingConfig()
     auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
@@ -138,6 +141,7 @@ def _check(config: Config, source: str) -> Config:
     except (ValueError, TypeError) as exc:
         problems.append(f"coldstart.params: {exc}")
     problems.extend(_auth_problems(config.auth))
+    problems.extend(check_scaling(config.scaling))
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

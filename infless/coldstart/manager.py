@@ -31,7 +31,6 @@ class _Tracked:
     state: Any
     windows: Windows
     decided_for_idle_s: float | None = None
-    restore_to: int = 1
     releases: int = 0
     prewarms: int = 0
 
@@ -135,18 +134,16 @@ class PrewarmManager:
                 release_grace_s=self._grace_s,
             ).action
 
+        # Warm when busy, when the policy wants an instance loaded now, or soon enough that
+        # one must start now (the lead is the function's last measured start time).
+        loaded = (LifecycleAction.KEEP, LifecycleAction.PREWARM)
         lead_s = function.last_start_duration_s
-        ahead, current = decide_at(now + lead_s), decide_at(now)
-        if not live and ahead is LifecycleAction.PREWARM:
-            log.info("prewarming %s (next request expected in %.1f s)", name, lead_s)
+        warm = idle_since is None or decide_at(now) in loaded or decide_at(now + lead_s) in loaded
+        if warm and not live:
+            log.info("prewarming %s (a request is expected within %.1f s)", name, lead_s)
             tracked.prewarms += 1
-            self._pool.scale(name, max(1, tracked.restore_to))
-        elif (
-            live
-            and current is LifecycleAction.RELEASE_TO_ZERO
-            and ahead is not LifecycleAction.KEEP
-        ):
-            log.info("releasing %s to zero (idle since %.1f s)", name, now - (idle_since or now))
+        elif not warm and live and function.keep_warm:
+            log.info("releasing %s to zero (idle for %.1f s)", name, now - (idle_since or now))
             tracked.releases += 1
-            tracked.restore_to = max(1, function.desired)
-            self._pool.scale(name, 0)
+        if warm != function.keep_warm or (warm and not live):
+            self._pool.set_warm(name, warm)

@@ -94,7 +94,14 @@ class InvokeHandler:
             }
             if cold:
                 headers["X-Infless-Cold-Start-Ms"] = f"{outcome.cold_start_ms:.1f}"
-            self._metrics.served(name, outcome.batch_size, outcome.queue_ms, outcome.exec_ms, cold)
+            self._metrics.served(
+                name,
+                outcome.batch_size,
+                outcome.queue_ms,
+                outcome.exec_ms,
+                cold,
+                outcome.cold_start_ms if cold else None,
+            )
             response = web.Response(
                 body=encode_outputs(outcome.outputs), content_type=JSON, headers=headers
             )

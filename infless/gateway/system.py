@@ -184,6 +184,7 @@ class SystemRoutes:
         return _json(
             [
                 instance_status(i)
+                | {"confinement": self._platform.pool.booter.describe(i.instance_id)}
                 for i in self._platform.pool.all_instances()
                 if (not function or i.function_name == function)
                 and i.state is not InstanceState.DEAD

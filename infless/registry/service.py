@@ -82,7 +82,7 @@ class FunctionService:
                 f"replicas = {instances} exceeds com.openfaas.scale.max = {spec.max_instances} "
                 f"for {name!r}; redeploy with a higher max"
             )
-        self._pool.scale(name, instances)
+        self._pool.scale(name, instances, pin=True)
         spec = replace(spec, instances=instances)
         self._registry.put(spec)
         return spec

@@ -36,7 +36,7 @@ class DemandConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 
 class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    policy: str = "infless"
+    policy: str = "infless"  # "none": no autoscaler, instance counts are set by hand
     tick_s: float = 0.5  # how often the autoscaler shell plans (the planner never reads time)
     alpha: float = 0.8  # §3.2: the band is [R_min + alpha·(R_max − R_min), R_max]
     headroom: float = 0.1  # scale out for demand × (1 + headroom): absorbs bursts during starts
@@ -56,6 +56,7 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     baseline_cpus: int = 2  # openfaas+ / batch: the fixed cores of every instance
     baseline_gpu_pct: int = 0  # openfaas+ / batch: the fixed GPU share of every instance
     batch_baseline_size: int = 0  # batch: the offline batch size (0 = largest feasible)
+    cpu_overcommit: float = 1.0  # the server offers cores × this to instances (small hosts)
     demand: DemandConfig = DemandConfig()
 
     @property
@@ -67,9 +68,10 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
     """Every problem with `cfg`, one sentence each; empty when the config is usable."""
     problems: list[str] = []
-    if cfg.policy not in POLICY_NAMES:
+    if cfg.policy not in (*POLICY_NAMES, "none"):
         problems.append(
-            f"{section}.policy = {cfg.policy!r}: unknown; use one of {', '.join(POLICY_NAMES)}"
+            f"{section}.policy = {cfg.policy!r}: unknown; use one of "
+            f"{', '.join(POLICY_NAMES)} or none"
         )
     if cfg.tick_s <= 0:
         problems.append(f"{section}.tick_s = {cfg.tick_s}: must be > 0 (e.g. 1.0)")
@@ -82,9 +84,10 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
             f"{section}.release_headroom = {cfg.release_headroom}: must be >= headroom "
             f"({cfg.headroom}), else a release can trigger the next scale-out"
         )
-    if not cfg.cpu_options or min(cfg.cpu_options) < 1:
+    if not cfg.cpu_options or min(cfg.cpu_options) < 1 or cfg.cpu_overcommit < 1.0:
         problems.append(
-            f"{section}.cpu_options = {list(cfg.cpu_options)}: need at least one value, all >= 1"
+            f"{section}.cpu_options = {list(cfg.cpu_options)}: need at least one value, all "
+            f">= 1; cpu_overcommit = {cfg.cpu_overcommit}: must be >= 1"
         )
     if any(not 0 < g <= 100 for g in cfg.gpu_options_pct):
         problems.append(

@@ -82,6 +82,7 @@ class Instance:
         self.start_breakdown = p.StartBreakdown()
         self.started_at_s = clock.now()
         self.ready_at_s: float | None = None
+        self.last_active_s = self.started_at_s  # when it last finished a batch
         self.error: str | None = None
         self._clock = clock
         self._input_specs = tuple(input_specs)
@@ -99,6 +100,10 @@ class Instance:
         return self.state is InstanceState.READY and queue is not None and queue.has_room
 
     @property
+    def busy(self) -> bool:
+        return bool(self._in_flight) or self.queue_length > 0
+
+    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
@@ -114,7 +119,7 @@ class Instance:
         self.share_rps = settings.batch_size * 1000.0 / max(settings.exec_ms, 0.1)
         self.queue = BatchQueue(self._clock, settings)
         self.state = InstanceState.READY
-        self.ready_at_s = self._clock.now()
+        self.ready_at_s = self.last_active_s = self._clock.now()
         self._runner = asyncio.create_task(self._run(), name=f"runner-{self.instance_id}")
 
     async def _run(self) -> None:
@@ -147,6 +152,7 @@ class Instance:
     def _resolve(self, batch: list[Pending], result: p.BatchResult, dispatched_s: float) -> None:
         outputs = unpack_outputs(result.outputs)
         size = len(batch)
+        self.last_active_s = dispatched_s
         self.batches += 1
         self.served += size
         for row, pending in enumerate(batch):

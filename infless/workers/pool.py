@@ -1,10 +1,11 @@
 """WorkerPool: the instances of every deployed function on this server, kept at their targets.
 
-`deploy`/`scale`/`remove` set what should run; `reconcile` starts or drains instances to
-match (starting one for a cold start when requests wait and none runs). Each instance
-boots through the launcher, loads its package, times warm-up batches, and gets its batch
-settings from `batching.policy`. A worker that dies is replaced and its requests retried.
-Gateway side: never imports torch.
+Two ways to decide how many instances run. Without an autoscaler (or for a function pinned
+by a manual `scale`), `desired` counts and `reconcile` starts or drains uniform instances to
+match. With one, the autoscaler calls `start_instance(config)` / `stop_instance(id)` with
+non-uniform <b, c, g>, and `reconcile` only starts an instance for a cold start. Either way,
+`InstanceBooter` brings instances up, a worker that dies is replaced (or left to the
+autoscaler) and its requests retried. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import msgspec
-
-from infless.batching.policy import powers_of_two_up_to, settle
 from infless.batching.request import Pending
 from infless.batching.router import FunctionRouter
 from infless.clock import Clock
@@ -30,13 +27,10 @@ from infless.config import Config
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
-from infless.workers import protocol as p
+from infless.workers.boot import InstanceBooter
 from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.instance import Instance, InstanceState
 from infless.workers.launcher import WorkerLauncher
-
-if TYPE_CHECKING:
-    from infless.weights.store import TensorStore
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +49,9 @@ class DeployedFunction:
     start_failures: int = 0
     last_error: str | None = None
     boots: set[asyncio.Task[None]] = field(default_factory=set)
+    pinned: bool = False  # a manual scale fixed the count: the autoscaler leaves it alone
+    keep_warm: bool = True  # the cold-start policy wants at least one instance
+    restore_to: int = 1  # the count to come back to after a release to zero
 
 
 class WorkerPool:
@@ -65,21 +62,22 @@ class WorkerPool:
         launcher: WorkerLauncher,
         allocator: CpuAllocator,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
-        store: TensorStore | None = None,
+        booter: InstanceBooter | None = None,
+        autoscaled: bool = False,
     ) -> None:
         self._config = config
         self._clock = clock
-        self._launcher = launcher
         self._allocator = allocator
         self._on_change = on_instance_change
-        self._store = store
+        self.booter = booter or InstanceBooter(config, clock, launcher)
+        self.autoscaled = autoscaled
         self.functions: dict[str, DeployedFunction] = {}
         self._stopping = False
         self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Prepare the launcher (the zygote imports torch once, here, not on first deploy)."""
-        await self._launcher.start()
+        await self.booter.launcher.start()
 
     # -- desired state -----------------------------------------------------------------
     def deploy(self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest) -> None:
@@ -107,11 +105,40 @@ class WorkerPool:
         await self.remove(spec.name)
         self.deploy(spec, package_dir, manifest)
 
-    def scale(self, name: str, instances: int) -> None:
+    def scale(self, name: str, instances: int, *, pin: bool = False) -> None:
+        """Set the instance count; `pin` (a person asked) takes it from the autoscaler."""
         function = self.get(name)
         function.desired = max(0, instances)
+        function.pinned = function.pinned or pin
         function.spec = replace(function.spec, instances=function.desired)
         self.reconcile(name)
+
+    def set_warm(self, name: str, warm: bool) -> None:
+        """The cold-start policy's verdict: keep (at least) one instance, or none."""
+        function = self.get(name)
+        function.keep_warm = warm
+        if self.is_autoscaled(function):
+            return  # the autoscaler reads keep_warm on its next tick
+        if warm:
+            self.scale(name, max(1, function.restore_to))
+        else:
+            function.restore_to = max(1, function.desired)
+            self.scale(name, 0)
+
+    def is_autoscaled(self, function: DeployedFunction) -> bool:
+        return self.autoscaled and not function.pinned
+
+    def start_instance(self, name: str, config: InstanceConfig) -> str:
+        """Start one instance with the autoscaler's <b, c, g>; returns its id."""
+        return self._spawn(self.get(name), config).instance_id
+
+    def stop_instance(self, instance_id: str) -> None:
+        """Drain one instance, then stop it (its queued requests are answered first)."""
+        for function in self.functions.values():
+            for instance in function.router.instances:
+                if instance.instance_id == instance_id and instance.state is InstanceState.READY:
+                    self._background_task(self._drain(function, instance))
+                    return
 
     async def remove(self, name: str) -> None:
         function = self.functions.pop(name, None)
@@ -145,10 +172,17 @@ class WorkerPool:
         if function is None or self._stopping:
             return
         router = function.router
-        target = max(function.desired, 1 if router.waiting else 0)
         live = [
             i for i in router.instances if i.state in (InstanceState.STARTING, InstanceState.READY)
         ]
+        if self.is_autoscaled(function):
+            # The autoscaler plans from measurements: the first instance (uniform, measuring
+            # every batch size) comes from here, as does a cold start, which cannot wait.
+            wanted = router.waiting or (function.keep_warm and function.spec.min_instances > 0)
+            if wanted and not live:
+                self._spawn(function)
+            return
+        target = max(function.desired, 1 if router.waiting else 0)
         for _ in range(target - len(live)):
             self._spawn(function)
         surplus = len(live) - target
@@ -157,68 +191,48 @@ class WorkerPool:
             for instance in sorted(ready, key=lambda i: i.queue_length)[:surplus]:
                 self._background_task(self._drain(function, instance))
 
-    def _spawn(self, function: DeployedFunction) -> None:
+    def _spawn(self, function: DeployedFunction, config: InstanceConfig | None = None) -> Instance:
         spec = function.spec
-        cores = self._allocator.assign(spec.cpus_per_instance)
+        cores = self._allocator.assign(config.cpus if config else spec.cpus_per_instance)
         instance = Instance(
             instance_id=f"{spec.name}-{secrets.token_hex(3)}",
             function_name=spec.name,
-            config=InstanceConfig(batch_size=spec.max_batch, cpus=len(cores)),
+            config=config or InstanceConfig(batch_size=spec.max_batch, cpus=len(cores)),
             cpu_ids=cores,
             clock=self._clock,
             input_specs=function.input_specs,
             on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
         )
         function.router.add(instance)
+        fixed_batch = None if config is None else config.batch_size
         task = asyncio.create_task(
-            self._boot(function, instance), name=f"boot-{instance.instance_id}"
+            self._boot(function, instance, fixed_batch), name=f"boot-{instance.instance_id}"
         )
         function.boots.add(task)
         task.add_done_callback(function.boots.discard)
+        return instance
 
-    async def _boot(self, function: DeployedFunction, instance: Instance) -> None:
+    async def _boot(
+        self, function: DeployedFunction, instance: Instance, fixed_batch: int | None
+    ) -> None:
         spec = function.spec
-        batching = self._config.batching
         try:
-            stored = None
-            if self._store is not None:
-                stored = await asyncio.to_thread(
-                    self._store.publish,
-                    function.package_dir,
-                    spec.tenant,
-                    holder=instance.instance_id,
-                )
-            launched = await self._launcher.launch(instance.instance_id)
-            handle = ProcessWorkerHandle(
-                launched, on_death=lambda _: self._died(function, instance)
+            booted = await self.booter.boot(
+                spec,
+                function.package_dir,
+                instance,
+                on_death=lambda _: self._died(function, instance),
+                fixed_batch=fixed_batch,
             )
-            instance.handle = handle
-            request = p.LoadModel(
-                package_dir=str(function.package_dir),
-                cpus=len(instance.cpu_ids),
-                cpu_ids=list(instance.cpu_ids),
-                warmup_batch_sizes=powers_of_two_up_to(spec.max_batch),
-                warmup_rounds=batching.warmup_rounds,
-                store_tensors=stored,
-                private_weights=stored is None and self._config.store.private_weights,
-            )
-            ready = await handle.load(request, self._config.workers.start_timeout_s)
         except asyncio.CancelledError:
             await self._discard(function, instance)
             raise
         except Exception as exc:  # any start failure is reported and retried with backoff
             self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
             return
-        settings = settle(
-            ready.exec_ms,
-            spec.slo_ms,
-            spec.max_batch,
-            batching.slack_ms + batching.slack_fraction * spec.slo_ms,
-            batching.queue_capacity_batches,
-            mode=batching.dispatch,
-        )
+        handle, ready, settings = booted.handle, booted.ready, booted.settings
         instance.become_ready(handle, settings, ready)
-        instance.start_breakdown = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
+        instance.start_breakdown = self.booter.start_breakdown(booted)
         function.start_failures = 0
         function.last_start_duration_s = self._clock.now() - instance.started_at_s
         log.info(
@@ -234,10 +248,9 @@ class WorkerPool:
         self.reconcile(spec.name)
 
     def _forget(self, instance: Instance) -> None:
-        """An instance is gone for good: free its cores and its store holds."""
+        """An instance is gone for good: free its cores, store holds and cgroup."""
         self._allocator.release(instance.cpu_ids)
-        if self._store is not None:
-            self._store.release(instance.instance_id)
+        self.booter.release(instance.instance_id)
 
     def instance_ids(self) -> list[str]:
         """Every instance that may hold store tensors (starting, ready or draining)."""
@@ -313,7 +326,7 @@ class WorkerPool:
         for name in names:
             with contextlib.suppress(FunctionNotFound):
                 await self.remove(name)
-        await self._launcher.close()
+        await self.booter.launcher.close()
 
     def all_instances(self) -> list[Instance]:
         return [i for f in self.functions.values() for i in f.router.instances]

@@ -126,6 +126,8 @@ def start_gateway(
         "state": {"dir": str(state_dir)},
         "models": {"repository": str(TEST_MODEL_REPOSITORY)},
         "batching": {"warmup_rounds": 1},
+        # fixed instance counts unless a test asks for the autoscaler
+        "scaling": {"policy": "none"},
     }
     for section, values in (sections or {}).items():
         merged.setdefault(section, {}).update(values)

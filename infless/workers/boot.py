@@ -1,0 +1,140 @@
+"""InstanceBooter: take one new instance from nothing to ready to serve.
+
+Publish its weights to the tensor store (or not), launch its worker, confine the process to
+its cores (cgroups, else affinity), load the package, time warm-up batches, and derive its
+batch settings. Raises on any failure; the pool decides what a failure means.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from infless.batching.policy import BatchSettings, batch_timeout_s, powers_of_two_up_to, settle
+from infless.clock import Clock
+from infless.config import Config
+from infless.types import FunctionSpec
+from infless.workers import protocol as p
+from infless.workers.handle import ProcessWorkerHandle
+from infless.workers.instance import Instance
+from infless.workers.launcher import WorkerLauncher
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from infless.cluster.cgroups import Confinement, CpuConfiner
+    from infless.weights.store import TensorStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Booted:
+    handle: ProcessWorkerHandle
+    ready: p.Ready
+    settings: BatchSettings
+    spawn_ms: float
+
+
+class InstanceBooter:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        launcher: WorkerLauncher,
+        store: TensorStore | None = None,
+        confiner: CpuConfiner | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self.launcher = launcher
+        self.store = store
+        self._confiner = confiner
+        self.confinements: dict[str, Confinement] = {}
+
+    def batch_settings(
+        self, spec: FunctionSpec, exec_ms_by_batch: dict[int, float], fixed_batch: int | None
+    ) -> BatchSettings:
+        """The instance's batching: the largest feasible b (or the planner's fixed b)."""
+        batching = self._config.batching
+        slack_ms = batching.slack_ms + batching.slack_fraction * spec.slo_ms
+        if fixed_batch is None:
+            return settle(
+                exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
+                batching.queue_capacity_batches, mode=batching.dispatch,
+            )  # fmt: skip
+        exec_ms = exec_ms_by_batch.get(fixed_batch, 0.0)
+        return BatchSettings(
+            batch_size=fixed_batch,
+            timeout_s=batch_timeout_s(spec.slo_ms, exec_ms, slack_ms),
+            capacity=fixed_batch * batching.queue_capacity_batches,
+            exec_ms=exec_ms,
+            mode=batching.dispatch,
+        )
+
+    async def boot(
+        self,
+        spec: FunctionSpec,
+        package_dir: Path,
+        instance: Instance,
+        on_death: Callable[[ProcessWorkerHandle], None],
+        fixed_batch: int | None = None,
+    ) -> Booted:
+        stored = None
+        if self.store is not None:
+            stored = await asyncio.to_thread(
+                self.store.publish, package_dir, spec.tenant, holder=instance.instance_id
+            )
+        launched = await self.launcher.launch(instance.instance_id)
+        handle = ProcessWorkerHandle(launched, on_death=on_death)
+        instance.handle = handle
+        self._confine(instance)
+        largest = fixed_batch or spec.max_batch
+        request = p.LoadModel(
+            package_dir=str(package_dir),
+            cpus=instance.config.cpus,
+            cpu_ids=list(instance.cpu_ids),
+            warmup_batch_sizes=powers_of_two_up_to(largest),
+            warmup_rounds=self._config.batching.warmup_rounds,
+            store_tensors=stored,
+            private_weights=stored is None and self._config.store.private_weights,
+        )
+        ready = await handle.load(request, self._config.workers.start_timeout_s)
+        settings = self.batch_settings(spec, dict(ready.exec_ms), fixed_batch)
+        return Booted(handle, ready, settings, launched.spawn_ms)
+
+    def _confine(self, instance: Instance) -> None:
+        if self._confiner is None:
+            return
+        try:
+            confinement = self._confiner.confine(
+                instance.instance_id, instance.pid, instance.cpu_ids, cores=instance.config.cpus
+            )
+        except OSError as exc:  # confinement is best effort; affinity is set by the worker
+            log.warning("could not confine %s: %s", instance.instance_id, exc)
+            return
+        self.confinements[instance.instance_id] = confinement
+
+    def release(self, instance_id: str) -> None:
+        """The instance is gone: free its store holds and its cgroup."""
+        if self.store is not None:
+            self.store.release(instance_id)
+        confinement = self.confinements.pop(instance_id, None)
+        if confinement is not None and self._confiner is not None:
+            try:
+                self._confiner.release(confinement)
+            except OSError as exc:
+                log.warning("could not remove the cgroup of %s: %s", instance_id, exc)
+
+    def describe(self, instance_id: str) -> dict[str, object] | None:
+        confinement = self.confinements.get(instance_id)
+        return None if confinement is None else confinement.describe()
+
+    def start_breakdown(self, booted: Booted) -> p.StartBreakdown:
+        return msgspec.structs.replace(booted.ready.start, spawn_ms=booted.spawn_ms)

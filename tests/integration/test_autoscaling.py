@@ -1,0 +1,111 @@
+"""The autoscaler with real workers: non-uniform instances confined to their cores, and
+scale-out under load driven by INFless's planner."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from aiohttp.test_utils import TestClient, TestServer
+
+from infless.app import PLATFORM_KEY, Platform, create_app
+from infless.config import load_config, with_overrides
+from infless.types import InstanceConfig
+from infless.workers.instance import InstanceState
+from tests.support.gateway import TEST_MODEL_REPOSITORY, start_gateway
+
+SAMPLE = {"inputs": np.zeros((1, 28, 28)).tolist()}
+
+
+def _cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
+async def test_instances_of_one_function_run_with_different_configs_each_confined(
+    tmp_path: Path,
+) -> None:
+    config = with_overrides(
+        load_config(None),
+        state={"dir": str(tmp_path / "state")},
+        models={"repository": str(TEST_MODEL_REPOSITORY)},
+        batching={"warmup_rounds": 1},
+        scaling={"policy": "infless", "tick_s": 3600.0},  # planned by hand below
+    )
+    app = create_app(config)
+    async with TestClient(TestServer(app)) as client:
+        platform = app[PLATFORM_KEY]
+        assert isinstance(platform, Platform)
+        deployment = {
+            "service": "digits",
+            "image": "mnist",
+            "labels": {"com.infless.max.batch": "8", "com.openfaas.scale.min": "0"},
+        }
+        assert (await client.post("/system/functions", json=deployment)).status == 202
+        small = platform.pool.start_instance("digits", InstanceConfig(batch_size=2, cpus=1))
+        large = platform.pool.start_instance("digits", InstanceConfig(batch_size=8, cpus=2))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            states = {i.instance_id: i.state for i in platform.pool.all_instances()}
+            if states.get(small) is states.get(large) is InstanceState.READY:
+                break
+            await asyncio.sleep(0.1)
+        listing: list[dict[str, Any]] = msgspec.json.decode(
+            await (await client.get("/system/instances")).read()
+        )
+        by_id = {i["id"]: i for i in listing}
+        assert (by_id[small]["batchSize"], by_id[small]["cpus"]) == (2, 1)
+        assert (by_id[large]["batchSize"], by_id[large]["cpus"]) == (8, 2)
+        for instance_id in (small, large):
+            entry = by_id[instance_id]
+            allowed = _cpus_allowed(entry["pid"])
+            cores = entry["cpuIds"]
+            assert allowed == (str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}")
+            confinement = entry["confinement"]
+            assert confinement is not None
+            if confinement["method"] != "affinity":  # cgroups: a quota of c cores
+                assert confinement["cpu_quota_cores"] == entry["cpus"]
+        answers = await asyncio.gather(
+            *(client.post("/function/digits", json=SAMPLE) for _ in range(16))
+        )
+        assert [a.status for a in answers] == [200] * 16
+        served_by = {a.headers["X-Infless-Instance"] for a in answers}
+        assert served_by <= {small, large}
+
+
+def test_load_makes_the_planner_scale_out(tmp_path: Path) -> None:
+    functions = [{"name": "cifar", "image": "resnet-20", "slo_ms": 400, "max_batch": 4}]
+    sections = {"scaling": {"policy": "infless", "tick_s": 0.5, "cpu_overcommit": 4.0}}
+    body = {"inputs": np.zeros((3, 32, 32)).tolist()}
+    with start_gateway(tmp_path, functions, sections) as gw:
+        (first,) = gw.wait_ready("cifar")
+        capacity_rps = 1000.0 * first["batchSize"] / first["execMsByBatch"][str(first["batchSize"])]
+        rate_rps = min(60.0, 1.6 * capacity_rps)  # more than one instance takes, not two
+        most = 1
+        statuses: list[int] = []
+        with ThreadPoolExecutor(32) as pool:
+            futures = []
+            started = time.monotonic()
+            sent = 0
+            while time.monotonic() - started < 15.0:
+                due = started + sent / rate_rps
+                time.sleep(max(0.0, due - time.monotonic()))
+                futures.append(pool.submit(gw.request, "POST", "/function/cifar", body))
+                sent += 1
+                if sent % 20 == 0:
+                    most = max(most, len(gw.instances("cifar")))
+            statuses = [f.result()[0] for f in futures]
+        assert most >= 2, (
+            f"still {most} instance at {rate_rps:.0f} rps (one takes {capacity_rps:.0f})"
+        )
+        # while the second instance starts, the first one's bounded queue may overflow (429),
+        # but never an error, and most requests are served
+        assert set(statuses) <= {200, 429}
+        assert statuses.count(200) >= 0.7 * len(statuses)
