@@ -12,20 +12,12 @@ stops when its `Ready` message arrives (no warm-up batches: `warmup_batch_sizes=
 - `zygote_warm_store`: the tensors are already stored; publish only finds them, then the
   same fork + build + attach.
 
-Two more warm-store modes size proposed zygote fixes (not what ships; `--no-variants` skips
-them), each from its own zygote with extra preloads:
-- `warm_gc_frozen`: preloads `bench.zygote_gc_freeze` last (`gc.freeze()` after the imports,
-  so a child's first full collection neither walks nor dirties the zygote's objects);
-- `warm_gc_frozen_dynamo`: also preloads `torch._dynamo`, which torch imports lazily the
-  first time a module is initialised on `meta` through `torch._refs` (nn.Embedding's
-  `normal_`: bert-v1, not resnet-50).
-
-The zygotes are started before timing (once per server, like the gateway does); one untimed
+The zygote is started before timing (once per server, like the gateway does); one untimed
 round per model warms the page cache and the zygotes. The store root is a temporary
 directory under /dev/shm, removed at the end. Prints p50/p90 and the mean breakdown
 (publish, spawn, build, attach, rest = interpreter start + torch import for `fresh`, socket
 round trips) and ends with one JSON line: `p50_ms` per model and mode, `p90_ms`,
-`speedup_warm_vs_fresh` (shipped zygote) and `speedup_variants_vs_fresh`.
+and `speedup_warm_vs_fresh`.
 
     .venv/bin/python -m bench.startup [--models resnet-50 bert-v1] [--repetitions 5]
 """
@@ -52,16 +44,10 @@ from infless.weights.store import TensorStore
 from infless.workers import protocol as p
 from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
-from infless.workers.zygote import DEFAULT_PRELOAD, ZygoteLauncher
+from infless.workers.zygote import ZygoteLauncher
 
 DEFAULT_MODELS = ("resnet-50", "bert-v1")
 MODES = ("fresh", "zygote_empty_store", "zygote_warm_store")
-GC_FREEZE_PRELOAD = "bench.zygote_gc_freeze"
-# variant mode -> extra zygote preloads (a warm-store start from that zygote)
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "warm_gc_frozen": (GC_FREEZE_PRELOAD,),
-    "warm_gc_frozen_dynamo": ("torch._dynamo", GC_FREEZE_PRELOAD),
-}
 TENANT = "bench"
 LOAD_TIMEOUT_S = 120.0
 
@@ -82,9 +68,7 @@ class StartSample:
 
 
 def launcher_key(mode: str) -> str:
-    if mode == "fresh":
-        return "fresh"
-    return mode if mode in VARIANTS else "zygote"
+    return "fresh" if mode == "fresh" else "zygote"
 
 
 async def start_once(
@@ -141,9 +125,6 @@ async def run(
     store = TensorStore(store_root, RealClock(), keepalive_s=0.0)
     zygote = ZygoteLauncher()
     launchers: dict[str, WorkerLauncher] = {"fresh": SubprocessLauncher(), "zygote": zygote}
-    for mode in modes:
-        if mode in VARIANTS:
-            launchers[mode] = ZygoteLauncher(preload=(*DEFAULT_PRELOAD, *VARIANTS[mode]))
     samples: dict[str, dict[str, list[StartSample]]] = {}
     counter = 0
     try:
@@ -151,9 +132,6 @@ async def run(
         await zygote.start()
         zygote_start_ms = (time.perf_counter() - zygote_started) * 1000.0
         print(f"zygote started in {zygote_start_ms:.0f} ms (once per server, not timed below)")
-        for key, launcher in launchers.items():
-            if isinstance(launcher, ZygoteLauncher) and key != "zygote":
-                await launcher.start()
         for model in models:
             package_dir = BENCH_MODELS / model
             samples[model] = {mode: [] for mode in modes}
@@ -187,7 +165,6 @@ def summarise(samples: dict[str, dict[str, list[StartSample]]]) -> dict[str, Any
     p90: dict[str, dict[str, float]] = {}
     breakdown: dict[str, dict[str, dict[str, float]]] = {}
     speedup: dict[str, float] = {}
-    speedup_variants: dict[str, dict[str, float]] = {}
     for model, by_mode in samples.items():
         p50[model], p90[model], breakdown[model] = {}, {}, {}
         for mode, runs in by_mode.items():
@@ -211,18 +188,11 @@ def summarise(samples: dict[str, dict[str, list[StartSample]]]) -> dict[str, Any
             )
         fresh = p50[model]["fresh"]
         speedup[model] = round(fresh / p50[model]["zygote_warm_store"], 1)
-        speedup_variants[model] = {
-            mode: round(fresh / p50[model][mode], 1) for mode in by_mode if mode in VARIANTS
-        }
-        print(
-            f"{model}: warm-store start is {speedup[model]:.1f}× faster than a fresh process"
-            + "".join(f"; {m}: {x:.1f}×" for m, x in speedup_variants[model].items())
-        )
+        print(f"{model}: warm-store start is {speedup[model]:.1f}× faster than a fresh process")
     return {
         "p50_ms": p50,
         "p90_ms": p90,
         "speedup_warm_vs_fresh": speedup,
-        "speedup_variants_vs_fresh": speedup_variants,
         "mean_breakdown_ms": breakdown,
     }
 
@@ -231,9 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--no-variants", action="store_true", help="only the three modes")
     args = parser.parse_args(argv)
-    modes: tuple[str, ...] = MODES if args.no_variants else (*MODES, *VARIANTS)
+    modes: tuple[str, ...] = MODES
     repetitions = max(1, args.repetitions)
     for model in args.models:
         ensure_package(model, BENCH_MODELS)
