@@ -1,16 +1,18 @@
 """Memory of N instances with the shared tensor store versus private weights, through a gateway.
 
-Same run, same machine, same launcher (the zygote, so both modes share the torch import
-pages and only the weights differ): for each model and N in {1, 2, 4, 8, 16}, a real
-`infless serve` gateway deploys the function over HTTP, scales it to N, waits until every
-instance is ready (warm-up batch 1 ran, so the weights were read), and the bench reads each
-worker's `/proc/PID/smaps_rollup` Pss. Two gateways per model:
+Same run, same machine: for each model and N in {1, 2, 4, 8, 16}, a real `infless serve`
+gateway deploys the function over HTTP, scales it to N, waits until every instance is ready
+(warm-up batch 1 ran, so the weights were read), and the bench reads each worker's
+`/proc/PID/smaps_rollup` Pss. Three gateways per model:
 
-- `private` (baseline): `[store] enabled = false, private_weights = true`: every worker
-  clones the package's weights into its own anonymous memory, as Triton/TorchServe replicas
-  hold them (without the clone, workers would share the safetensors file's page cache);
+- `replicas` (the headline baseline): conventional replicas, as Triton, TorchServe or Ray
+  Serve run them: every worker a fresh process (`launcher = "subprocess"`) with its own copy
+  of the weights (`[store] enabled = false, private_weights = true`: cloned into anonymous
+  memory; without the clone, workers would share the safetensors file's page cache);
+- `private`: the same private weights, but workers forked from the zygote (`--launcher`),
+  so they share the torch import pages: `store` against it is the store's effect alone;
 - `store`: `[store] enabled = true` on a tmpfs root of its own: weights are published once
-  and mapped by every worker.
+  and mapped by every worker forked from the zygote.
 
 Memory (the acceptance metric) = sum of the workers' Pss + bytes of the files under the
 store root (tmpfs pages). That counts store pages mapped by workers twice (once in their
@@ -23,9 +25,10 @@ different `fc` head), one instance each: private weights, the store with one ten
 function (dedicated stores: nothing shared across functions), and the store with one tenant
 for all four (the backbone stored once).
 
-Prints a table and ends with one JSON line: `reduction_pct` per model and N under the model
-name, `cross_function_reduction_pct` (shared-tenant store vs private weights), and the
-absolute MiB under `mib`.
+Prints tables and ends with one JSON line: `reduction_pct` per model and N under the model
+name (store vs conventional replicas), `store_only_reduction_pct` (store vs zygote workers
+with private weights), `cross_function_reduction_pct` (shared-tenant store vs private
+weights), and the absolute MiB under `mib`.
 
     .venv/bin/python -m bench.memory [--models resnet-50 bert-v1] [--counts 1 2 4 8 16]
 """
@@ -168,8 +171,10 @@ class ModeRun:
 
 
 def gateway_toml(mode: str, launcher: str, store_root: Path) -> str:
+    if mode == "replicas":  # conventional replicas: a fresh process, its own copy of the weights
+        launcher = "subprocess"
     workers = f'[workers]\nlauncher = "{launcher}"\nstart_timeout_s = 600.0\n'
-    if mode == "private":
+    if mode in ("private", "replicas"):
         return workers + "[store]\nenabled = false\nprivate_weights = true\n"
     return (
         workers + f'[store]\nenabled = true\nroot = "{store_root}"\nclear_on_shutdown = true\n'
@@ -359,7 +364,7 @@ def run_models(
                 store_root=stores / f"{model}-{mode}",
                 settle_s=settle_s,
             )
-            for mode in ("private", "store")
+            for mode in ("replicas", "private", "store")
         }
     return runs
 
@@ -390,27 +395,39 @@ def model_figures(
 ) -> dict[str, dict[str, float]]:
     """Print each model's table; fill `figures` (reduction_pct) and `absolute` (MiB)."""
     reductions_dedup: dict[str, dict[str, float]] = {}
+    store_only: dict[str, dict[str, float]] = figures.setdefault("store_only_reduction_pct", {})
     for model, modes in runs.items():
-        private, store = modes["private"], modes["store"]
+        replicas, private, store = modes["replicas"], modes["private"], modes["store"]
+        print("\nbaseline: conventional replicas (a fresh process each, its own weights)")
+        print_model_table(model, replicas, store)
+        print("\nbaseline: zygote-forked workers with private weights (the store's effect alone)")
         print_model_table(model, private, store)
-        common = [c for c in private.samples if c in store.samples]
+        common = [c for c in replicas.samples if c in store.samples]
         figures[model] = {
-            str(c): reduction_pct(private.samples[c].total_bytes, store.samples[c].total_bytes)
+            str(c): reduction_pct(replicas.samples[c].total_bytes, store.samples[c].total_bytes)
             for c in common
         }
+        store_only[model] = {
+            str(c): reduction_pct(private.samples[c].total_bytes, store.samples[c].total_bytes)
+            for c in private.samples
+            if c in store.samples
+        }
         reductions_dedup[model] = {
-            str(c): reduction_pct(private.samples[c].total_bytes, store.samples[c].dedup_bytes)
+            str(c): reduction_pct(replicas.samples[c].total_bytes, store.samples[c].dedup_bytes)
             for c in common
         }
         first = next(iter(store.samples.values()), None)
         absolute[model] = {
+            "replicas": {str(c): mib(s.total_bytes) for c, s in replicas.samples.items()},
             "private": {str(c): mib(s.total_bytes) for c, s in private.samples.items()},
             "store": {str(c): mib(s.total_bytes) for c, s in store.samples.items()},
             "store_dedup": {str(c): mib(s.dedup_bytes) for c, s in store.samples.items()},
             "store_files": {str(c): mib(s.store_bytes) for c, s in store.samples.items()},
             "zygote_pss": None if first is None else mib(first.zygote_pss_bytes),
         }
-        skipped = {f"{r.mode}:{c}": why for r in (private, store) for c, why in r.skipped.items()}
+        skipped = {
+            f"{r.mode}:{c}": why for r in (replicas, private, store) for c, why in r.skipped.items()
+        }
         if skipped:
             absolute[model]["skipped"] = skipped
     return reductions_dedup
@@ -470,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
         transfer_figures(transfer, figures, absolute)
     figures["reduction_pct_dedup"] = reductions_dedup
     figures["mib"] = absolute
-    figures["metric"] = "sum of worker Pss + store tmpfs bytes; baseline: private weights"
+    figures["metric"] = (
+        "sum of worker Pss + store tmpfs bytes; reduction_pct: vs conventional replicas (fresh "
+        "process, own weights); store_only_reduction_pct: vs zygote workers with own weights"
+    )
     figures["launcher"] = args.launcher
     figures["load_avg_1m"] = {"start": round(load_start[0], 2), "end": round(load_end[0], 2)}
     figures["elapsed_s"] = round(elapsed_s, 1)
