@@ -36,8 +36,7 @@ from infless.workers.launcher import LaunchedWorker
 
 DEFAULT_TARGET = "infless.workers.main:serve"
 _RUNTIME = ("infless.workers.main", "infless.models.loader", "infless.weights.attach")
-# torch._dynamo: building some modules (nn.Embedding) imports it on first use, ~1.5 s each.
-DEFAULT_PRELOAD = ("numpy", "torch", "torch._dynamo", "safetensors", *_RUNTIME)
+DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME)
 _PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE_BYTES = 64 * 1024
 _EXIT_CODES_KEPT = 4096
