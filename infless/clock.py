@@ -1,13 +1,19 @@
-"""The Clock protocol and the real clock: nothing else in infless reads time directly.
+"""The Clock protocol, the real clock, and the Ticker that runs control loops on a clock.
 
-`now()` is monotonic seconds; `wall()` is Unix seconds for timestamps shown to people.
+Nothing else in infless reads time directly. `now()` is monotonic seconds; `wall()` is Unix
+seconds for timestamps shown to people.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Clock(Protocol):
@@ -31,3 +37,45 @@ class RealClock:
         delay = deadline - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+class Ticker:
+    """Calls `tick()` every `interval_s` on a Clock, from `start()` until `stop()`.
+
+    The control loops (autoscaler, prewarm manager, reclaimer) all run this way: their
+    decisions are synchronous functions of a snapshot; a tick that raises is logged and the
+    next one still runs.
+    """
+
+    def __init__(
+        self, clock: Clock, interval_s: float, tick: Callable[[], object], name: str
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"{name}: the interval must be > 0 seconds, got {interval_s}")
+        self._clock = clock
+        self._interval_s = interval_s
+        self._tick = tick
+        self._name = name
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            first_s = self._clock.now() + self._interval_s  # from now, not from when it runs
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._run(first_s), name=self._name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self, deadline_s: float) -> None:
+        while True:
+            await self._clock.sleep_until(deadline_s)
+            try:
+                self._tick()
+            except Exception:  # one bad tick must not end the loop for good
+                log.exception("%s: tick failed; the next one runs as usual", self._name)
+            deadline_s = self._clock.now() + self._interval_s

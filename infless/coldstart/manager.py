@@ -9,13 +9,11 @@ before the predicted next request. Functions that may not scale to zero are left
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from infless.clock import Clock
+from infless.clock import Clock, Ticker
 from infless.coldstart.lifecycle import LifecycleAction, decide_lifecycle
 from infless.coldstart.policies import ColdStartPolicy, Windows
 from infless.workers.instance import InstanceState
@@ -57,24 +55,13 @@ class PrewarmManager:
         self._grace_s = release_grace_s
         self._zero_default = scale_to_zero_default
         self._tracked: dict[str, _Tracked] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(clock, tick_s, self.tick, "prewarm-manager")
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="prewarm-manager")
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await self._clock.sleep_until(self._clock.now() + self._tick_s)
-            try:
-                self.tick()
-            except Exception:  # a policy bug must not stop cold-start management
-                log.exception("prewarm manager tick failed")
+        await self._ticker.stop()
 
     def describe(self, name: str) -> dict[str, object] | None:
         """The function's current windows and what the manager did, for /system/function."""

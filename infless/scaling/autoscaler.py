@@ -9,12 +9,10 @@ stops drain first. Functions pinned by a manual scale are left alone, but their 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 
-from infless.clock import Clock
+from infless.clock import Clock, Ticker
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand, DemandState, estimate, forget, record
@@ -61,26 +59,15 @@ class Autoscaler:
         self.predictor = predictor or MeasuredPredictor()
         self._policy = policy or get_policy(cfg.policy)
         self._demand = DemandState()
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(clock, cfg.tick_s, self.tick, "autoscaler")
         self.last_plan = ScalingPlan()
         self.ticks = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="autoscaler")
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await self._clock.sleep_until(self._clock.now() + self._cfg.tick_s)
-            try:
-                self.tick()
-            except Exception:  # a planning bug must not stop autoscaling for good
-                log.exception("autoscaler tick failed")
+        await self._ticker.stop()
 
     def tick(self) -> ScalingPlan:
         now = self._clock.now()

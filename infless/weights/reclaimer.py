@@ -13,14 +13,12 @@ the injected clock and never touches files itself: the store applies each decisi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from infless.clock import Clock
+from infless.clock import Clock, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +100,8 @@ class Reclaimer:
         self._store = store
         self._clock = clock
         self._running = running
-        self._interval_s = interval_s
         self._on_freed = on_freed
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Ticker(clock, interval_s, self.tick, "reclaimer")
         self.ticks = 0
         self.freed_bytes = 0
 
@@ -122,20 +119,7 @@ class Reclaimer:
         return freed
 
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            first_deadline = self._clock.now() + self._interval_s
-            loop = asyncio.get_running_loop()
-            self._task = loop.create_task(self._run(first_deadline), name="reclaimer")
+        self._ticker.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self, deadline: float) -> None:
-        while True:
-            await self._clock.sleep_until(deadline)
-            self.tick()
-            deadline = self._clock.now() + self._interval_s
+        await self._ticker.stop()
