@@ -45,7 +45,12 @@ def test_profiling_resumes_where_it_stopped(tmp_path: Path) -> None:
         first = profile_signatures(db, [_relu(8)], TINY)
         assert first.configs_measured == 2
         assert first.configs_skipped == 0
-        assert set(db.calibration()) == {"module_call_us", "python_op_us", "op_switch_us"}
+        assert set(db.calibration()) == {
+            "module_call_us",
+            "python_op_us",
+            "op_switch_us",
+            "llc_bytes",
+        }
     lines: list[str] = []
     bigger = ProfilePlan(batches=(1, 2, 4), threads=(1,), budget_s=0.005, min_reps=3, max_reps=3)
     with ProfileDatabase(path) as db:
@@ -60,6 +65,18 @@ def test_profiling_resumes_where_it_stopped(tmp_path: Path) -> None:
         assert all(
             r.time_ms > 0 and r.reps == 3 for r in db.rows_for([_relu(16).key])[_relu(16).key]
         )
+
+
+def test_remeasuring_keeps_the_faster_figure(tmp_path: Path) -> None:
+    sig = _relu(8)
+    slow = [ProfileRow(sig.key, b, 1, 0, 1e6, 1e6, 0.0, 3, 1.0, 2e6) for b in (1, 2)]
+    with ProfileDatabase(tmp_path / "p.sqlite") as db:
+        db.add_profiles(sig, slow)
+        progress = profile_signatures(db, [sig], TINY, remeasure=True)
+        rows = db.rows_for([sig.key])[sig.key]
+    assert progress.configs_measured == 2
+    assert all(r.time_ms < 1e6 for r in rows)
+    assert all(r.cold_or_warm_ms < 2e6 for r in rows)
 
 
 def test_an_operator_that_cannot_run_is_reported_not_fatal(tmp_path: Path) -> None:

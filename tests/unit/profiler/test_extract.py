@@ -91,14 +91,21 @@ def test_a_signature_rebuilds_its_operator_at_any_batch_size() -> None:
     graph = extract_graph(Residual(), IMAGE, model_key="residual")
     view = next(n for n in graph.nodes if n.name == "view").signature
     with torch.inference_mode():
-        out = build_operator(view, 5)()
+        out = build_operator(view, 5).run()
     assert isinstance(out, torch.Tensor)
     assert out.shape == (5, 256)
     conv = next(n for n in graph.nodes if n.name == "conv1").signature
     with torch.inference_mode():
-        out = build_operator(conv, 3)()
+        out = build_operator(conv, 3).run()
     assert isinstance(out, torch.Tensor)
     assert out.shape == (3, 4, 8, 8)
+    # weights cycled through copies, as a model's other operators would evict them
+    rotating = build_operator(conv, 3, rotate_bytes=10_000)
+    assert rotating.weight_bytes == (4 * 4 * 3 * 3 + 4) * 4
+    assert rotating.copies == -(-10_000 // rotating.weight_bytes)
+    with torch.inference_mode():
+        shapes = {tuple(rotating.run().shape) for _ in range(rotating.copies + 1)}  # type: ignore[attr-defined]
+    assert shapes == {(3, 4, 8, 8)}
 
 
 def test_models_fx_cannot_trace_fall_back_to_the_dispatch_tracer() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -150,3 +151,17 @@ def test_breakdown_sums_to_the_prediction_in_sum_mode() -> None:
     parts = predictor.breakdown_ms("diamond", 4, 1)
     assert sum(parts.values()) == pytest.approx(predictor.predict_raw_ms("diamond", 4, 1))
     assert set(parts) == {"overhead", "a", "b", "c", "d"}
+
+
+def test_models_larger_than_the_cache_use_the_cold_weight_profiles() -> None:
+    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=Calibration(llc_bytes=1000.0))
+    for kind in "abcd":
+        rows = _rows(kind, _linear_table(1.0))
+        predictor.add_profiles(replace(r, cold_ms=2 * r.time_ms) for r in rows)
+    small = _diamond()
+    big = replace(small, model_key="big", weight_bytes=10_000)
+    predictor.register("small", small)
+    predictor.register("big", big)
+    assert predictor.predict_raw_ms("big", 4, 1) == pytest.approx(
+        2 * predictor.predict_raw_ms("small", 4, 1)
+    )

@@ -103,6 +103,13 @@ def test_shape_arithmetic_does_not_hide_the_chain() -> None:
     assert block == Chain((Op("a"), Op("b"), Op("c")))
 
 
+def test_indexing_a_tuple_of_tensors_passes_the_dependency_on() -> None:
+    # out = lstm(x)[0]; head(out): "getitem" on the tuple is python, but carries the data
+    edges = {"a": (), "getitem": ("a",), "b": ("getitem",)}
+    block = decompose(_graph(edges, python=("getitem",)))
+    assert block == Chain((Op("a"), Op("b")))
+
+
 def test_an_empty_graph_costs_nothing() -> None:
     graph = OperatorGraph("g", (), (), "fx")
     assert block_cost(decompose(graph), _cost, "max") == 0.0

@@ -1,0 +1,1 @@
+"""Combined operator profiling (INFless §3.3): operator graphs, the profile DB, the predictor."""

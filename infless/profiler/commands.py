@@ -1,0 +1,205 @@
+"""`infless profile` and `infless predict`: fill the operator profile DB, print predicted tables.
+
+    infless profile [NAMES...] [--quick] [--db PATH] [--max-threads N]
+    infless predict NAME [--measure] [--json] [--db PATH] [--max-threads N]
+
+NAMES are zoo model names or function package directories. `profile` without `--quick`
+covers every zoo model's operators plus those of NAMES; `--quick` only those of NAMES.
+Torch is imported inside `run` only, so `infless --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from infless.errors import InflessError
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        "--state-dir", type=Path, default=Path("state"), help="state directory (default: state)"
+    )
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="profile database (default: STATE_DIR/profiles.sqlite)",
+    )
+    parser.add_argument(
+        "--max-threads",
+        type=int,
+        default=None,
+        help="profile CPU threads 1..N (default: all cores)",
+    )
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=100.0,
+        help="measuring time per operator configuration after warm-up (default: 100)",
+    )
+    if name == "profile":
+        parser.add_argument("names", nargs="*", metavar="NAME", help="zoo models or package dirs")
+        parser.add_argument(
+            "--quick", action="store_true", help="only the operators NAMES need (not the whole zoo)"
+        )
+        parser.add_argument(
+            "--recalibrate", action="store_true", help="measure the per-call overheads again"
+        )
+        parser.add_argument(
+            "--remeasure",
+            action="store_true",
+            help="measure profiled configurations again, keeping the faster figure (a second "
+            "pass on a busy machine)",
+        )
+    else:
+        parser.add_argument("name", metavar="NAME", help="a zoo model or a function package dir")
+        parser.add_argument(
+            "--measure", action="store_true", help="also measure the model at each configuration"
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--batches",
+            default=",".join(map(str, DEFAULT_BATCHES)),
+            help="comma-separated batch sizes (default: 1,2,4,8,16,32)",
+        )
+        parser.add_argument(
+            "--offset-pct", type=float, default=None, help="safety offset in percent (default: 10)"
+        )
+        parser.add_argument(
+            "--no-profile",
+            action="store_true",
+            help="fail instead of profiling operators missing from the database",
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "profile":
+            return _run_profile(args)
+        return _run_predict(args)
+    except InflessError as exc:
+        print(f"infless {args.command}: {exc.message}", file=sys.stderr)
+        return 2
+    except (ValueError, LookupError) as exc:
+        print(f"infless {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    from infless.models.zoo import ZOO
+    from infless.profiler.database import ProfileDatabase
+    from infless.profiler.operators import ProfilePlan, ProfileProgress, ensure_calibration
+    from infless.profiler.service import default_db_path, ensure_profiles, graph_for, model_source
+
+    if args.quick and not args.names:
+        raise ValueError("--quick profiles what NAMES need: name at least one model or package")
+    names = list(dict.fromkeys(args.names if args.quick else [*ZOO, *args.names]))
+    plan = ProfilePlan.for_machine(args.max_threads, budget_s=args.budget_ms / 1000.0)
+    db_path = args.db or default_db_path(args.state_dir)
+    started = time.perf_counter()
+    graphs = []
+    for name in names:
+        graph = graph_for(model_source(name), args.state_dir)
+        _log(
+            f"{name}: {len(graph.nodes)} nodes, {len(graph.signatures())} distinct operators "
+            f"(traced by {graph.tracer})"
+        )
+        graphs.append(graph)
+    with ProfileDatabase(db_path) as db:
+        ensure_calibration(db, force=args.recalibrate)
+        _log(f"profiling into {db_path}: batches {plan.batches}, threads {plan.threads}")
+        progress = ensure_profiles(
+            db, graphs, plan, ProfileProgress(log=_log), remeasure=args.remeasure
+        )
+        ops, rows = db.counts()
+    _log(
+        f"done in {time.perf_counter() - started:.0f} s: measured {progress.configs_measured} "
+        f"configurations of {progress.operators_done} operators, skipped "
+        f"{progress.configs_skipped} already profiled; the database holds {ops} operators, "
+        f"{rows} profiles"
+    )
+    for failure in progress.failures:
+        _log(f"failed: {failure}")
+    return 1 if progress.failures else 0
+
+
+def _run_predict(args: argparse.Namespace) -> int:
+    from infless.profiler.database import ProfileDatabase
+    from infless.profiler.operators import ProfilePlan
+    from infless.profiler.service import (
+        build_predictor,
+        default_db_path,
+        graph_for,
+        measure_model_ms,
+        model_source,
+    )
+
+    batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
+    plan = ProfilePlan.for_machine(args.max_threads, budget_s=args.budget_ms / 1000.0)
+    source = model_source(args.name)
+    graph = graph_for(source, args.state_dir)
+    with ProfileDatabase(args.db or default_db_path(args.state_dir)) as db:
+        predictor = build_predictor(
+            db,
+            [graph],
+            plan=None if args.no_profile else plan,
+            offset_pct=args.offset_pct,
+            log_line=_log,
+        )
+    cells = []
+    model = source.build_served() if args.measure else None
+    for batch in batches:
+        measured = measure_model_ms(model, source, batch, plan.threads) if model is not None else {}
+        for cpus in plan.threads:
+            raw = predictor.predict_raw_ms(source.key, batch, cpus)
+            cell: dict[str, object] = {
+                "batch": batch,
+                "cpus": cpus,
+                "gpu_pct": 0,
+                "predicted_ms": raw * (1 + predictor.offset_pct / 100.0),
+                "predicted_raw_ms": raw,
+            }
+            if cpus in measured:
+                cell["measured_ms"] = measured[cpus].fast_ms
+                cell["error_pct"] = 100.0 * (raw - measured[cpus].fast_ms) / measured[cpus].fast_ms
+            cells.append(cell)
+    if args.json:
+        print(json.dumps({"model": source.key, "offset_pct": predictor.offset_pct, "cells": cells}))
+        return 0
+    _print_table(source.key, predictor.offset_pct, cells, plan.threads)
+    return 0
+
+
+def _print_table(
+    key: str, offset_pct: float, cells: list[dict[str, object]], threads: tuple[int, ...]
+) -> None:
+    measured = any("measured_ms" in c for c in cells)
+    print(f"{key}: predicted batch latency in ms (+{offset_pct:g}% offset), gpu_pct 0")
+    if measured:
+        print(
+            "each cell: predicted / measured on the calling thread's CPU clock (latency on "
+            "dedicated cores), with the error of the prediction without the offset"
+        )
+    width = 34 if measured else 12
+    print("batch " + "".join(f"{'c=' + str(c):>{width}}" for c in threads))
+    by_batch: dict[object, list[dict[str, object]]] = {}
+    for cell in cells:
+        by_batch.setdefault(cell["batch"], []).append(cell)
+    for batch, row in by_batch.items():
+        parts = []
+        for cell in row:
+            text = f"{cell['predicted_ms']:.3f}"
+            if "measured_ms" in cell:
+                text += f" / {cell['measured_ms']:.3f} ({cell['error_pct']:+.1f}%)"
+            parts.append(f"{text:>{width}}")
+        print(f"{batch!s:>5} " + "".join(parts))

@@ -1,0 +1,188 @@
+"""The operator profile database: SQLite, one file per server (default `state/profiles.sqlite`).
+
+Tables:
+  operators(op_key, kind, signature_json, input_elems)   -- the operators ever profiled
+  profiles(op_key, batch, cpus, gpu_pct, time_ms, ...)    -- INFless's 5-tuple <p, b, c, g, t>,
+                                                             p being the operator (its signature);
+                                                             time_ms with its weights in the LLC,
+                                                             cold_ms with them in DRAM
+  calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
+  meta(key, value)                                        -- host description, schema version
+
+Owns storage only: it never measures and never imports torch. Writes commit per operator, so
+an interrupted profiling run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from infless.profiler.graph import OpSignature
+
+SCHEMA_VERSION = "3"  # 3: times on the calling thread's CPU clock
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operators (
+    op_key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    signature_json TEXT NOT NULL,
+    input_elems INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profiles (
+    op_key TEXT NOT NULL REFERENCES operators(op_key),
+    batch INTEGER NOT NULL,
+    cpus INTEGER NOT NULL,
+    gpu_pct INTEGER NOT NULL DEFAULT 0,
+    time_ms REAL NOT NULL,
+    min_ms REAL NOT NULL,
+    spread REAL NOT NULL,
+    reps INTEGER NOT NULL,
+    measured_at REAL NOT NULL,
+    cold_ms REAL NOT NULL,
+    PRIMARY KEY (op_key, batch, cpus, gpu_pct)
+);
+CREATE TABLE IF NOT EXISTS calibration (
+    name TEXT PRIMARY KEY,
+    value REAL NOT NULL,
+    measured_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    """One measured point: operator `op_key` at <batch, cpus, gpu_pct> took `time_ms`."""
+
+    op_key: str
+    batch: int
+    cpus: int
+    gpu_pct: int
+    time_ms: float
+    min_ms: float = 0.0
+    spread: float = 0.0
+    reps: int = 0
+    measured_at: float = 0.0
+    cold_ms: float = 0.0  # weights out of the last-level cache too (0: same as time_ms)
+
+    @property
+    def cold_or_warm_ms(self) -> float:
+        return self.cold_ms if self.cold_ms > 0 else self.time_ms
+
+
+Config = tuple[int, int, int]  # (batch, cpus, gpu_pct)
+
+
+class ProfileDatabase:
+    """A handle on one profile database file; use as a context manager or call `close()`."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(path), timeout=30.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
+        )
+        self._conn.commit()
+        version = self.get_meta("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"{self.path}: profile database schema {version!r}, this infless reads "
+                f"{SCHEMA_VERSION!r}; move the file away and profile again"
+            )
+
+    def __enter__(self) -> ProfileDatabase:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+        self._conn.commit()
+
+    def add_operator(self, signature: OpSignature) -> None:
+        elems = sum(t.numel_per_sample() for t in signature.inputs if t.batch_axis is not None)
+        self._conn.execute(
+            "INSERT OR IGNORE INTO operators(op_key, kind, signature_json, input_elems) "
+            "VALUES (?, ?, ?, ?)",
+            (signature.key, signature.kind, json.dumps(signature.to_json()), elems),
+        )
+
+    def add_profiles(self, signature: OpSignature, rows: Iterable[ProfileRow]) -> None:
+        """Store `rows` (all of `signature`) and commit: the unit a resumed run skips."""
+        self.add_operator(signature)
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO profiles(op_key, batch, cpus, gpu_pct, time_ms, min_ms, "
+            "spread, reps, measured_at, cold_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    r.op_key,
+                    r.batch,
+                    r.cpus,
+                    r.gpu_pct,
+                    r.time_ms,
+                    r.min_ms,
+                    r.spread,
+                    r.reps,
+                    r.measured_at,
+                    r.cold_ms,
+                )
+                for r in rows
+            ],
+        )
+        self._conn.commit()
+
+    def measured_configs(self, op_key: str) -> set[Config]:
+        rows = self._conn.execute(
+            "SELECT batch, cpus, gpu_pct FROM profiles WHERE op_key = ?", (op_key,)
+        ).fetchall()
+        return {(int(b), int(c), int(g)) for b, c, g in rows}
+
+    def rows_for(self, op_keys: Iterable[str]) -> dict[str, list[ProfileRow]]:
+        """Every stored row of the given operators (keys with no rows map to [])."""
+        result: dict[str, list[ProfileRow]] = {}
+        for key in dict.fromkeys(op_keys):
+            rows = self._conn.execute(
+                "SELECT batch, cpus, gpu_pct, time_ms, min_ms, spread, reps, measured_at, cold_ms "
+                "FROM profiles WHERE op_key = ? ORDER BY gpu_pct, cpus, batch",
+                (key,),
+            ).fetchall()
+            result[key] = [ProfileRow(key, *row) for row in rows]
+        return result
+
+    def signature(self, op_key: str) -> OpSignature | None:
+        row = self._conn.execute(
+            "SELECT signature_json FROM operators WHERE op_key = ?", (op_key,)
+        ).fetchone()
+        return None if row is None else OpSignature.from_json(json.loads(row[0]))
+
+    def calibration(self) -> dict[str, float]:
+        rows = self._conn.execute("SELECT name, value FROM calibration").fetchall()
+        return {str(name): float(value) for name, value in rows}
+
+    def set_calibration(self, values: dict[str, float], measured_at: float) -> None:
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO calibration(name, value, measured_at) VALUES (?, ?, ?)",
+            [(name, value, measured_at) for name, value in values.items()],
+        )
+        self._conn.commit()
+
+    def counts(self) -> tuple[int, int]:
+        """(operators, profile rows) stored."""
+        ops = self._conn.execute("SELECT COUNT(*) FROM operators").fetchone()[0]
+        rows = self._conn.execute("SELECT COUNT(*) FROM profiles").fetchone()[0]
+        return int(ops), int(rows)

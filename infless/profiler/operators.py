@@ -1,0 +1,379 @@
+"""The operator profiler: measure operators on this server and store them in the profile DB.
+
+Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
+allocations), then repetitions of an inner loop long enough to beat timer resolution, thread
+counts interleaved, timed on the calling thread's CPU clock (the time a core actually ran it,
+i.e. its latency on dedicated cores; the wall clock is recorded too). The figure kept is a
+trimmed mean trimmed on the slow side only: the mean of the fastest half of the repetitions,
+since contention from other processes only ever adds time (the median is kept too). A run
+whose inter-quartile spread is large is measured again, keeping the faster result. Thread
+counts are isolated with `torch.set_num_threads`. Weights are cycled through copies so they
+come from where a model finds them (see `targets.build_operator`). Per-call overheads that no
+operator profile contains (an nn.Module call, a shape lookup, switching operators) are
+calibrated once per database.
+
+Imports torch. Owns timing; must not make predictions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from infless.profiler.database import Config, ProfileDatabase, ProfileRow
+from infless.profiler.graph import OperatorGraph, OpSignature
+from infless.profiler.targets import build_operator
+
+POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+Clock = Literal["thread", "wall"]
+CALIBRATION_KEYS = ("module_call_us", "python_op_us", "op_switch_us", "llc_bytes")
+MIN_COLD_WEIGHT_BYTES = 64 << 10  # smaller weights cost the same wherever they are
+MAX_COLD_BATCH = 4  # beyond, arithmetic dwarfs reading the weights once: cold = warm
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePlan:
+    """Which configurations to measure, and how hard."""
+
+    batches: tuple[int, ...] = POWERS_OF_TWO_BATCHES
+    threads: tuple[int, ...] = (1,)
+    gpu_pcts: tuple[int, ...] = (0,)
+    budget_s: float = 0.1  # target measuring time per configuration (after warm-up)
+    min_reps: int = 5
+    max_reps: int = 15
+
+    @staticmethod
+    def for_machine(max_threads: int | None = None, **kwargs: object) -> ProfilePlan:
+        cores = available_cpus() if max_threads is None else max(1, max_threads)
+        return ProfilePlan(threads=tuple(range(1, cores + 1)), **kwargs)  # type: ignore[arg-type]
+
+    def configs(self) -> list[Config]:
+        return [(b, c, g) for g in self.gpu_pcts for c in self.threads for b in self.batches]
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Per-call latency statistics in ms on the chosen clock; `wall_fast_ms` on the wall clock."""
+
+    median_ms: float
+    fast_ms: float  # mean of the fastest half of the repetitions: the figure profiles keep
+    min_ms: float
+    spread: float  # inter-quartile range / median
+    reps: int
+    wall_fast_ms: float = 0.0
+
+
+def _stats(samples: list[float], wall: list[float]) -> Measurement:
+    median = statistics.median(samples)
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [median, median, median]
+    spread = (q[2] - q[0]) / median if median > 0 else 0.0
+    half = max(1, len(samples) // 2)
+    return Measurement(
+        median,
+        statistics.fmean(sorted(samples)[:half]),
+        min(samples),
+        spread,
+        len(samples),
+        statistics.fmean(sorted(wall)[:half]),
+    )
+
+
+def _one_run(
+    fn: Callable[[], object],
+    threads: Sequence[int],
+    budget_s: float,
+    min_reps: int,
+    max_reps: int,
+    clock: Clock,
+) -> dict[int, Measurement]:
+    warmup_s = []
+    for count in threads:  # warm-up at every thread count (kernel choice, allocations)
+        torch.set_num_threads(count)
+        started = time.perf_counter()
+        fn()
+        warmup_s.append(time.perf_counter() - started)
+    estimate_s = min(warmup_s)
+    if estimate_s < 0.05:  # small operators: time a warm call (big ones: the warm-up will do)
+        torch.set_num_threads(threads[0])
+        started = time.perf_counter()
+        fn()
+        estimate_s = time.perf_counter() - started
+    estimate_s = max(estimate_s, 1e-7)
+    inner = max(1, math.ceil(0.001 / estimate_s))  # each repetition lasts >= ~1 ms
+    floor = 3 if estimate_s > 0.1 else min_reps  # big operators: fewer repetitions
+    reps = max(floor, min(max_reps, int(budget_s / (estimate_s * inner))))
+    cap_s = 5 * estimate_s * inner + 0.005
+    samples: dict[int, list[float]] = {count: [] for count in threads}
+    wall: dict[int, list[float]] = {count: [] for count in threads}
+    for rep in range(reps):
+        # interleaved, alternating order: a burst of contention hits every thread count alike
+        for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
+            torch.set_num_threads(count)
+            done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
+            while done < inner:  # cut short when contention makes a repetition drag on
+                fn()
+                done += 1
+                if done % 8 == 0 and time.perf_counter() - started > cap_s:
+                    break
+            wall_ms = (time.perf_counter() - started) / done * 1000.0
+            cpu_ms = (time.thread_time() - cpu_started) / done * 1000.0
+            wall[count].append(wall_ms)
+            samples[count].append(cpu_ms if clock == "thread" else wall_ms)
+    return {count: _stats(samples[count], wall[count]) for count in threads}
+
+
+def measure_threads(
+    fn: Callable[[], object],
+    threads: Sequence[int],
+    *,
+    budget_s: float = 0.25,
+    min_reps: int = 5,
+    max_reps: int = 25,
+    max_spread: float = 0.25,
+    clock: Clock = "thread",
+) -> dict[int, Measurement]:
+    """Per-call latency (ms) of `fn()` at each thread count, under inference mode.
+
+    `clock="thread"` (the default) times the calling thread's CPU time: on a shared machine
+    it leaves out the time the thread waits for a core another process holds, so it is the
+    latency the call would have with dedicated cores (what an instance's cpuset gives it);
+    the calling thread works in every parallel region, so with several threads it still
+    follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
+    counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
+    repeated once and each count keeps its faster result.
+    """
+    if not threads:
+        raise ValueError("measure_threads needs at least one thread count")
+    previous = torch.get_num_threads()
+    try:
+        with torch.inference_mode():
+            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+            if any(m.spread > max_spread for m in best.values()):
+                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+                best = {c: min(best[c], again[c], key=lambda m: m.fast_ms) for c in threads}
+    finally:
+        torch.set_num_threads(previous)
+    return best
+
+
+def measure(
+    fn: Callable[[], object], *, threads: int, budget_s: float = 0.25, **kwargs: Any
+) -> Measurement:
+    """Latency (ms) of `fn()` with `threads` intra-op threads (see `measure_threads`)."""
+    return measure_threads(fn, (threads,), budget_s=budget_s, **kwargs)[threads]
+
+
+class _Nop(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def _switch_chain() -> list[Callable[[], object]]:
+    """Small, different operators, as a model strings them together."""
+    x = torch.randn(1, 16, 8, 8)
+    conv, bn = nn.Conv2d(16, 16, 3, padding=1).eval(), nn.BatchNorm2d(16).eval()
+    linear, norm = nn.Linear(64, 64).eval(), nn.LayerNorm(64).eval()
+    pool, relu = nn.MaxPool2d(2), nn.ReLU()
+    v = torch.randn(4, 64)
+    return [
+        lambda: conv(x), lambda: bn(x), lambda: relu(x), lambda: pool(x),
+        lambda: linear(v), lambda: norm(v), lambda: torch.softmax(v, -1), lambda: v + v,
+        lambda: v.transpose(0, 1).contiguous(), lambda: torch.tanh(v),
+    ]  # fmt: skip
+
+
+def calibrate() -> dict[str, float]:
+    """Per-call overheads (microseconds) that no operator profile contains.
+
+    module_call_us: an nn.Module call around no work (container modules in a forward).
+    python_op_us: a shape lookup (the "python" nodes of a graph).
+    op_switch_us: what an operator costs more inside a sequence of different operators than
+    in a loop of itself (cold instruction cache and branch predictors, dispatcher lookups):
+    a chain of ten different small operators, minus the sum of each one alone.
+    """
+    nop = _Nop()
+    x = torch.zeros(4)
+    module_ms = measure(lambda: nop(x), threads=1, budget_s=0.1).min_ms
+    python_ms = measure(lambda: x.shape[0], threads=1, budget_s=0.1).min_ms
+    chain = _switch_chain()
+
+    def run_chain() -> None:
+        for op in chain:
+            op()
+
+    alone_ms = sum(measure(op, threads=1, budget_s=0.05).min_ms for op in chain)
+    chain_ms = measure(run_chain, threads=1, budget_s=0.2).min_ms
+    switch_ms = max(0.0, (chain_ms - alone_ms) / len(chain))
+    return {
+        "module_call_us": module_ms * 1000.0,
+        "python_op_us": python_ms * 1000.0,
+        "op_switch_us": switch_ms * 1000.0,
+        "llc_bytes": float(cache_bytes(3, 32 << 20)),
+    }
+
+
+def ensure_calibration(db: ProfileDatabase, *, force: bool = False) -> dict[str, float]:
+    values = db.calibration()
+    if force or any(k not in values for k in CALIBRATION_KEYS):
+        values = calibrate()
+        db.set_calibration(values, time.time())
+    return values
+
+
+@dataclass
+class ProfileProgress:
+    """What a profiling run did; `log` receives one line per operator."""
+
+    log: Callable[[str], None] = lambda _line: None
+    operators_done: int = 0
+    configs_measured: int = 0
+    configs_skipped: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def distinct_signatures(graphs: Iterable[OperatorGraph]) -> dict[str, OpSignature]:
+    found: dict[str, OpSignature] = {}
+    for graph in graphs:
+        found.update(graph.signatures())
+    return found
+
+
+def profile_signatures(
+    db: ProfileDatabase,
+    signatures: Sequence[OpSignature],
+    plan: ProfilePlan,
+    progress: ProfileProgress | None = None,
+    *,
+    remeasure: bool = False,
+) -> ProfileProgress:
+    """Measure every configuration of `plan` not yet in `db` for each signature (resumable).
+
+    With `remeasure`, measured configurations are measured again and each keeps the faster of
+    its old and new figures: on a shared machine, another pass can only remove contention.
+    """
+    progress = progress or ProfileProgress()
+    ensure_calibration(db)
+    if plan.gpu_pcts != (0,):
+        raise ValueError(
+            f"gpu_pcts={plan.gpu_pcts}: GPU operator profiling needs a GPU and an MPS daemon; "
+            "this profiler measures CPU (gpu_pct 0) only"
+        )
+    todo = [
+        (s, [c for c in plan.configs() if remeasure or c not in db.measured_configs(s.key)])
+        for s in signatures
+    ]
+    pending = [(s, configs) for s, configs in todo if configs]
+    progress.configs_skipped += sum(len(plan.configs()) for _ in signatures) - sum(
+        len(c) for _, c in pending
+    )
+    for index, (signature, configs) in enumerate(pending, 1):
+        started = time.perf_counter()
+        try:
+            rows = _profile_one(signature, configs, plan)
+        except Exception as exc:  # an operator that cannot run alone must not stop the run
+            progress.failures.append(f"{signature.describe()}: {exc}")
+            progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
+            continue
+        if remeasure:
+            rows = _keep_faster(db.rows_for([signature.key])[signature.key], rows)
+        db.add_profiles(signature, rows)
+        progress.operators_done += 1
+        progress.configs_measured += len(rows)
+        progress.log(
+            f"[{index}/{len(pending)}] {signature.describe()}: {len(rows)} configs in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+    return progress
+
+
+def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[ProfileRow]:
+    before = {(r.batch, r.cpus, r.gpu_pct): r for r in old}
+    merged = []
+    for row in new:
+        prior = before.get((row.batch, row.cpus, row.gpu_pct))
+        if prior is None:
+            merged.append(row)
+            continue
+        faster = row if row.time_ms <= prior.time_ms else prior
+        merged.append(
+            replace(
+                faster,
+                min_ms=min(row.min_ms, prior.min_ms),
+                cold_ms=min(row.cold_or_warm_ms, prior.cold_or_warm_ms),
+            )
+        )
+    return merged
+
+
+def cache_bytes(level: int, default: int) -> int:
+    """The size of this CPU's level-`level` cache (sysfs), or `default` when unknown."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(base.glob("index*")):
+            if (index / "level").read_text().strip() == str(level):
+                text = (index / "size").read_text().strip().upper()
+                factor = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+                return int(text.rstrip("KMG")) * factor
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def _rotation_bytes() -> tuple[int, int]:
+    """Weight bytes to cycle through: (out of L2 but in the LLC, out of the LLC too)."""
+    l2, llc = cache_bytes(2, 1 << 20), cache_bytes(3, 32 << 20)
+    return max(8 * l2, 4 << 20), 2 * llc
+
+
+def _profile_one(
+    signature: OpSignature, configs: list[Config], plan: ProfilePlan
+) -> list[ProfileRow]:
+    warm_bytes, cold_bytes = _rotation_bytes()
+    rows = []
+    for batch in sorted({b for b, _, _ in configs}):
+        threads = sorted({c for b, c, _ in configs if b == batch})
+        kwargs: dict[str, Any] = {
+            "budget_s": plan.budget_s * len(threads),
+            "min_reps": plan.min_reps,
+            "max_reps": plan.max_reps,
+        }
+        warm_op = build_operator(signature, batch, rotate_bytes=warm_bytes)
+        warm = measure_threads(warm_op.run, threads, **kwargs)
+        cold = warm
+        if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and batch <= MAX_COLD_BATCH:
+            del warm_op
+            cold = measure_threads(
+                build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs
+            )
+        for cpus, m in warm.items():
+            rows.append(
+                ProfileRow(
+                    signature.key,
+                    batch,
+                    cpus,
+                    0,
+                    m.fast_ms,
+                    m.min_ms,
+                    m.spread,
+                    m.reps,
+                    time.time(),
+                    cold[cpus].fast_ms,
+                )
+            )
+    return rows

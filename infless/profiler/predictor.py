@@ -1,0 +1,232 @@
+"""The combined-operator latency predictor (INFless §3.3): graph + operator profiles -> t_exec.
+
+A model's latency at <b, c, g> is its graph's chain/branch combination of operator times, plus
+the per-call overheads no operator profile holds (nn.Module calls of container modules, shape
+lookups, the cost of switching between different operators), times (1 + offset). Operators are
+profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
+batches, out of the LLC too ("cold"); a model whose streamed weights exceed 3/4 of the LLC is
+predicted from the cold profiles, since its own operators evict each other's weights.
+Operator times come from the profiled batch sizes by linear interpolation (beyond the
+largest: the last slope, never negative). Monotonicity is enforced on
+the tables themselves: running maximum over batch, running minimum over threads, so the
+prediction never falls as the batch grows and never rises as threads are added.
+
+Pure: no I/O, no clock, no torch. Profiles are loaded beforehand by the shell
+(`infless.profiler.service`) and handed in.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from infless.profiler.database import ProfileRow
+from infless.profiler.graph import OperatorGraph
+from infless.profiler.structure import Block, BranchMode, block_cost, decompose
+
+DEFAULT_OFFSET_PCT = 10.0  # INFless §3.3: "increase the prediction offset by 10%"
+COLD_FRACTION = 0.75  # weights above this share of the LLC are evicted between uses
+
+
+class LatencyPredictor(Protocol):
+    def predict_latency_ms(
+        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+    ) -> float: ...
+
+
+class MissingProfile(LookupError):
+    """An operator of a model has no profile for the asked configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCurve:
+    """Time over batch size at one thread count; `times_ms` is non-decreasing."""
+
+    batches: tuple[int, ...]
+    times_ms: tuple[float, ...]
+
+    @staticmethod
+    def of(points: Iterable[tuple[int, float]]) -> BatchCurve:
+        ordered = sorted(dict(points).items())
+        if not ordered:
+            raise ValueError("a batch curve needs at least one point")
+        batches, times, running = [], [], 0.0
+        for batch, time_ms in ordered:
+            running = max(running, time_ms)
+            batches.append(batch)
+            times.append(running)
+        return BatchCurve(tuple(batches), tuple(times))
+
+    def at(self, batch_size: int) -> float:
+        b, t = self.batches, self.times_ms
+        if batch_size <= b[0]:
+            return t[0]
+        if batch_size >= b[-1]:
+            if len(b) == 1:
+                return t[0] * batch_size / b[0]
+            slope = max(0.0, (t[-1] - t[-2]) / (b[-1] - b[-2]))
+            return t[-1] + slope * (batch_size - b[-1])
+        i = bisect.bisect_right(b, batch_size)
+        frac = (batch_size - b[i - 1]) / (b[i] - b[i - 1])
+        return t[i - 1] + frac * (t[i] - t[i - 1])
+
+
+@dataclass(frozen=True, slots=True)
+class OpTable:
+    """One operator's profiles at one GPU share: a batch curve per profiled thread count."""
+
+    curves: tuple[tuple[int, BatchCurve], ...]  # (cpus, curve), cpus ascending
+
+    @staticmethod
+    def of(rows: Iterable[ProfileRow]) -> OpTable:
+        by_cpus: dict[int, list[tuple[int, float]]] = {}
+        for row in rows:
+            by_cpus.setdefault(row.cpus, []).append((row.batch, row.time_ms))
+        if not by_cpus:
+            raise ValueError("an operator table needs at least one profile row")
+        return OpTable(tuple((c, BatchCurve.of(p)) for c, p in sorted(by_cpus.items())))
+
+    def at(self, batch_size: int, cpus: int) -> float:
+        # more threads never slower: the best of every profiled count up to `cpus`
+        usable = [curve for c, curve in self.curves if c <= cpus] or [self.curves[0][1]]
+        return min(curve.at(batch_size) for curve in usable)
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Per-call overheads in microseconds, measured by `operators.calibrate`."""
+
+    module_call_us: float = 0.0
+    python_op_us: float = 0.0
+    op_switch_us: float = 0.0
+    llc_bytes: float = float(32 << 20)
+
+    @staticmethod
+    def of(values: Mapping[str, float]) -> Calibration:
+        return Calibration(
+            values.get("module_call_us", 0.0),
+            values.get("python_op_us", 0.0),
+            values.get("op_switch_us", 0.0),
+            values.get("llc_bytes", float(32 << 20)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    graph: OperatorGraph
+    structure: Block
+    node_keys: Mapping[str, str]  # compute node -> op key
+    overhead_ms: float
+    cold: bool  # weights larger than the last-level cache: use the DRAM-weight profiles
+
+
+@dataclass
+class CombinedOperatorPredictor:
+    """`LatencyPredictor` from combined operator profiles.
+
+    `branch_mode` "sum" fits eager PyTorch on a CPU (branches run one after another); "max"
+    is the paper's rule for executors that overlap branches. `kind_factors` optionally scales
+    operator kinds (1.0 when absent).
+    """
+
+    offset_pct: float = DEFAULT_OFFSET_PCT
+    branch_mode: BranchMode = "sum"
+    calibration: Calibration = field(default_factory=Calibration)
+    kind_factors: Mapping[str, float] = field(default_factory=dict)
+    _tables: dict[tuple[str, int], OpTable] = field(default_factory=dict, repr=False)
+    _cold_tables: dict[tuple[str, int], OpTable] = field(default_factory=dict, repr=False)
+    _models: dict[str, _Model] = field(default_factory=dict, repr=False)
+
+    def add_profiles(self, rows: Iterable[ProfileRow]) -> None:
+        grouped: dict[tuple[str, int], list[ProfileRow]] = {}
+        for row in rows:
+            grouped.setdefault((row.op_key, row.gpu_pct), []).append(row)
+        for key, group in grouped.items():
+            self._tables[key] = OpTable.of(group)
+            self._cold_tables[key] = OpTable.of(
+                replace(r, time_ms=r.cold_or_warm_ms) for r in group
+            )
+
+    def register(self, model_key: str, graph: OperatorGraph) -> None:
+        """Make `model_key` predictable; its compute operators need profiles at gpu_pct 0."""
+        keys = {n.name: n.signature.key for n in graph.nodes if n.cost_class == "compute"}
+        missing = sorted({k for k in keys.values() if (k, 0) not in self._tables})
+        if missing:
+            raise MissingProfile(
+                f"model {model_key!r}: {len(missing)} operators have no profile (e.g. "
+                f"{missing[0]}); run `infless profile {model_key}` first"
+            )
+        python_ops = sum(1 for n in graph.nodes if n.cost_class != "compute")
+        overhead_us = (
+            graph.module_calls * self.calibration.module_call_us
+            + python_ops * self.calibration.python_op_us
+            + len(keys) * self.calibration.op_switch_us
+        )
+        cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
+        self._models[model_key] = _Model(graph, decompose(graph), keys, overhead_us / 1000.0, cold)
+
+    def unregister(self, model_key: str) -> None:
+        self._models.pop(model_key, None)
+
+    def models(self) -> list[str]:
+        return sorted(self._models)
+
+    def predict_raw_ms(self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0) -> float:
+        """The prediction without the safety offset."""
+        if batch_size < 1 or cpus < 1 or not 0 <= gpu_pct <= 100:
+            raise ValueError(
+                f"cannot predict {model_key!r} at batch_size={batch_size}, cpus={cpus}, "
+                f"gpu_pct={gpu_pct}: batch and cpus must be >= 1, gpu_pct in [0, 100]"
+            )
+        try:
+            model = self._models[model_key]
+        except KeyError:
+            raise MissingProfile(
+                f"model {model_key!r} is not registered with the predictor; known: "
+                f"{', '.join(self.models()) or 'none'}"
+            ) from None
+        kinds = {n.name: n.signature.kind for n in model.graph.nodes}
+        tables = self._cold_tables if model.cold else self._tables
+
+        def op_cost(name: str) -> float:
+            key = model.node_keys.get(name)
+            if key is None:
+                return 0.0
+            table = tables.get((key, gpu_pct))
+            if table is None:
+                raise MissingProfile(
+                    f"model {model_key!r}: operator {name} ({key}) has no profile at "
+                    f"gpu_pct={gpu_pct}"
+                )
+            return table.at(batch_size, cpus) * self.kind_factors.get(kinds[name], 1.0)
+
+        return block_cost(model.structure, op_cost, self.branch_mode) + model.overhead_ms
+
+    def predict_latency_ms(
+        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+    ) -> float:
+        raw = self.predict_raw_ms(model_key, batch_size, cpus, gpu_pct)
+        return raw * (1.0 + self.offset_pct / 100.0)
+
+    def breakdown_ms(
+        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+    ) -> dict[str, float]:
+        """Predicted time per operator kind (sum over nodes, no offset) plus "overhead"."""
+        model = self._models[model_key]
+        totals: dict[str, float] = {"overhead": model.overhead_ms}
+        for node in model.graph.nodes:
+            key = model.node_keys.get(node.name)
+            if key is not None:
+                tables = self._cold_tables if model.cold else self._tables
+                t = tables[(key, gpu_pct)].at(batch_size, cpus)
+                totals[node.signature.kind] = totals.get(node.signature.kind, 0.0) + t
+        return totals
+
+    def table_ms(
+        self, model_key: str, batches: Sequence[int], cpus: Sequence[int], gpu_pct: int = 0
+    ) -> dict[tuple[int, int], float]:
+        return {
+            (b, c): self.predict_latency_ms(model_key, b, c, gpu_pct) for b in batches for c in cpus
+        }

@@ -1,0 +1,197 @@
+"""Rebuild one operator alone from its signature: resolve its target, make its inputs.
+
+Targets are resolved against an allow-list (torch functions and Tensor methods, torch.nn
+module classes, the `operator` module), so a graph or database file cannot name arbitrary
+code. Imports torch (profiler side only); must not time anything or touch the database.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from infless.profiler.graph import OpSignature, TensorInfo
+
+_FUNCTION_MODULES = ("torch", "_operator", "operator", "math")
+_BUILTINS = {"getattr", "len", "max", "min", "abs"}
+MAX_COPIES = 64
+
+
+class UnresolvableTarget(Exception):
+    """A signature's target is not allowed or does not exist here."""
+
+
+def _resolve_path(path: str) -> object:
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError as exc:
+            raise UnresolvableTarget(f"{path}: {exc}") from None
+        return obj
+    raise UnresolvableTarget(f"{path}: no such module")
+
+
+def resolve_function(target: str) -> Callable[..., Any]:
+    """The callable for a "function:..." or "method:..." target."""
+    kind, _, path = target.partition(":")
+    if kind == "method":
+        if not path or not hasattr(torch.Tensor, path):
+            raise UnresolvableTarget(f"{target}: torch.Tensor has no method {path!r}")
+        name = path
+
+        def method(this: torch.Tensor, *args: object, **kwargs: object) -> object:
+            return getattr(this, name)(*args, **kwargs)
+
+        return method
+    if kind != "function":
+        raise UnresolvableTarget(f"{target}: not a function or method target")
+    root = path.split(".")[0]
+    if root == "builtins" and path.split(".")[-1] in _BUILTINS:
+        return _resolve_checked(path)
+    if root not in _FUNCTION_MODULES:
+        raise UnresolvableTarget(f"{target}: only torch, operator and math functions are rebuilt")
+    return _resolve_checked(path)
+
+
+def _resolve_checked(path: str) -> Callable[..., Any]:
+    obj = _resolve_path(path)
+    if not callable(obj):
+        raise UnresolvableTarget(f"{path} is not callable")
+    return obj
+
+
+def resolve_module_class(target: str) -> type[nn.Module]:
+    kind, _, path = target.partition(":")
+    if kind != "module" or not path.startswith("torch.nn."):
+        raise UnresolvableTarget(f"{target}: only torch.nn module classes are rebuilt")
+    cls = _resolve_path(path)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise UnresolvableTarget(f"{target} is not an nn.Module class")
+    return cls
+
+
+def decode(  # noqa: PLR0911 - one return per encoded kind
+    value: object, tensors: list[torch.Tensor], batch_size: int
+) -> object:
+    """The inverse of `extract.encode` at a batch size, with `tensors` for the {"t": i} slots."""
+    if isinstance(value, list):
+        return [decode(v, tensors, batch_size) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "t" in value:
+        return tensors[int(value["t"])]
+    if "b" in value:
+        return int(value["b"]) * batch_size + int(value.get("c", 0))
+    if "tuple" in value:
+        return tuple(decode(v, tensors, batch_size) for v in value["tuple"])
+    if "list" in value:
+        return [decode(v, tensors, batch_size) for v in value["list"]]
+    if "dict" in value:
+        return {k: decode(v, tensors, batch_size) for k, v in value["dict"].items()}
+    if "slice" in value:
+        start, stop, step = (decode(v, tensors, batch_size) for v in value["slice"])
+        return slice(start, stop, step)
+    if "ellipsis" in value:
+        return Ellipsis
+    if "torch" in value:
+        attr = getattr(torch, str(value["torch"]))
+        if not isinstance(attr, torch.dtype | torch.layout | torch.memory_format):
+            raise UnresolvableTarget(f"torch.{value['torch']} is not a dtype, layout or format")
+        return attr
+    if "device" in value:
+        return torch.device("cpu")
+    raise UnresolvableTarget(f"unknown encoded argument {value!r}")
+
+
+def make_tensor(info: TensorInfo, batch_size: int, gen: torch.Generator) -> torch.Tensor:
+    shape = info.shape_at(batch_size)
+    dtype = getattr(torch, info.dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    return torch.randint(0, max(1, info.int_high or 2), shape, generator=gen, dtype=dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltOperator:
+    """An operator ready to run: `run()` calls it once, cycling over `copies` weight copies."""
+
+    run: Callable[[], object]
+    weight_bytes: int  # batch-independent bytes (weights, constants) of one copy
+    copies: int
+
+
+def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def build_operator(
+    signature: OpSignature, batch_size: int, *, rotate_bytes: int = 0
+) -> BuiltOperator:
+    """The operator at `batch_size` on random inputs.
+
+    With `rotate_bytes`, enough copies of its weights to fill that many bytes are made and
+    used in turn, so each call finds its weights out of the faster caches, as inside a model
+    whose other operators ran in between.
+    """
+    is_module = signature.target.startswith("module:")
+    cls = resolve_module_class(signature.target) if is_module else None
+    func = None if is_module else resolve_function(signature.target)
+    params = json.loads(signature.params)
+    gen = torch.Generator().manual_seed(0)
+    shared = {
+        i: make_tensor(info, batch_size, gen)
+        for i, info in enumerate(signature.inputs)
+        if info.batch_axis is not None
+    }
+
+    def instance() -> tuple[Callable[[], object], int]:
+        own = {
+            i: make_tensor(info, batch_size, gen)
+            for i, info in enumerate(signature.inputs)
+            if i not in shared
+        }
+        tensors = [shared[i] if i in shared else own[i] for i in range(len(signature.inputs))]
+        call = decode(params.get("call", {"args": [], "kwargs": {}}), tensors, batch_size)
+        args = call.get("args", ()) if isinstance(call, dict) else None
+        kwargs = call.get("kwargs", {}) if isinstance(call, dict) else None
+        if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+            raise UnresolvableTarget(f"{signature.kind}: malformed call arguments")
+        weight_bytes = _tensor_bytes(own.values())
+        if cls is not None:
+            init = params.get("init", {})
+            if not isinstance(init, dict):
+                raise UnresolvableTarget(f"{signature.kind}: malformed constructor arguments")
+            module = cls(**{k: decode(v, [], batch_size) for k, v in init.items()}).eval()
+            weight_bytes += _tensor_bytes([*module.parameters(), *module.buffers()])
+            return (lambda: module(*args, **kwargs)), weight_bytes
+        assert func is not None
+        return (lambda: func(*args, **kwargs)), weight_bytes
+
+    first, weight_bytes = instance()
+    copies = 1
+    if rotate_bytes > 0 and weight_bytes > 0:
+        copies = max(1, min(MAX_COPIES, math.ceil(rotate_bytes / weight_bytes)))
+    if copies == 1:
+        return BuiltOperator(first, weight_bytes, 1)
+    calls = itertools.cycle([first, *(instance()[0] for _ in range(copies - 1))])
+
+    def run_next() -> object:
+        return next(calls)()
+
+    return BuiltOperator(run_next, weight_bytes, copies)
