@@ -116,6 +116,7 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
     if request.cpu_ids:
         os.sched_setaffinity(0, request.cpu_ids)
     torch.set_num_threads(max(1, request.cpus))
+    torch.set_flush_denormal(True)  # subnormal activations would make some models much slower
     package_dir = Path(request.package_dir)
     build_started = time.perf_counter()
     manifest = load_manifest(package_dir)
