@@ -34,8 +34,9 @@ def test_concurrent_requests_are_batched(tmp_path: Path) -> None:
         sizes = [int(headers["X-Infless-Batch-Size"]) for _, headers, _ in results]
         assert max(sizes) > 1
         # every batch-size header is consistent: a batch of k was reported by k requests
-        outputs = {json.dumps(json.loads(body)["outputs"]) for _, _, body in results}
-        assert len(outputs) == 1  # same input, same answer, whatever the batch
+        outputs = np.array([json.loads(body)["outputs"] for _, _, body in results])
+        # same input, same answer whatever the batch (kernels may round the last bits apart)
+        np.testing.assert_allclose(outputs, np.broadcast_to(outputs[0], outputs.shape), rtol=1e-5)
         (instance,) = gw.instances("textcnn")
         assert instance["served"] == 64
         assert instance["batches"] < 64
