@@ -66,11 +66,33 @@ def test_writes_through_a_mapped_tensor_stay_private(tmp_path: Path, store: Tens
     np.testing.assert_array_equal(attach(tensors)["weight"].numpy(), linear_state()["weight"])
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file modes")
+def _open_for_writing_as_nobody(path: str) -> bool:
+    """Whether an unprivileged user (another tenant's worker) may open `path` for writing."""
+    pid = os.fork()
+    if pid == 0:  # child: drop to nobody, try, report through the exit code
+        code = 2
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.close(os.open(path, os.O_RDWR))
+            code = 1
+        except PermissionError:
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    exit_code = os.waitstatus_to_exitcode(status)
+    assert exit_code in (0, 1), f"the check itself failed (exit {exit_code})"
+    return exit_code == 1
+
+
 def test_store_files_cannot_be_opened_for_writing(tmp_path: Path, store: TensorStore) -> None:
     tensors = store.publish(write_package(tmp_path / "m", linear_state()), "t")
-    with pytest.raises(PermissionError):
-        os.open(tensors[0].path, os.O_RDWR)
+    if os.geteuid() != 0:
+        with pytest.raises(PermissionError):
+            os.open(tensors[0].path, os.O_RDWR)
+    else:  # root ignores file modes: check as the unprivileged user a worker would run as
+        assert not _open_for_writing_as_nobody(tensors[0].path)
 
 
 def test_mapped_tensors_share_the_files_pages(tmp_path: Path, store: TensorStore) -> None:
