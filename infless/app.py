@@ -31,6 +31,7 @@ from infless.models.resolver import PackageResolver
 from infless.registry.service import FunctionService
 from infless.registry.store import FunctionRegistry
 from infless.scaling.autoscaler import Autoscaler
+from infless.scaling.profiled import load_profiled_predictor
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
 from infless.workers.boot import InstanceBooter
@@ -109,7 +110,14 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
         booter=booter,
         autoscaled=autoscaled,
     )
-    autoscaler = Autoscaler(pool, clock, config.scaling, len(cores)) if autoscaled else None
+    autoscaler = (
+        Autoscaler(
+            pool, clock, config.scaling, len(cores),
+            profiles=lambda keys: load_profiled_predictor(state_dir, keys),
+        )
+        if autoscaled
+        else None
+    )  # fmt: skip
     reclaimer = (
         None
         if store is None

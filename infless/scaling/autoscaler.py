@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 from infless.clock import Clock, Ticker
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand, DemandState, estimate, forget, record
 from infless.scaling.measured import MeasuredPredictor
+from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
     FunctionView,
     InstanceState,
@@ -51,6 +53,7 @@ class Autoscaler:
         cores: int,
         predictor: MeasuredPredictor | None = None,
         policy: ScalingPolicy | None = None,
+        profiles: Callable[[frozenset[str]], LatencyPredictor | None] | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
@@ -59,6 +62,8 @@ class Autoscaler:
         self.predictor = predictor or MeasuredPredictor()
         self._policy = policy or get_policy(cfg.policy)
         self._demand = DemandState()
+        self._profiles = profiles  # loads operator-profile predictions for a set of models
+        self._profiled_keys: frozenset[str] | None = None
         self._ticker = Ticker(clock, cfg.tick_s, self.tick, "autoscaler")
         self.last_plan = ScalingPlan()
         self.ticks = 0
@@ -81,12 +86,20 @@ class Autoscaler:
         released = {f.spec.name for f in managed if not f.keep_warm}
         if released:  # idle past its keep-alive: the decaying estimate must not hold it warm
             demand = Demand({k: v for k, v in demand.rates_rps.items() if k not in released})
+        self._refresh_profiles(managed)
         view = self.view(managed, now)
         plan = self._policy(view, demand, self.predictor, self._cfg)
         self.apply(plan)
         self.last_plan = plan
         self.ticks += 1
         return plan
+
+    def _refresh_profiles(self, managed: list[DeployedFunction]) -> None:
+        """Configurations no instance measured are predicted from operator profiles."""
+        keys = frozenset(f.spec.image for f in managed)
+        if self._profiles is not None and keys != self._profiled_keys:
+            self._profiled_keys = keys
+            self.predictor.set_fallback(self._profiles(keys))
 
     def view(self, managed: list[DeployedFunction], now: float) -> PoolView:
         used = sum(

@@ -39,6 +39,9 @@ class MeasuredPredictor:
         self._tables: dict[tuple[str, int], dict[int, float]] = {}
         self._fallback = fallback
 
+    def set_fallback(self, fallback: LatencyPredictor | None) -> None:
+        self._fallback = fallback
+
     def observe(self, model_key: str, cpus: int, exec_ms_by_batch: Mapping[int, float]) -> None:
         """Merge an instance's warm-up table (newer measurements replace older ones)."""
         if exec_ms_by_batch:
@@ -54,7 +57,10 @@ class MeasuredPredictor:
         if table is not None and gpu_pct == 0:
             return _interpolate(table, batch_size)
         if self._fallback is not None:
-            return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
+            try:
+                return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
+            except LookupError:
+                pass  # not profiled: fall through to the measured tables
         if gpu_pct:
             raise LookupError(f"{model_key}: no GPU measurements")
         measured = sorted(c for key, c in self._tables if key == model_key)
