@@ -3,7 +3,8 @@
 Pure: no I/O, no clock. The shell (`runner`) runs one constant-rate step at the rate
 `next_rate` returns, judges it with `judge_step`, folds it in with `record_step`, and stops
 when `next_rate` returns None. A step passes when p99 <= SLO, no request failed, and the
-achieved rate is >= 97 % of the offered rate.
+achieved rate is >= 97 % of the offered rate. A step that loads several functions at once
+(a mix) is judged by `judge_mix`: it passes only when every function's step passes.
 
 Search: start at `start_rps`, multiply by `growth` after each pass (capped at
 `max_rate_rps`); after the first failure, bisect between the best pass and the lowest
@@ -14,6 +15,7 @@ fails, divide by `growth` until a step passes. At most `max_steps` steps, always
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from loadgen.stats import FunctionSummary
@@ -91,6 +93,32 @@ def judge_step(rate_rps: float, summary: FunctionSummary, slo_ms: float | None) 
         achieved_rps=summary.achieved_rps,
         errors=summary.errors,
         requests=summary.requests,
+    )
+
+
+def judge_mix(
+    rate_rps: float,
+    summaries: Sequence[FunctionSummary],
+    slo_ms_by_function: Mapping[str, float | None],
+) -> StepVerdict:
+    """One verdict for a step that loaded every function in `summaries` together (`rate_rps`
+    is the total): passed only if each function passes `judge_step` on its own; rates and
+    counts are summed, p99 is the worst function's, reasons name their function."""
+    if not summaries:
+        raise ValueError("judge_mix needs at least one function's summary")
+    verdicts = [
+        (s.function, judge_step(rate_rps, s, slo_ms_by_function.get(s.function))) for s in summaries
+    ]
+    p99s = [v.p99_ms for _, v in verdicts]
+    return StepVerdict(
+        rate_rps=rate_rps,
+        offered_rps=sum(v.offered_rps for _, v in verdicts),
+        passed=all(v.passed for _, v in verdicts),
+        reason="; ".join(f"{name}: {v.reason}" for name, v in verdicts if not v.passed),
+        p99_ms=math.nan if any(math.isnan(p) for p in p99s) else max(p99s),
+        achieved_rps=sum(v.achieved_rps for _, v in verdicts),
+        errors=sum(v.errors for _, v in verdicts),
+        requests=sum(v.requests for _, v in verdicts),
     )
 
 

@@ -14,6 +14,12 @@ so the shell, the simulator and the benchmarks run them through the same machine
   batch size only the maximum-throughput <c, g>. `infless-x1.5`, `infless-x2`: INFless with
   every prediction inflated.
 
+The pool starts a function's first instance itself, INFless-style: it measures every batch
+size and batches with the largest feasible one, on `cpus_per_instance` cores. A policy whose
+instances must all look one way (openfaas+ and infless-nobatch: b = 1; openfaas+ and batch:
+the fixed resources) treats such an instance as foreign (`replacing_foreign`): it plans as if
+the instance were not there, lets it serve until its own instances are ready, then stops it.
+
 Uniform baselines fill instances in start order (each up to r_up; the rest get share 0), so
 surplus instances go idle and their keep-alive can expire; with an equal split no instance
 would ever idle and they would never scale in. Pure: no I/O, no clock.
@@ -210,14 +216,98 @@ def _ablation(
     return policy
 
 
-plan_openfaas_plus = _uniform_policy(batching=False)
-plan_batch = _uniform_policy(batching=True)
+Conforms = Callable[[InstanceConfig, InstanceConfig], bool]  # (config, the fixed one at b = 1)
+
+
+def _fixed_resources(config: InstanceConfig, fixed: InstanceConfig) -> bool:
+    return (config.cpus, config.gpu_pct) == (fixed.cpus, fixed.gpu_pct)
+
+
+def _unbatched(config: InstanceConfig, fixed: InstanceConfig) -> bool:
+    return config.batch_size == 1
+
+
+def _unbatched_fixed(config: InstanceConfig, fixed: InstanceConfig) -> bool:
+    return config == fixed
+
+
+_LIVE = (InstanceState.STARTING, InstanceState.READY)
+
+
+def replacing_foreign(policy: ScalingPolicy, conforms: Conforms) -> ScalingPolicy:
+    """`policy`, planning only over the instances that `conforms` accepts, with the cores of
+    the foreign ones counted as free (a replacement may share them until they stop, as the
+    CPU allocator lets instances share cores); each foreign ready instance keeps serving
+    (share = the demand) while its function has no ready instance of its own or some still
+    start, and is stopped ("foreign") once they are all ready."""
+
+    def wrapped(
+        view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
+    ) -> ScalingPlan:
+        has_gpus = any(s.gpu_pct for s in view.servers)
+        max_cpus = max((s.cpus for s in view.servers), default=1)
+        fixed = InstanceConfig(  # what uniform_config gives every openfaas+ / batch instance
+            1, max(1, min(cfg.baseline_cpus, max_cpus)), cfg.baseline_gpu_pct if has_gpus else 0
+        )
+        foreign = {
+            f.name: {i.instance_id for i in f.instances if not conforms(i.config, fixed)}
+            for f in view.functions
+        }
+        if not any(foreign.values()):
+            return policy(view, demand, predictor, cfg)
+        lent: dict[str, int] = {}  # a replacement may use the cores of what it replaces
+        for function in view.functions:
+            for instance in function.instances:
+                if instance.instance_id in foreign[function.name] and instance.state in _LIVE:
+                    lent[instance.server_id] = (
+                        lent.get(instance.server_id, 0) + instance.config.cpus
+                    )
+        own_view = replace(
+            view,
+            servers=tuple(
+                replace(s, free_cpus=min(s.cpus, s.free_cpus + lent.get(s.server_id, 0)))
+                for s in view.servers
+            ),
+            functions=tuple(
+                replace(
+                    f,
+                    instances=tuple(i for i in f.instances if i.instance_id not in foreign[f.name]),
+                )
+                for f in view.functions
+            ),
+        )
+        result = policy(own_view, demand, predictor, cfg)
+        extra: list[Action] = []
+        for function in view.functions:
+            own_states = [
+                i.state for i in function.instances if i.instance_id not in foreign[function.name]
+            ]
+            replaced = (
+                InstanceState.READY in own_states and InstanceState.STARTING not in own_states
+            )
+            for instance in function.instances:
+                if instance.instance_id not in foreign[function.name]:
+                    continue
+                if instance.state is not InstanceState.READY:
+                    continue
+                if replaced:
+                    extra.append(StopInstance(function.name, instance.instance_id, "foreign"))
+                else:
+                    share = max(demand.rate_rps(function.name), 1.0)
+                    extra.append(SetShare(function.name, instance.instance_id, share))
+        return ScalingPlan((*result.actions, *extra), result.decisions)
+
+    return wrapped
+
+
+plan_openfaas_plus = replacing_foreign(_uniform_policy(batching=False), _unbatched_fixed)
+plan_batch = replacing_foreign(_uniform_policy(batching=True), _fixed_resources)
 
 POLICIES: dict[str, ScalingPolicy] = {
     "infless": plan,
     "batch": plan_batch,
     "openfaas+": plan_openfaas_plus,
-    "infless-nobatch": _ablation(allow_batching=False),
+    "infless-nobatch": replacing_foreign(_ablation(allow_batching=False), _unbatched),
     "infless-nors": _ablation(max_throughput_only=True),
     "infless-x1.5": _ablation(1.5),
     "infless-x2": _ablation(2.0),

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from loadgen.maxrate import SearchConfig, SearchState, judge_step, next_rate, record_step
+from loadgen.maxrate import (
+    SearchConfig,
+    SearchState,
+    judge_mix,
+    judge_step,
+    next_rate,
+    record_step,
+)
 from loadgen.records import InstanceSample, RequestRecord
 from loadgen.stats import (
     OVERALL,
@@ -170,3 +177,26 @@ def test_judge_step_reasons() -> None:
     assert not verdict.passed
     assert "1 error(s)" in verdict.reason
     assert "p99" in verdict.reason
+
+
+def test_judge_mix_passes_only_when_every_function_passes() -> None:
+    slos = {"a": 100.0, "b": 50.0}
+    fast_a = summarize_function("a", [_ok(i, 10.0, "a", i / 10) for i in range(10)], slos, 1.0)
+    fast_b = summarize_function("b", [_ok(i, 20.0, "b", i / 10) for i in range(10)], slos, 1.0)
+    slow_b = summarize_function("b", [_ok(i, 80.0, "b", i / 10) for i in range(10)], slos, 1.0)
+    ok = judge_mix(20.0, [fast_a, fast_b], slos)
+    assert ok.passed
+    assert ok.reason == ""
+    assert ok.rate_rps == 20.0
+    assert ok.requests == 20
+    assert ok.p99_ms == pytest.approx(20.0)
+    assert ok.offered_rps == pytest.approx(20.0)
+    late = judge_mix(20.0, [fast_a, slow_b], slos)  # 80 ms meets a's SLO but not b's
+    assert not late.passed
+    assert late.reason.startswith("b: p99")
+    assert late.p99_ms == pytest.approx(80.0)
+    state = record_step(SearchState(), late)
+    assert state.lowest_fail_rps == 20.0
+    assert state.best_pass_rps is None
+    with pytest.raises(ValueError, match="at least one"):
+        judge_mix(1.0, [], slos)

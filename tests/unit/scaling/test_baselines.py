@@ -11,7 +11,7 @@ from infless.scaling.baselines import POLICIES, get_policy, uniform_config
 from infless.scaling.config import POLICY_NAMES, ScalingConfig, check_scaling
 from infless.scaling.demand import Demand
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
-from infless.scaling.view import FunctionView, InstanceView, PoolView, ServerView
+from infless.scaling.view import FunctionView, InstanceState, InstanceView, PoolView, ServerView
 from infless.types import InstanceConfig
 
 PRED = AnalyticPredictor({"m": AnalyticModel(2.0, 8.0)})
@@ -128,3 +128,49 @@ def test_config_loads_from_toml_like_data_and_refuses_unknown_keys() -> None:
     assert cfg.demand.short_window_s == 1.0
     with pytest.raises(msgspec.ValidationError, match="alfa"):
         msgspec.convert({"alfa": 0.5}, type=ScalingConfig)
+
+
+def test_uniform_policies_replace_the_pools_measuring_instance() -> None:
+    """The pool's first instance batches (INFless-style); openfaas+ plans around it, lets it
+    serve until its own b = 1 instances are ready, then stops it."""
+    first = InstanceView("first", "f", "s0", InstanceConfig(4, 1), started_s=0.0)
+    policy = get_policy("openfaas+")
+    alone = policy(PoolView(SERVERS, (fn(first),)), Demand({"f": 100.0}), PRED, CFG)
+    assert alone.starts
+    assert {s.config for s in alone.starts} == {InstanceConfig(1, 2, 0)}
+    assert alone.stops == ()
+    assert [(s.instance_id, s.share_rps) for s in alone.shares] == [("first", 100.0)]
+    own = InstanceView("own", "f", "s0", InstanceConfig(1, 2), started_s=1.0)
+    starting = InstanceView("new", "f", "s0", InstanceConfig(1, 2), InstanceState.STARTING)
+    waiting = policy(PoolView(SERVERS, (fn(first, own, starting),)), Demand({"f": 1.0}), PRED, CFG)
+    assert waiting.stops == ()
+    done = policy(PoolView(SERVERS, (fn(first, own),)), Demand({"f": 1.0}), PRED, CFG)
+    assert [(s.instance_id, s.reason) for s in done.stops] == [("first", "foreign")]
+    assert "first" not in {s.instance_id for s in done.shares}
+
+
+def test_batch_keeps_a_first_instance_on_its_fixed_resources_and_infless_keeps_any() -> None:
+    first = InstanceView("first", "f", "s0", InstanceConfig(4, CFG.baseline_cpus), started_s=0.0)
+    view = PoolView(SERVERS, (fn(first),))
+    assert get_policy("batch")(view, Demand({"f": 1.0}), PRED, CFG).stops == ()
+    own = InstanceView("own", "f", "s0", InstanceConfig(1, 1), started_s=1.0)
+    both = PoolView(SERVERS, (fn(first, own),))
+    for name in ("infless", "infless-x2"):
+        assert all(
+            s.reason != "foreign" for s in get_policy(name)(both, Demand({}), PRED, CFG).stops
+        )
+    nobatch = get_policy("infless-nobatch")(both, Demand({"f": 1.0}), PRED, CFG)
+    assert [(s.instance_id, s.reason) for s in nobatch.stops] == [("first", "foreign")]
+
+
+def test_a_replacement_may_use_the_cores_of_the_instance_it_replaces() -> None:
+    first = InstanceView("first", "f", "s0", InstanceConfig(4, 1), started_s=0.0)
+    full = (ServerView("s0", 2, 0),)  # the first instance and another function fill it
+    cfg = ScalingConfig(baseline_cpus=1)
+    result = get_policy("openfaas+")(PoolView(full, (fn(first),)), Demand({"f": 10.0}), PRED, cfg)
+    assert [s.config for s in result.starts] == [InstanceConfig(1, 1, 0)]
+    nobatch = get_policy("infless-nobatch")(
+        PoolView(full, (fn(first),)), Demand({"f": 10.0}), PRED, cfg
+    )
+    assert [s.config.batch_size for s in nobatch.starts] == [1]
+    assert sum(s.config.cpus for s in nobatch.starts) <= 1

@@ -1,0 +1,441 @@
+"""Maximum sustained RPS under the SLO of two function mixes, per scaling policy (INFless §5.2).
+
+For each mix and each policy, in one run on this machine: a fresh gateway (127.0.0.1, port 0,
+temp state dir, `state/bench-models`) with `[scaling] policy` set, the mix deployed through
+`POST /system/functions` one function at a time (each instance times its batch sizes when it
+starts; timings taken while another warms up are inflated), then `bench.mixsearch` finds the
+highest total rate (split evenly across the mix's functions, Poisson, one JSON sample per
+request) at which every function keeps p99 <= SLO, no request fails (429 counts) and >= 97 %
+of the offered rate is achieved. Each step warms up at its rate (excluded) so the autoscaler
+can react, then measures. Prints a table per mix (max RPS, p99 per function, the instance
+configurations at the best passing step), the ratios INFless/BATCH and INFless/OpenFaaS+
+(the paper: 2.6x and 5.2x), and a last JSON line.
+
+Mixes (`--mixes`):
+- `qa`: the paper's Q&A robot, textcnn-69 + lstm-2365 + dssm-2365, SLO 50 ms, max batch 16.
+- `vision`: resnet-20-cifar + mobilenet, SLO 200 ms, max batch 32. Both run a sample in a
+  few ms on one core and gain 3-5x from batching, so a 2-core machine serves them at
+  hundreds of RPS; mnist (~0.3 ms a sample) would only measure the gateway's JSON path.
+- `osvt` (optional, not in the default set): the paper's ssd + mobilenet + resnet-50 at
+  200 ms. One resnet-50 sample took 170 ms on one core here (ssd: 62 ms; machine shared), so
+  resnet-50 cannot batch within the SLO (b > 1 needs t_exec <= 100 ms) and the mix serves a
+  few RPS: searches dominated by noise.
+
+Platform settings, the same for every policy (flags): `[scaling] cpu_options = [1, 2]`,
+`cpu_overcommit = 2` (2 cores offer 4 instance-cores, as in config.toml), `baseline_cpus = 1`
+(openfaas+ / batch instances get 1 core: the 2-core default leaves no room for a 3-function
+mix, and 2-thread instances run slower than 1-thread ones on this shared machine),
+`[batching] dispatch = "adaptive"`, `queue_capacity_batches = 4` (the platform's defaults).
+Others' CPU use during each search is measured and printed: the machine may be shared.
+On a shared machine use `--repeats N`: N interleaved rounds of every policy, each policy's
+best round counts (interference only ever lowers a maximum); every round is in the JSON.
+
+    .venv/bin/python -m bench.throughput [--quick] [--mixes qa vision] [--policies ...]
+        [--step-s 10] [--warmup-s 5] [--max-steps 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.harness import BENCH_MODELS, Gateway, gateway
+from bench.mixsearch import MixSearchOptions, MixSearchResult, StepOutcome, search_mix
+from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
+from infless.scaling.config import POLICY_NAMES
+from loadgen.maxrate import SearchConfig
+from loadgen.runner import discover_functions
+from loadgen.stats import FunctionSummary
+
+QUICK_POLICIES = ("infless", "batch", "openfaas+")
+BUILD_COMMAND = (sys.executable, "-m", "infless.cli", "models", "build")
+SETTLE_QUIET_S = 3.0  # no instance starting or draining, and no change, for this long
+SETTLE_TIMEOUT_S = 90.0
+NOISY_CORES = 0.5  # others used this many cores or more: the figure is suspect
+RATIOS = (("infless", "batch"), ("infless", "openfaas+"))
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    name: str
+    images: tuple[str, ...]
+    slo_ms: float
+    max_batch: int
+    start_rps: float  # the search's first total rate
+
+    def deployments(self) -> list[dict[str, Any]]:
+        """OpenFaaS FunctionDeployments of the mix (POST /system/functions)."""
+        return [
+            {
+                "service": image,
+                "image": image,
+                "annotations": {LATENCY_ANNOTATION: f"{self.slo_ms:g}ms"},
+                "labels": {MAX_BATCH_LABEL: str(self.max_batch)},
+            }
+            for image in self.images
+        ]
+
+
+MIXES: dict[str, Mix] = {
+    "qa": Mix("qa", ("textcnn-69", "lstm-2365", "dssm-2365"), 50.0, 16, 30.0),
+    "vision": Mix("vision", ("resnet-20-cifar", "mobilenet"), 200.0, 32, 30.0),
+    "osvt": Mix("osvt", ("ssd", "mobilenet", "resnet-50"), 200.0, 8, 3.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRun:
+    policy: str
+    result: MixSearchResult | None
+    error: str
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    seconds: float
+    other_cpu_cores: float  # mean CPU used by processes outside this bench's tree
+
+    @property
+    def best(self) -> StepOutcome | None:
+        return None if self.result is None else self.result.best
+
+    @property
+    def max_rps(self) -> float:
+        best = self.best
+        return 0.0 if best is None else best.verdict.rate_rps
+
+
+def gateway_toml(policy: str, args: argparse.Namespace) -> str:
+    cpu_options = ", ".join(str(c) for c in args.cpu_options)
+    return (
+        "[workers]\ncpus_per_instance = 1\n"
+        f'[batching]\ndispatch = "{args.dispatch}"\n'
+        f"queue_capacity_batches = {args.queue_batches}\n"
+        f'[scaling]\npolicy = "{policy}"\ntick_s = {args.tick_s}\n'
+        f"cpu_options = [{cpu_options}]\ncpu_overcommit = {args.cpu_overcommit}\n"
+        f"baseline_cpus = {args.baseline_cpus}\n"
+    )
+
+
+def _tree_pids() -> set[int]:
+    me = psutil.Process()
+    pids = {me.pid}
+    for child in me.children(recursive=True):
+        pids.add(child.pid)
+    return pids
+
+
+def other_cpu_s() -> dict[int, float]:
+    """CPU seconds so far of every process outside this bench's tree (the gateway and its
+    workers are inside it), by pid: the other tenants of this machine."""
+    ours = _tree_pids()
+    times: dict[int, float] = {}
+    for proc in psutil.process_iter(["cpu_times"]):
+        cpu = proc.info["cpu_times"]
+        if proc.pid not in ours and cpu is not None:
+            times[proc.pid] = float(cpu.user + cpu.system)
+    return times
+
+
+def other_cpu_cores(before: dict[int, float], after: dict[int, float], seconds: float) -> float:
+    """Mean cores used by others between two snapshots (a process born in between counts in
+    full; one that died in between is missed)."""
+    used_s = sum(t - before.get(pid, 0.0) for pid, t in after.items())
+    return max(0.0, used_s) / seconds if seconds > 0 else 0.0
+
+
+def wait_settled(gw: Gateway, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    """Until no instance starts or drains and the set of instances stays put for
+    SETTLE_QUIET_S: a policy may replace the pool's first instances before any load."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        instances = gw.get("/system/instances")
+        key = sorted((i["id"], i["state"]) for i in instances)
+        busy = any(i["state"] in ("starting", "draining") for i in instances)
+        if key != last or busy:
+            last, quiet_since = key, time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_QUIET_S:
+            return
+        time.sleep(0.5)
+    print(f"    (instances still changing after {timeout_s:g} s; measuring anyway)", flush=True)
+
+
+def deploy(gw: Gateway, mix: Mix) -> None:
+    """One function at a time, each ready and settled before the next: an instance times its
+    batch sizes when it starts, and timings taken while others warm up are inflated."""
+    for body in mix.deployments():
+        request = urllib.request.Request(
+            gw.url + "/system/functions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+        gw.wait_ready(body["service"], timeout_s=120.0)
+        wait_settled(gw)
+
+
+def build_models(mixes: list[Mix]) -> None:
+    for image in sorted({i for m in mixes for i in m.images}):
+        subprocess.run(
+            [*BUILD_COMMAND, image, "--repository", str(BENCH_MODELS)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+
+def mean_batch(summary: FunctionSummary) -> float:
+    """Mean batch size a request of this function rode in (from X-Infless-Batch-Size)."""
+    sizes = {int(b): n for b, n in summary.batch_sizes.items()}
+    total = sum(sizes.values())
+    return sum(b * n for b, n in sizes.items()) / total if total else math.nan
+
+
+def describe_step(step: int, outcome: StepOutcome) -> str:
+    v = outcome.verdict
+    configs = " ".join(
+        f"{c.function.split('-')[0]}:{c.count}x<b{c.batch_size},c{c.cpus}>" for c in outcome.configs
+    )
+    starting = f" +{outcome.starting} starting" if outcome.starting else ""
+    detail = "; ".join(
+        f"{name.split('-')[0]} p99 {s.latency.p99_ms:.0f} q {s.queue_ms_mean:.1f} "
+        f"x {s.exec_ms_mean:.1f} b {mean_batch(s):.1f}"
+        + (f" err {sum(s.errors_by_code.values())} {sorted(s.errors_by_code)}" if s.errors else "")
+        for name, s in outcome.summaries.items()
+    )
+    return (
+        f"    step {step}: {v.rate_rps:7.1f} rps offered {v.offered_rps:7.1f} achieved "
+        f"{v.achieved_rps:7.1f} p99 {v.p99_ms:6.1f} ms {'pass' if v.passed else 'FAIL'}  "
+        f"[{configs}{starting}]\n      {detail}"
+    )
+
+
+def run_policy(mix: Mix, policy: str, search: SearchConfig, args: argparse.Namespace) -> PolicyRun:
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    others = 0.0
+    result: MixSearchResult | None = None
+    error = ""
+    print(f"  {mix.name} / {policy}", flush=True)
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="infless-throughput-") as tmp,
+            gateway(Path(tmp), "", gateway_toml(policy, args)) as gw,
+        ):
+            deploy(gw, mix)
+            functions = asyncio.run(discover_functions(gw.url, list(mix.images)))
+            options = MixSearchOptions(warmup_s=args.warmup_s, seed=args.seed)
+            others_before, search_started = other_cpu_s(), time.monotonic()
+            result = asyncio.run(
+                search_mix(
+                    gw.url,
+                    functions,
+                    search,
+                    options,
+                    lambda step, outcome: print(describe_step(step, outcome), flush=True),
+                )
+            )
+            others = other_cpu_cores(
+                others_before, other_cpu_s(), time.monotonic() - search_started
+            )
+    except Exception as exc:  # one policy failing must not lose the others' figures
+        error = f"{type(exc).__name__}: {exc}"
+        print(f"    error: {error}", flush=True)
+    seconds = time.monotonic() - started
+    print(f"    {seconds:.0f} s; other tenants used {others:.2f} cores meanwhile", flush=True)
+    return PolicyRun(policy, result, error, load_before, os.getloadavg(), seconds, others)
+
+
+def configs_text(outcome: StepOutcome | None) -> str:
+    if outcome is None:
+        return "-"
+    return ", ".join(
+        f"{c.function}: {c.count}x<b={c.batch_size},c={c.cpus}>" for c in outcome.configs
+    )
+
+
+def print_table(mix: Mix, runs: list[PolicyRun]) -> None:
+    print(
+        f"\nmix {mix.name}: {' + '.join(mix.images)}, SLO {mix.slo_ms:g} ms "
+        f"(others = mean cores other tenants used during the search; * >= {NOISY_CORES:g})"
+    )
+    p99_heads = " ".join(f"{'p99 ' + i[:10]:>15}" for i in mix.images)
+    print(
+        f"{'policy':16} {'max rps':>8} {'steps':>5} {'others':>7} {p99_heads}  "
+        "instances at the best step"
+    )
+    for run in runs:
+        best = run.best
+        p99s = " ".join(
+            f"{best.summaries[i].latency.p99_ms:12.1f} ms" if best else f"{'-':>15}"
+            for i in mix.images
+        )
+        steps = len(run.result.steps) if run.result else 0
+        note = f"  error: {run.error}" if run.error else ""
+        others = f"{run.other_cpu_cores:.2f}{'*' if run.other_cpu_cores >= NOISY_CORES else ' '}"
+        print(
+            f"{run.policy:16} {run.max_rps:8.1f} {steps:5d} {others:>7} {p99s}  "
+            f"{configs_text(best)}{note}"
+        )
+
+
+def ratios(runs: list[PolicyRun]) -> dict[str, float | None]:
+    rps = {r.policy: r.max_rps for r in runs}
+    out: dict[str, float | None] = {}
+    for num, den in RATIOS:
+        if num in rps and den in rps:
+            out[f"{num}/{den}"] = round(rps[num] / rps[den], 3) if rps[den] > 0 else None
+    return out
+
+
+def step_json(outcome: StepOutcome) -> dict[str, Any]:
+    v = outcome.verdict
+    return {
+        "rate_rps": round(v.rate_rps, 2),
+        "offered_rps": round(v.offered_rps, 2),
+        "achieved_rps": round(v.achieved_rps, 2),
+        "p99_ms": None if math.isnan(v.p99_ms) else round(v.p99_ms, 2),
+        "passed": v.passed,
+        "reason": v.reason,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mixes", nargs="+", choices=sorted(MIXES), default=None)
+    parser.add_argument("--policies", nargs="+", choices=POLICY_NAMES, default=None)
+    parser.add_argument("--quick", action="store_true", help="3 policies, shorter steps")
+    parser.add_argument("--step-s", type=float, default=None, help="measured s per step")
+    parser.add_argument("--warmup-s", type=float, default=None, help="excluded s per step")
+    parser.add_argument("--max-steps", type=int, default=None, help="steps per search")
+    parser.add_argument("--growth", type=float, default=2.0)
+    parser.add_argument("--precision", type=float, default=0.15, help="bisection stop")
+    parser.add_argument("--max-rate-rps", type=float, default=1500.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="interleaved rounds; each policy's best counts"
+    )
+    parser.add_argument("--dispatch", choices=("adaptive", "deadline", "eager"), default="adaptive")
+    parser.add_argument("--queue-batches", type=int, default=4, help="[batching] queue bound")
+    parser.add_argument("--tick-s", type=float, default=0.5)
+    parser.add_argument("--cpu-options", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--cpu-overcommit", type=float, default=2.0)
+    parser.add_argument("--baseline-cpus", type=int, default=1, help="openfaas+/batch cores")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: need at least 1")
+    args.mixes = args.mixes or ["qa", "vision"]
+    args.policies = args.policies or list(QUICK_POLICIES if args.quick else POLICY_NAMES)
+    args.step_s = args.step_s or (6.0 if args.quick else 10.0)
+    args.warmup_s = args.warmup_s if args.warmup_s is not None else (4.0 if args.quick else 5.0)
+    args.max_steps = args.max_steps or (5 if args.quick else 7)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    mixes = [MIXES[m] for m in args.mixes]
+    build_models(mixes)
+    load_start = os.getloadavg()
+    print(
+        f"cpus {os.cpu_count()}, load average {load_start[0]:.2f} {load_start[1]:.2f} "
+        f"{load_start[2]:.2f}; steps {args.warmup_s:g} s warm-up + {args.step_s:g} s measured, "
+        f"<= {args.max_steps} per search; policies {', '.join(args.policies)}",
+        flush=True,
+    )
+    all_runs: dict[str, list[PolicyRun]] = {}  # the best round of each policy
+    per_round: dict[str, dict[str, list[float]]] = {}
+    for mix in mixes:
+        search = SearchConfig(
+            start_rps=mix.start_rps,
+            growth=args.growth,
+            max_steps=args.max_steps,
+            max_rate_rps=args.max_rate_rps,
+            precision=args.precision,
+            step_s=args.step_s,
+            min_rate_rps=mix.start_rps / 4,
+            pause_s=2.0,
+        )
+        rounds = [
+            [run_policy(mix, p, search, args) for p in args.policies] for _ in range(args.repeats)
+        ]
+        all_runs[mix.name] = [
+            max((r[k] for r in rounds), key=lambda run: run.max_rps)
+            for k in range(len(args.policies))
+        ]
+        per_round[mix.name] = {
+            p: [round(r[k].max_rps, 1) for r in rounds] for k, p in enumerate(args.policies)
+        }
+    for mix in mixes:
+        print_table(mix, all_runs[mix.name])
+        print("  ratios: " + ", ".join(f"{k} {v}x" for k, v in ratios(all_runs[mix.name]).items()))
+    load_end = os.getloadavg()
+    print(f"load average at the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
+    figures = {
+        "max_rps": {
+            m: {r.policy: round(r.max_rps, 1) for r in runs} for m, runs in all_runs.items()
+        },
+        "configs": {
+            m: {r.policy: [c.to_json() for c in r.best.configs] if r.best else [] for r in runs}
+            for m, runs in all_runs.items()
+        },
+        "ratios": {m: ratios(runs) for m, runs in all_runs.items()},
+        "p99_ms": {
+            m: {
+                r.policy: {f: round(s.latency.p99_ms, 2) for f, s in r.best.summaries.items()}
+                if r.best
+                else {}
+                for r in runs
+            }
+            for m, runs in all_runs.items()
+        },
+        "steps": {
+            m: {r.policy: [step_json(s) for s in r.result.steps] if r.result else [] for r in runs}
+            for m, runs in all_runs.items()
+        },
+        "errors": {m: {r.policy: r.error for r in runs if r.error} for m, runs in all_runs.items()},
+        "other_cpu_cores": {
+            m: {r.policy: round(r.other_cpu_cores, 2) for r in runs} for m, runs in all_runs.items()
+        },
+        "load_avg": {
+            "start": [round(x, 2) for x in load_start],
+            "end": [round(x, 2) for x in load_end],
+            "per_run_1min": {
+                m: {r.policy: [round(r.load_before[0], 2), round(r.load_after[0], 2)] for r in runs}
+                for m, runs in all_runs.items()
+            },
+        },
+        "rounds_max_rps": per_round,
+        "settings": {
+            "step_s": args.step_s,
+            "warmup_s": args.warmup_s,
+            "max_steps": args.max_steps,
+            "repeats": args.repeats,
+            "dispatch": args.dispatch,
+            "queue_batches": args.queue_batches,
+            "cpu_options": args.cpu_options,
+            "cpu_overcommit": args.cpu_overcommit,
+            "baseline_cpus": args.baseline_cpus,
+            "cpus": os.cpu_count(),
+        },
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
