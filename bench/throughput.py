@@ -50,10 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench.harness import BENCH_MODELS, Gateway, gateway
 from bench.mixsearch import MixSearchOptions, MixSearchResult, StepOutcome, search_mix
+from bench.sharing import other_cpu_cores, other_cpu_s
 from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
 from infless.scaling.config import POLICY_NAMES
 from loadgen.maxrate import SearchConfig
@@ -126,33 +125,6 @@ def gateway_toml(policy: str, args: argparse.Namespace) -> str:
         f"cpu_options = [{cpu_options}]\ncpu_overcommit = {args.cpu_overcommit}\n"
         f"baseline_cpus = {args.baseline_cpus}\n"
     )
-
-
-def _tree_pids() -> set[int]:
-    me = psutil.Process()
-    pids = {me.pid}
-    for child in me.children(recursive=True):
-        pids.add(child.pid)
-    return pids
-
-
-def other_cpu_s() -> dict[int, float]:
-    """CPU seconds so far of every process outside this bench's tree (the gateway and its
-    workers are inside it), by pid: the other tenants of this machine."""
-    ours = _tree_pids()
-    times: dict[int, float] = {}
-    for proc in psutil.process_iter(["cpu_times"]):
-        cpu = proc.info["cpu_times"]
-        if proc.pid not in ours and cpu is not None:
-            times[proc.pid] = float(cpu.user + cpu.system)
-    return times
-
-
-def other_cpu_cores(before: dict[int, float], after: dict[int, float], seconds: float) -> float:
-    """Mean cores used by others between two snapshots (a process born in between counts in
-    full; one that died in between is missed)."""
-    used_s = sum(t - before.get(pid, 0.0) for pid, t in after.items())
-    return max(0.0, used_s) / seconds if seconds > 0 else 0.0
 
 
 def wait_settled(gw: Gateway, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
@@ -302,18 +274,6 @@ def ratios(runs: list[PolicyRun]) -> dict[str, float | None]:
     return out
 
 
-def step_json(outcome: StepOutcome) -> dict[str, Any]:
-    v = outcome.verdict
-    return {
-        "rate_rps": round(v.rate_rps, 2),
-        "offered_rps": round(v.offered_rps, 2),
-        "achieved_rps": round(v.achieved_rps, 2),
-        "p99_ms": None if math.isnan(v.p99_ms) else round(v.p99_ms, 2),
-        "passed": v.passed,
-        "reason": v.reason,
-    }
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mixes", nargs="+", choices=sorted(MIXES), default=None)
@@ -403,8 +363,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             for m, runs in all_runs.items()
         },
-        "steps": {
-            m: {r.policy: [step_json(s) for s in r.result.steps] if r.result else [] for r in runs}
+        "steps": {  # (total rate, pass) of every step of the best round, in search order
+            m: {
+                r.policy: [[s.verdict.rate_rps, s.verdict.passed] for s in r.result.steps]
+                if r.result
+                else []
+                for r in runs
+            }
             for m, runs in all_runs.items()
         },
         "errors": {m: {r.policy: r.error for r in runs if r.error} for m, runs in all_runs.items()},
