@@ -342,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         }
     for mix in mixes:
         print_table(mix, all_runs[mix.name])
-        print("  ratios: " + ", ".join(f"{k} {v}x" for k, v in ratios(all_runs[mix.name]).items()))
+        mix_ratios = ratios(all_runs[mix.name])
+        if mix_ratios:
+            print("  ratios: " + ", ".join(f"{k} {v}x" for k, v in mix_ratios.items()))
     load_end = os.getloadavg()
     print(f"load average at the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     figures = {
