@@ -45,6 +45,20 @@ def batch_timeout_s(slo_ms: float, exec_ms: float, slack_ms: float) -> float:
     return max(0.0, (slo_ms - exec_ms - slack_ms) / 1000.0)
 
 
+def queue_capacity(batch_size: int, exec_ms: float, slo_ms: float, max_batches: int) -> int:
+    """How many requests an instance may queue: whole batches that still finish within the SLO.
+
+    A request queued behind k full batches, with one batch running, is answered after about
+    (k + 1) * t_exec: so floor(t_slo / t_exec) - 1 batches, at least one, at most
+    `max_batches` (the configured cap; also used while t_exec is unknown). Beyond it the
+    request is better sent elsewhere or refused (429) than answered late.
+    """
+    if exec_ms <= 0.0:
+        return batch_size * max_batches
+    within_slo = math.floor(slo_ms / exec_ms) - 1
+    return batch_size * min(max_batches, max(1, within_slo))
+
+
 def settle(
     exec_ms_by_batch: Mapping[int, float],
     slo_ms: float,
@@ -52,17 +66,31 @@ def settle(
     slack_ms: float,
     capacity_batches: int,
     mode: DispatchMode = "deadline",
+    batch_size: int | None = None,
 ) -> BatchSettings:
-    """Batch settings for an instance from its measured (or predicted) execution times."""
-    batch_size = choose_batch_size(exec_ms_by_batch, slo_ms, max_batch)
+    """Batch settings for an instance from its measured (or predicted) execution times.
+
+    b is the largest feasible size up to `max_batch`, or `batch_size` when it is fixed (the
+    planner chose it, or the instance already runs with it); timeout and queue bound follow
+    from t_exec at b.
+    """
+    if batch_size is None:
+        batch_size = choose_batch_size(exec_ms_by_batch, slo_ms, max_batch)
     exec_ms = exec_ms_by_batch.get(batch_size, 0.0)
     return BatchSettings(
         batch_size=batch_size,
         timeout_s=batch_timeout_s(slo_ms, exec_ms, slack_ms),
-        capacity=batch_size * capacity_batches,
+        capacity=queue_capacity(batch_size, exec_ms, slo_ms, capacity_batches),
         exec_ms=exec_ms,
         mode=mode,
     )
+
+
+def update_exec_ms(previous_ms: float | None, measured_ms: float, weight: float = 0.1) -> float:
+    """EWMA of one batch size's execution time, fed by every batch an instance serves."""
+    if previous_ms is None:
+        return measured_ms
+    return previous_ms + weight * (measured_ms - previous_ms)
 
 
 def powers_of_two_up_to(limit: int) -> list[int]:

@@ -21,7 +21,7 @@ from torch import nn
 
 from infless.errors import UnknownModel
 from infless.models.package import PackageManifest, load_manifest
-from infless.models.zoo import BUILDERS
+from infless.models.zoo import BUILDERS, ZOO
 
 Builder = Callable[..., nn.Module]
 
@@ -95,6 +95,20 @@ def build_module(manifest: PackageManifest, device: str = "cpu") -> nn.Module:
             f"{type(module).__name__}, not a torch.nn.Module"
         )
     return module.eval()
+
+
+def prime_builders() -> None:
+    """Build every zoo architecture once on `meta` and attach its own tensors, then drop it.
+
+    For the zygote, before it forks: the family modules are imported and torch's lazily
+    created module and state-dict machinery exists once, shared by every child, instead of
+    being created (and copied) in each worker. Allocates no tensor memory, starts no thread.
+    """
+    for entry in ZOO.values():
+        with torch.device("meta"), _skipped_init():
+            module = resolve_builder(entry.builder)(**entry.kwargs)
+        module.load_state_dict(module.state_dict(), assign=True)
+        module.eval()
 
 
 def load_package_weights(package_dir: Path, manifest: PackageManifest) -> dict[str, torch.Tensor]:

@@ -106,14 +106,10 @@ class Autoscaler:
             i.config.cpus for i in self._pool.all_instances() if i.state is not LiveState.DEAD
         )
         server = ServerView(SERVER_ID, self._capacity_cpus, max(0, self._capacity_cpus - used))
+        self._observe(managed)
         functions = []
         for function in managed:
             spec = function.spec
-            for instance in function.router.instances:
-                if instance.state is LiveState.READY:
-                    self.predictor.observe(
-                        spec.image, instance.config.cpus, instance.exec_ms_by_batch
-                    )
             zero_ok = function.keep_warm is False
             functions.append(
                 FunctionView(
@@ -132,6 +128,21 @@ class Autoscaler:
                 )
             )
         return PoolView((server,), tuple(functions), now)
+
+    def _observe(self, managed: list[DeployedFunction]) -> None:
+        """Feed the predictor what the ready instances measure now (warm-up timings, then
+        the EWMA of their served batches), averaged over instances of one model and cores."""
+        samples: dict[tuple[str, int], dict[int, list[float]]] = {}
+        for function in managed:
+            for instance in function.router.instances:
+                if instance.state is LiveState.READY:
+                    key = (function.spec.image, instance.config.cpus)
+                    table = samples.setdefault(key, {})
+                    for batch_size, exec_ms in instance.exec_ms_by_batch.items():
+                        table.setdefault(batch_size, []).append(exec_ms)
+        for (model_key, cpus), table in samples.items():
+            means = {b: sum(values) / len(values) for b, values in table.items()}
+            self.predictor.observe(model_key, cpus, means)
 
     @staticmethod
     def _instance_view(instance: Instance, now: float) -> InstanceView:

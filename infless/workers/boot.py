@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from infless.batching.policy import BatchSettings, batch_timeout_s, powers_of_two_up_to, settle
+from infless.batching.policy import BatchSettings, powers_of_two_up_to, settle
 from infless.clock import Clock
 from infless.config import Config
 from infless.types import FunctionSpec
@@ -64,19 +64,10 @@ class InstanceBooter:
         """The instance's batching: the largest feasible b (or the planner's fixed b)."""
         batching = self._config.batching
         slack_ms = batching.slack_ms + batching.slack_fraction * spec.slo_ms
-        if fixed_batch is None:
-            return settle(
-                exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
-                batching.queue_capacity_batches, mode=batching.dispatch,
-            )  # fmt: skip
-        exec_ms = exec_ms_by_batch.get(fixed_batch, 0.0)
-        return BatchSettings(
-            batch_size=fixed_batch,
-            timeout_s=batch_timeout_s(spec.slo_ms, exec_ms, slack_ms),
-            capacity=fixed_batch * batching.queue_capacity_batches,
-            exec_ms=exec_ms,
-            mode=batching.dispatch,
-        )
+        return settle(
+            exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
+            batching.queue_capacity_batches, mode=batching.dispatch, batch_size=fixed_batch,
+        )  # fmt: skip
 
     async def boot(
         self,

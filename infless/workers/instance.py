@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from infless.batching.policy import BatchSettings
+from infless.batching.policy import BatchSettings, update_exec_ms
 from infless.batching.queue import BatchQueue, QueueClosed
 from infless.batching.request import Array, Outcome, Pending
 from infless.clock import Clock
@@ -22,6 +22,9 @@ from infless.errors import InferenceFailed
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from infless.workers.handle import BatchError, WorkerDied, WorkerHandle
+
+RETUNE_EVERY_BATCHES = 32  # served batches between re-derivations of timeout and queue bound
+Retune = Callable[[dict[int, float]], BatchSettings]
 
 
 class InstanceState(enum.Enum):
@@ -89,6 +92,7 @@ class Instance:
         self._on_orphans = on_orphans
         self._runner: asyncio.Task[None] | None = None
         self._in_flight: list[Pending] = []
+        self._retune: Retune | None = None
 
     @property
     def pid(self) -> int:
@@ -111,8 +115,18 @@ class Instance:
     def queue_length(self) -> int:
         return 0 if self.queue is None else len(self.queue)
 
-    def become_ready(self, handle: WorkerHandle, settings: BatchSettings, ready: p.Ready) -> None:
+    def become_ready(
+        self,
+        handle: WorkerHandle,
+        settings: BatchSettings,
+        ready: p.Ready,
+        retune: Retune | None = None,
+    ) -> None:
+        """Start serving. `exec_ms_by_batch` starts from the warm-up timings and then follows
+        the served batches (EWMA); every RETUNE_EVERY_BATCHES batches `retune` re-derives the
+        batch timeout and queue bound from it (b stays: the instance was started for it)."""
         self.handle = handle
+        self._retune = retune
         self.exec_ms_by_batch = dict(ready.exec_ms)
         self.start_breakdown = ready.start
         self.config = InstanceConfig(settings.batch_size, self.config.cpus, self.config.gpu_pct)
@@ -155,6 +169,11 @@ class Instance:
         self.last_active_s = dispatched_s
         self.batches += 1
         self.served += size
+        exec_ms = self.exec_ms_by_batch
+        exec_ms[size] = update_exec_ms(exec_ms.get(size), result.exec_ms)
+        if self._retune is not None and self.batches % RETUNE_EVERY_BATCHES == 0:
+            assert self.queue is not None
+            self.queue.update(self._retune(exec_ms))
         for row, pending in enumerate(batch):
             pending.resolve(
                 Outcome(

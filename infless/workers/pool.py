@@ -231,7 +231,13 @@ class WorkerPool:
             self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
             return
         handle, ready, settings = booted.handle, booted.ready, booted.settings
-        instance.become_ready(handle, settings, ready)
+        batch_size = settings.batch_size
+        instance.become_ready(
+            handle,
+            settings,
+            ready,
+            retune=lambda exec_ms: self.booter.batch_settings(spec, exec_ms, batch_size),
+        )
         instance.start_breakdown = self.booter.start_breakdown(booted)
         function.start_failures = 0
         function.last_start_duration_s = self._clock.now() - instance.started_at_s

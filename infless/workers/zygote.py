@@ -4,7 +4,8 @@ Gateway side, `ZygoteLauncher` (a `WorkerLauncher`; never imports torch): starts
 once per server (`python -m infless.workers.zygote`); per instance, sends the worker's end of
 a fresh socketpair over the control socket (SOCK_SEQPACKET + SCM_RIGHTS); the zygote forks a
 child running `infless.workers.main.serve(sock)` and replies with its pid.
-Zygote side, `zygote_main`: imports the preload modules but runs no torch op and starts no
+Zygote side, `zygote_main`: imports the preload modules (and calls `module:function` entries:
+the zoo builds its architectures on `meta` once) but runs no CPU torch op and starts no
 thread before forking (OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from starting at
 import; `torch.set_num_threads(1)` runs only in children). It reaps its children (SIGCHLD ->
 wakeup fd -> waitpid WNOHANG), reports each exit, and dies with the gateway (PR_SET_PDEATHSIG
@@ -36,7 +37,8 @@ from infless.workers.launcher import LaunchedWorker
 
 DEFAULT_TARGET = "infless.workers.main:serve"
 _RUNTIME = ("infless.workers.main", "infless.models.loader", "infless.weights.attach")
-DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME)
+_PRIME = "infless.models.loader:prime_builders"  # `module:function` entries are called
+DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME, _PRIME)
 _PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE_BYTES = 64 * 1024
 _EXIT_CODES_KEPT = 4096
@@ -90,6 +92,14 @@ def _thread_count() -> int:
 def _resolve(target: str) -> Callable[[socket.socket], None]:
     module_name, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module_name), attribute or "serve")  # type: ignore[no-any-return]
+
+
+def _preload(entry: str) -> None:
+    """Import `module`, or import and call `module:function` (no thread may start)."""
+    module_name, _, attribute = entry.partition(":")
+    module = importlib.import_module(module_name)
+    if attribute:
+        getattr(module, attribute)()
 
 
 def _run_child(
@@ -175,7 +185,10 @@ def _serve_control(control: socket.socket, target: Callable[[socket.socket], Non
                             pass
                     _reap(control)
                     continue
-                message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE_BYTES, 4)
+                try:
+                    message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE_BYTES, 4)
+                except ConnectionResetError:
+                    message, fds = b"", []
                 if not message:
                     return 0  # the gateway is gone: children live on their own sockets
                 reply = _fork(_to_zygote.decode(message), fds, target, closing)
@@ -199,9 +212,10 @@ def zygote_main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     control = socket.socket(fileno=args.control_fd)
     try:
-        for module in filter(None, args.preload.split(",")):
-            importlib.import_module(module)
+        for entry in filter(None, args.preload.split(",")):
+            _preload(entry)
         target = _resolve(args.target)
+        gc.collect()
         gc.freeze()  # children's collections skip the preloaded heap: no copy-on-write storm
     except Exception as exc:
         control.send(_encoder.encode(ZygoteFailed(f"{type(exc).__name__}: {exc}")))

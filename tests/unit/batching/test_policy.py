@@ -11,7 +11,9 @@ from infless.batching.policy import (
     dispatch_due,
     feasible,
     powers_of_two_up_to,
+    queue_capacity,
     settle,
+    update_exec_ms,
 )
 
 
@@ -47,6 +49,54 @@ def test_settle_combines_size_timeout_and_capacity() -> None:
     assert settings.capacity == 12
     assert abs(settings.timeout_s - 0.044) < 1e-12
     assert settings.exec_ms == 5.0
+
+
+def test_settle_keeps_a_fixed_batch_size_even_when_a_larger_one_is_feasible() -> None:
+    settings = settle(
+        {1: 2.0, 2: 3.0, 4: 5.0}, slo_ms=50.0, max_batch=4, slack_ms=1.0, capacity_batches=3,
+        batch_size=2,
+    )  # fmt: skip
+    assert settings.batch_size == 2
+    assert settings.exec_ms == 3.0
+    assert abs(settings.timeout_s - 0.046) < 1e-12
+
+
+def test_queue_holds_only_the_batches_that_finish_within_the_slo() -> None:
+    # 50 ms SLO, 5 ms a batch: 9 batches can wait behind the running one (10 x 5 ms = 50 ms)
+    assert queue_capacity(1, 5.0, 50.0, max_batches=16) == 9
+    assert queue_capacity(4, 5.0, 50.0, max_batches=16) == 36
+    # the configured cap still applies
+    assert queue_capacity(4, 5.0, 50.0, max_batches=3) == 12
+    # a batch taking half the SLO leaves room for one waiting batch, and never less than one
+    assert queue_capacity(8, 25.0, 50.0, max_batches=16) == 8
+    assert queue_capacity(8, 60.0, 50.0, max_batches=16) == 8
+    # t_exec unknown: the cap
+    assert queue_capacity(2, 0.0, 50.0, max_batches=4) == 8
+
+
+@given(
+    batch=st.integers(1, 32),
+    exec_ms=st.floats(0.1, 500.0),
+    slo_ms=st.floats(1.0, 1000.0),
+    cap=st.integers(1, 32),
+)
+def test_a_full_queue_finishes_within_the_slo_when_one_batch_fits(
+    batch: int, exec_ms: float, slo_ms: float, cap: int
+) -> None:
+    capacity = queue_capacity(batch, exec_ms, slo_ms, cap)
+    assert capacity % batch == 0
+    assert batch <= capacity <= batch * cap
+    if 2 * exec_ms <= slo_ms:  # the last queued request: its batches plus the running one
+        assert (capacity // batch + 1) * exec_ms <= slo_ms + 1e-9
+
+
+def test_exec_time_average_starts_at_the_first_sample_and_follows_new_ones() -> None:
+    assert update_exec_ms(None, 12.0) == 12.0
+    assert update_exec_ms(10.0, 20.0, weight=0.1) == 11.0
+    value = 10.0
+    for _ in range(60):
+        value = update_exec_ms(value, 30.0)
+    assert 29.0 < value < 30.0
 
 
 def test_powers_of_two_include_the_limit() -> None:

@@ -13,7 +13,7 @@ from infless.batching.router import FunctionRouter
 from infless.errors import Overloaded, WorkerUnavailable
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
-from infless.workers.instance import Instance, InstanceState
+from infless.workers.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from tests.support.clock import FakeClock
 from tests.support.inprocess_worker import InProcessWorkerHandle
 
@@ -152,3 +152,34 @@ async def test_waiting_room_is_bounded_and_start_failure_answers_503() -> None:
     for future in futures:
         with pytest.raises(WorkerUnavailable, match="model exploded"):
             await future
+
+
+async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
+    clock = FakeClock()
+    instance = Instance("f-1", "f", InstanceConfig(2, 1), (0,), clock, SPECS, lambda *_: None)
+    handle = InProcessWorkerHandle(exec_ms=20.0)
+    ready = p.Ready(pid=0, exec_ms={1: 4.0, 2: 5.0}, start=p.StartBreakdown())
+    retuned: list[dict[int, float]] = []
+
+    def retune(exec_ms: dict[int, float]) -> BatchSettings:
+        retuned.append(dict(exec_ms))
+        return BatchSettings(2, 0.001, 2, exec_ms[2])
+
+    instance.become_ready(handle, BatchSettings(2, 0.04, 8, 5.0), ready, retune=retune)
+    queue = instance.queue
+    assert queue is not None
+    loop = asyncio.get_running_loop()
+    for _ in range(RETUNE_EVERY_BATCHES):
+        pair = [
+            queue.submit(Pending({"x": np.zeros(2, np.float32)}, clock.now(), loop.create_future()))
+            for _ in range(2)
+        ]
+        await asyncio.wait_for(asyncio.gather(*pair), 1.0)
+    assert instance.batches == RETUNE_EVERY_BATCHES
+    assert instance.exec_ms_by_batch[1] == 4.0  # no batch of one was served
+    assert 5.0 < instance.exec_ms_by_batch[2] < 20.0  # moved from warm-up towards served
+    assert instance.exec_ms_by_batch[2] > 19.0  # 32 batches at 20 ms: nearly there
+    assert len(retuned) == 1
+    assert queue.settings.capacity == 2
+    assert queue.settings.exec_ms == instance.exec_ms_by_batch[2]
+    await instance.drain(1.0)
