@@ -22,9 +22,11 @@ Mixes (`--mixes`):
   few RPS: searches dominated by noise.
 
 Platform settings, the same for every policy (flags): `[scaling] cpu_options = [1, 2]`,
-`cpu_overcommit = 2` (2 cores offer 4 instance-cores, as in config.toml), `baseline_cpus = 1`
-(openfaas+ / batch instances get 1 core: the 2-core default leaves no room for a 3-function
-mix, and 2-thread instances run slower than 1-thread ones on this shared machine),
+`cpu_overcommit` just enough for one 1-core instance per function (qa: 1.5, i.e. 3
+instance-cores on 2 cores; vision: 1: more would let every policy start instances that only
+slow each other down), `baseline_cpus = 1` (openfaas+ / batch instances get 1 core: the 2-core
+default leaves no room for a 3-function mix, and 2-thread instances run slower than 1-thread
+ones on this shared machine),
 `[batching] dispatch = "adaptive"`, `queue_capacity_batches = 16` (the platform's defaults).
 Others' CPU use during each search is measured and printed: the machine may be shared.
 On a shared machine use `--repeats N`: N interleaved rounds of every policy, each policy's
@@ -115,14 +117,21 @@ class PolicyRun:
         return 0.0 if best is None else best.verdict.rate_rps
 
 
-def gateway_toml(policy: str, args: argparse.Namespace) -> str:
+def cpu_overcommit(mix: Mix, args: argparse.Namespace) -> float:
+    """The flag, else the least that fits one 1-core instance per function of the mix."""
+    if args.cpu_overcommit is not None:
+        return float(args.cpu_overcommit)
+    return max(1.0, len(mix.images) / (os.cpu_count() or 1))
+
+
+def gateway_toml(policy: str, args: argparse.Namespace, overcommit: float) -> str:
     cpu_options = ", ".join(str(c) for c in args.cpu_options)
     return (
         "[workers]\ncpus_per_instance = 1\n"
         f'[batching]\ndispatch = "{args.dispatch}"\n'
         f"queue_capacity_batches = {args.queue_batches}\n"
         f'[scaling]\npolicy = "{policy}"\ntick_s = {args.tick_s}\n'
-        f"cpu_options = [{cpu_options}]\ncpu_overcommit = {args.cpu_overcommit}\n"
+        f"cpu_options = [{cpu_options}]\ncpu_overcommit = {overcommit}\n"
         f"baseline_cpus = {args.baseline_cpus}\n"
     )
 
@@ -206,7 +215,7 @@ def run_policy(mix: Mix, policy: str, search: SearchConfig, args: argparse.Names
     try:
         with (
             tempfile.TemporaryDirectory(prefix="infless-throughput-") as tmp,
-            gateway(Path(tmp), "", gateway_toml(policy, args)) as gw,
+            gateway(Path(tmp), "", gateway_toml(policy, args, cpu_overcommit(mix, args))) as gw,
         ):
             deploy(gw, mix)
             functions = asyncio.run(discover_functions(gw.url, list(mix.images)))
@@ -293,7 +302,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queue-batches", type=int, default=16, help="[batching] queue cap")
     parser.add_argument("--tick-s", type=float, default=0.5)
     parser.add_argument("--cpu-options", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--cpu-overcommit", type=float, default=2.0)
+    parser.add_argument(
+        "--cpu-overcommit", type=float, default=None, help="default: one core per function"
+    )
     parser.add_argument("--baseline-cpus", type=int, default=1, help="openfaas+/batch cores")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -302,7 +313,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.policies = args.policies or list(QUICK_POLICIES if args.quick else POLICY_NAMES)
     args.step_s = args.step_s or (6.0 if args.quick else 10.0)
     args.warmup_s = args.warmup_s if args.warmup_s is not None else (4.0 if args.quick else 5.0)
-    args.max_steps = args.max_steps or (5 if args.quick else 7)
+    args.max_steps = args.max_steps or 7
     return args
 
 
@@ -395,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             "dispatch": args.dispatch,
             "queue_batches": args.queue_batches,
             "cpu_options": args.cpu_options,
-            "cpu_overcommit": args.cpu_overcommit,
+            "cpu_overcommit": {m.name: cpu_overcommit(m, args) for m in mixes},
             "baseline_cpus": args.baseline_cpus,
             "cpus": os.cpu_count(),
         },
