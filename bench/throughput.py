@@ -27,7 +27,7 @@ instance-cores on 2 cores; vision: 1: more would let every policy start instance
 slow each other down), `baseline_cpus = 1` (openfaas+ / batch instances get 1 core: the 2-core
 default leaves no room for a 3-function mix, and 2-thread instances run slower than 1-thread
 ones on this shared machine),
-`[batching] dispatch = "adaptive"`, `queue_capacity_batches = 16` (the platform's defaults).
+`[batching] dispatch = "adaptive"`, `queue_capacity_batches = 4` (the platform's defaults).
 Others' CPU use during each search is measured and printed: the machine may be shared.
 On a shared machine use `--repeats N`: N interleaved rounds of every policy, each policy's
 best round counts (interference only ever lowers a maximum); every round is in the JSON.
@@ -299,7 +299,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats", type=int, default=1, help="interleaved rounds; each policy's best counts"
     )
     parser.add_argument("--dispatch", choices=("adaptive", "deadline", "eager"), default="adaptive")
-    parser.add_argument("--queue-batches", type=int, default=16, help="[batching] queue cap")
+    parser.add_argument("--queue-batches", type=int, default=4, help="[batching] queue bound")
     parser.add_argument("--tick-s", type=float, default=0.5)
     parser.add_argument("--cpu-options", type=int, nargs="+", default=[1, 2])
     parser.add_argument(

@@ -41,7 +41,7 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
 class BatchingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     dispatch: Literal["deadline", "adaptive", "eager"] = "adaptive"
-    queue_capacity_batches: int = 16
+    queue_capacity_batches: int = 4
     slack_ms: float = 2.0
     slack_fraction: float = 0.1
     warmup_rounds: int = 3

@@ -45,18 +45,18 @@ def batch_timeout_s(slo_ms: float, exec_ms: float, slack_ms: float) -> float:
     return max(0.0, (slo_ms - exec_ms - slack_ms) / 1000.0)
 
 
-def queue_capacity(batch_size: int, exec_ms: float, slo_ms: float, max_batches: int) -> int:
-    """How many requests an instance may queue: whole batches that still finish within the SLO.
+def queue_capacity(batch_size: int, exec_ms: float, slo_ms: float, min_batches: int) -> int:
+    """How many requests an instance may queue: `min_batches` full batches, or more while
+    they still finish within the SLO.
 
     A request queued behind k full batches, with one batch running, is answered after about
-    (k + 1) * t_exec: so floor(t_slo / t_exec) - 1 batches, at least one, at most
-    `max_batches` (the configured cap; also used while t_exec is unknown). Beyond it the
-    request is better sent elsewhere or refused (429) than answered late.
+    (k + 1) * t_exec: floor(t_slo / t_exec) - 1 batches fit. A fast model thus queues many
+    batches instead of refusing requests it would answer in time; `min_batches` (the
+    configured bound) absorbs bursts whatever t_exec is, and is what applies while t_exec is
+    unknown. Beyond the bound a request goes to another instance, else 429.
     """
-    if exec_ms <= 0.0:
-        return batch_size * max_batches
-    within_slo = math.floor(slo_ms / exec_ms) - 1
-    return batch_size * min(max_batches, max(1, within_slo))
+    within_slo = math.floor(slo_ms / exec_ms) - 1 if exec_ms > 0.0 else 0
+    return batch_size * max(min_batches, within_slo)
 
 
 def settle(

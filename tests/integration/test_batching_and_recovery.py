@@ -95,7 +95,8 @@ def test_restart_keeps_the_registry(tmp_path: Path) -> None:
 
 
 def test_overload_answers_429_with_retry_after_and_recovers(tmp_path: Path) -> None:
-    functions = [{"name": "cifar", "image": "resnet-20", "slo_ms": 60000, "max_batch": 1}]
+    # a tight SLO: the queue bound stays at the configured 2 batches (no room to extend it)
+    functions = [{"name": "cifar", "image": "resnet-20", "slo_ms": 20, "max_batch": 1}]
     sections = {"batching": {"queue_capacity_batches": 2, "warmup_rounds": 1}}
     with start_gateway(tmp_path, functions, sections) as gw:
         results = _fire(gw, "cifar", IMAGE, count=40, workers=40)

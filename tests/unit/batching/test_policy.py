@@ -46,7 +46,7 @@ def test_settle_combines_size_timeout_and_capacity() -> None:
         {1: 2.0, 2: 3.0, 4: 5.0}, slo_ms=50.0, max_batch=4, slack_ms=1.0, capacity_batches=3
     )
     assert settings.batch_size == 4
-    assert settings.capacity == 12
+    assert settings.capacity == 36  # 3 batches configured, but 9 finish within 50 ms
     assert abs(settings.timeout_s - 0.044) < 1e-12
     assert settings.exec_ms == 5.0
 
@@ -61,32 +61,31 @@ def test_settle_keeps_a_fixed_batch_size_even_when_a_larger_one_is_feasible() ->
     assert abs(settings.timeout_s - 0.046) < 1e-12
 
 
-def test_queue_holds_only_the_batches_that_finish_within_the_slo() -> None:
+def test_queue_holds_the_configured_batches_or_more_while_they_finish_within_the_slo() -> None:
     # 50 ms SLO, 5 ms a batch: 9 batches can wait behind the running one (10 x 5 ms = 50 ms)
-    assert queue_capacity(1, 5.0, 50.0, max_batches=16) == 9
-    assert queue_capacity(4, 5.0, 50.0, max_batches=16) == 36
-    # the configured cap still applies
-    assert queue_capacity(4, 5.0, 50.0, max_batches=3) == 12
-    # a batch taking half the SLO leaves room for one waiting batch, and never less than one
-    assert queue_capacity(8, 25.0, 50.0, max_batches=16) == 8
-    assert queue_capacity(8, 60.0, 50.0, max_batches=16) == 8
-    # t_exec unknown: the cap
-    assert queue_capacity(2, 0.0, 50.0, max_batches=4) == 8
+    assert queue_capacity(1, 5.0, 50.0, min_batches=4) == 9
+    assert queue_capacity(4, 5.0, 50.0, min_batches=4) == 36
+    # slow batches: the configured bound still absorbs a burst
+    assert queue_capacity(8, 25.0, 50.0, min_batches=4) == 32
+    assert queue_capacity(8, 60.0, 50.0, min_batches=2) == 16
+    assert queue_capacity(2, 5.0, 50.0, min_batches=12) == 24
+    # t_exec unknown: the configured bound
+    assert queue_capacity(2, 0.0, 50.0, min_batches=4) == 8
 
 
 @given(
     batch=st.integers(1, 32),
     exec_ms=st.floats(0.1, 500.0),
     slo_ms=st.floats(1.0, 1000.0),
-    cap=st.integers(1, 32),
+    min_batches=st.integers(1, 32),
 )
-def test_a_full_queue_finishes_within_the_slo_when_one_batch_fits(
-    batch: int, exec_ms: float, slo_ms: float, cap: int
+def test_queue_bound_is_whole_batches_and_never_below_the_configured_one(
+    batch: int, exec_ms: float, slo_ms: float, min_batches: int
 ) -> None:
-    capacity = queue_capacity(batch, exec_ms, slo_ms, cap)
+    capacity = queue_capacity(batch, exec_ms, slo_ms, min_batches)
     assert capacity % batch == 0
-    assert batch <= capacity <= batch * cap
-    if 2 * exec_ms <= slo_ms:  # the last queued request: its batches plus the running one
+    assert capacity >= batch * min_batches
+    if capacity > batch * min_batches:  # extended: the last queued request is still in time
         assert (capacity // batch + 1) * exec_ms <= slo_ms + 1e-9
 
 

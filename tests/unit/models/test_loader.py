@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from infless.models.loader import (
     build_module,
     load_model,
     load_package_weights,
+    prime_builders,
     resolve_builder,
 )
 from infless.models.package import (
@@ -27,7 +29,7 @@ from infless.models.package import (
     TensorSignature,
     encode_manifest,
 )
-from infless.models.zoo import ZOO
+from infless.models.zoo import BUILDERS, ZOO
 from infless.models.zoo.cnn import mnist_cnn
 from tests.unit.models.inputs import as_outputs, random_inputs
 
@@ -85,6 +87,14 @@ def test_meta_build_allocates_nothing_and_is_in_eval_mode() -> None:
     module = build_module(ZOO["resnet-50"].manifest(), device="meta")
     assert not module.training
     assert all(t.is_meta for t in module.state_dict().values())
+
+
+def test_priming_imports_every_builder_family_without_starting_threads() -> None:
+    threads_before = sum(1 for _ in Path("/proc/self/task").iterdir())
+    prime_builders()
+    families = {BUILDERS[entry.builder].partition(":")[0] for entry in ZOO.values()}
+    assert families <= set(sys.modules)
+    assert sum(1 for _ in Path("/proc/self/task").iterdir()) == threads_before
 
 
 @pytest.mark.parametrize("name", ["mnist", "ssd", "lstm-2365", "dssm-2365"])
