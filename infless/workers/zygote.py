@@ -30,10 +30,22 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from infless.workers.launcher import LaunchedWorker
+from infless.workers.zygote_protocol import (
+    ChildExited,
+    Fork,
+    Forked,
+    ForkFailed,
+    ZygoteFailed,
+    ZygoteReady,
+    encoder,
+    from_zygote,
+    to_zygote,
+)
 
 DEFAULT_TARGET = "infless.workers.main:serve"
 _RUNTIME = ("infless.workers.main", "infless.models.loader", "infless.weights.attach")
@@ -46,41 +58,6 @@ _EXIT_CODES_KEPT = 4096
 log = logging.getLogger(__name__)
 
 
-class Fork(msgspec.Struct, tag="fork", frozen=True):
-    request_id: int
-    instance_id: str
-
-
-class ZygoteReady(msgspec.Struct, tag="ready", frozen=True):
-    pid: int
-    threads: int  # must be 1: forking a multi-threaded process copies only the caller
-
-
-class ZygoteFailed(msgspec.Struct, tag="failed", frozen=True):
-    error: str
-
-
-class Forked(msgspec.Struct, tag="forked", frozen=True):
-    request_id: int
-    pid: int
-
-
-class ForkFailed(msgspec.Struct, tag="fork_failed", frozen=True):
-    request_id: int
-    error: str
-
-
-class ChildExited(msgspec.Struct, tag="exited", frozen=True):
-    pid: int
-    returncode: int  # negative: killed by that signal, as in subprocess
-
-
-FromZygote = ZygoteReady | ZygoteFailed | Forked | ForkFailed | ChildExited
-_encoder = msgspec.msgpack.Encoder()
-_from_zygote = msgspec.msgpack.Decoder(FromZygote)
-_to_zygote = msgspec.msgpack.Decoder(Fork)
-
-
 class ZygoteError(RuntimeError):
     """The zygote failed to start, to fork, or died; the message says which and why."""
 
@@ -89,17 +66,11 @@ def _thread_count() -> int:
     return sum(1 for _ in Path("/proc/self/task").iterdir())
 
 
-def _resolve(target: str) -> Callable[[socket.socket], None]:
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute or "serve")  # type: ignore[no-any-return]
-
-
-def _preload(entry: str) -> None:
-    """Import `module`, or import and call `module:function` (no thread may start)."""
+def _resolve(entry: str, default: str = "") -> Any:
+    """`module:attribute` (or `module` with a default attribute): the imported object."""
     module_name, _, attribute = entry.partition(":")
     module = importlib.import_module(module_name)
-    if attribute:
-        getattr(module, attribute)()
+    return getattr(module, attribute or default) if attribute or default else module
 
 
 def _run_child(
@@ -142,7 +113,7 @@ def _reap(control: socket.socket) -> None:
             return
         returncode = os.waitstatus_to_exitcode(status)
         with contextlib.suppress(OSError):
-            control.send(_encoder.encode(ChildExited(pid, returncode)))
+            control.send(encoder.encode(ChildExited(pid, returncode)))
 
 
 def _fork(
@@ -175,7 +146,7 @@ def _serve_control(control: socket.socket, target: Callable[[socket.socket], Non
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
     closing = [control.fileno(), wake_read.fileno(), wake_write.fileno(), selector.fileno()]
-    control.send(_encoder.encode(ZygoteReady(os.getpid(), _thread_count())))
+    control.send(encoder.encode(ZygoteReady(os.getpid(), _thread_count())))
     try:
         while True:
             for key, _ in selector.select():
@@ -185,14 +156,13 @@ def _serve_control(control: socket.socket, target: Callable[[socket.socket], Non
                             pass
                     _reap(control)
                     continue
-                try:
+                message, fds = b"", list[int]()
+                with contextlib.suppress(ConnectionResetError):  # a reset is an EOF
                     message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE_BYTES, 4)
-                except ConnectionResetError:
-                    message, fds = b"", []
                 if not message:
                     return 0  # the gateway is gone: children live on their own sockets
-                reply = _fork(_to_zygote.decode(message), fds, target, closing)
-                control.send(_encoder.encode(reply))
+                reply = _fork(to_zygote.decode(message), fds, target, closing)
+                control.send(encoder.encode(reply))
     finally:
         signal.set_wakeup_fd(-1)  # before the wake sockets close: no write to a dead fd
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -213,12 +183,14 @@ def zygote_main(argv: Sequence[str] | None = None) -> int:
     control = socket.socket(fileno=args.control_fd)
     try:
         for entry in filter(None, args.preload.split(",")):
-            _preload(entry)
-        target = _resolve(args.target)
+            preloaded = _resolve(entry)
+            if ":" in entry:  # a `module:function` entry is called (it must start no thread)
+                preloaded()
+        target = _resolve(args.target, "serve")
         gc.collect()
         gc.freeze()  # children's collections skip the preloaded heap: no copy-on-write storm
     except Exception as exc:
-        control.send(_encoder.encode(ZygoteFailed(f"{type(exc).__name__}: {exc}")))
+        control.send(encoder.encode(ZygoteFailed(f"{type(exc).__name__}: {exc}")))
         return 1
     return _serve_control(control, target)
 
@@ -319,7 +291,7 @@ class ZygoteLauncher:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._start_timeout_s):
-                first = _from_zygote.decode(await loop.sock_recv(ours, _MAX_MESSAGE_BYTES))
+                first = from_zygote.decode(await loop.sock_recv(ours, _MAX_MESSAGE_BYTES))
         except (TimeoutError, msgspec.DecodeError) as exc:
             await self.close()
             raise ZygoteError(f"the zygote did not start: {exc!r}") from exc
@@ -337,7 +309,7 @@ class ZygoteLauncher:
         loop = asyncio.get_running_loop()
         try:
             while data := await loop.sock_recv(control, _MAX_MESSAGE_BYTES):
-                message = _from_zygote.decode(data)
+                message = from_zygote.decode(data)
                 if isinstance(message, ChildExited):
                     if len(self._exit_codes) >= _EXIT_CODES_KEPT:
                         self._exit_codes.pop(next(iter(self._exit_codes)))
@@ -373,7 +345,7 @@ class ZygoteLauncher:
         started = time.perf_counter()
         try:
             with worker_sock:  # the zygote gets its own reference in flight
-                message = _encoder.encode(Fork(request_id, instance_id))
+                message = encoder.encode(Fork(request_id, instance_id))
                 await _send_with_fd(self._control, message, worker_sock.fileno())
             async with asyncio.timeout(self._fork_timeout_s):
                 reply = await future
