@@ -50,7 +50,8 @@ class MixSearchOptions:
     timeout_s: float = 5.0  # per request; far above any SLO here, keeps a failed step short
     max_requests_per_step: int = 30_000
     # A failed step is run again this many times (new arrivals) and passes if any try passes:
-    # on a shared machine one stray pause can push a p99 over the SLO; a pass is never luck.
+    # on a shared machine one stray pause can push a p99 over the SLO, while a pass shows the
+    # rate served within the SLO for a whole window.
     confirm_failures: int = 1
 
 
