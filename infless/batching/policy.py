@@ -86,11 +86,14 @@ def settle(
     )
 
 
+def ewma(previous: float | None, sample: float, weight: float) -> float:
+    """Exponentially weighted moving average; the first sample is taken as it is."""
+    return sample if previous is None else previous + weight * (sample - previous)
+
+
 def update_exec_ms(previous_ms: float | None, measured_ms: float, weight: float = 0.1) -> float:
     """EWMA of one batch size's execution time, fed by every batch an instance serves."""
-    if previous_ms is None:
-        return measured_ms
-    return previous_ms + weight * (measured_ms - previous_ms)
+    return ewma(previous_ms, measured_ms, weight)
 
 
 def powers_of_two_up_to(limit: int) -> list[int]:
@@ -146,7 +149,5 @@ def dispatch_due(
 
 
 def update_interarrival(previous_s: float, gap_s: float, weight: float = 0.2) -> float:
-    """EWMA of the gap between arrivals; the first gap is taken as it is."""
-    if math.isinf(previous_s):
-        return gap_s
-    return previous_s + weight * (gap_s - previous_s)
+    """EWMA of the gap between arrivals (infinite: none seen yet)."""
+    return ewma(None if math.isinf(previous_s) else previous_s, gap_s, weight)

@@ -87,6 +87,7 @@ class Autoscaler:
         if released:  # idle past its keep-alive: the decaying estimate must not hold it warm
             demand = Demand({k: v for k, v in demand.rates_rps.items() if k not in released})
         self._refresh_profiles(managed)
+        self._observe(managed)
         view = self.view(managed, now)
         plan = self._policy(view, demand, self.predictor, self._cfg)
         self.apply(plan)
@@ -106,7 +107,6 @@ class Autoscaler:
             i.config.cpus for i in self._pool.all_instances() if i.state is not LiveState.DEAD
         )
         server = ServerView(SERVER_ID, self._capacity_cpus, max(0, self._capacity_cpus - used))
-        self._observe(managed)
         functions = []
         for function in managed:
             spec = function.spec

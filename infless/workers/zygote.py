@@ -70,7 +70,8 @@ def _resolve(entry: str, default: str = "") -> Any:
     """`module:attribute` (or `module` with a default attribute): the imported object."""
     module_name, _, attribute = entry.partition(":")
     module = importlib.import_module(module_name)
-    return getattr(module, attribute or default) if attribute or default else module
+    name = attribute or default
+    return getattr(module, name) if name else module
 
 
 def _run_child(
