@@ -12,9 +12,11 @@ gateway deploys the function over HTTP, scales it to N, waits until every instan
 - `private`: the same private weights, but workers forked from the zygote (`--launcher`),
   so they share the torch import pages: `store` against it is the store's effect alone;
 - `store`: `[store] enabled = true` on a tmpfs root of its own: weights are published once
-  and mapped by every worker forked from the zygote.
+  and mapped by every worker; the workers are forked from the model's template
+  (`[workers] templates = true`, the default; `--no-templates` forks them from the zygote).
 
-Memory (the acceptance metric) = sum of the workers' Pss + bytes of the files under the
+Memory (the acceptance metric) = sum of the workers' Pss + the templates' Pss (a template
+exists only for its instances, so it counts as theirs) + bytes of the files under the
 store root (tmpfs pages). That counts store pages mapped by workers twice (once in their
 Pss, once as store files); the `dedup` figure subtracts the Pss of the workers' store
 mappings, i.e. the physical memory the workers and the store occupy. The zygote's own Pss
@@ -31,6 +33,7 @@ with private weights), `cross_function_reduction_pct` (shared-tenant store vs pr
 weights), and the absolute MiB under `mib`.
 
     .venv/bin/python -m bench.memory [--models resnet-50 bert-v1] [--counts 1 2 4 8 16]
+        [--no-templates]
 """
 
 from __future__ import annotations
@@ -145,21 +148,26 @@ class Sample:
     workers: tuple[ProcessMemory, ...]
     zygote_pss_bytes: int
     store_bytes: int
+    templates: tuple[ProcessMemory, ...] = ()
 
     @property
     def workers_pss_bytes(self) -> int:
         return sum(w.pss_bytes for w in self.workers)
 
     @property
+    def templates_pss_bytes(self) -> int:
+        return sum(t.pss_bytes for t in self.templates)
+
+    @property
     def total_bytes(self) -> int:
-        """The acceptance metric: workers' Pss + the store's tmpfs bytes."""
-        return self.workers_pss_bytes + self.store_bytes
+        """The acceptance metric: workers' and templates' Pss + the store's tmpfs bytes."""
+        return self.workers_pss_bytes + self.templates_pss_bytes + self.store_bytes
 
     @property
     def dedup_bytes(self) -> int:
-        """Physical memory: store pages counted once (not also in the workers' Pss)."""
-        mapped = sum(w.store_mapped_pss_bytes for w in self.workers)
-        return self.workers_pss_bytes - mapped + self.store_bytes
+        """Physical memory: store pages counted once (not also in the processes' Pss)."""
+        mapped = sum(w.store_mapped_pss_bytes for w in (*self.workers, *self.templates))
+        return self.total_bytes - mapped
 
 
 @dataclass
@@ -170,10 +178,13 @@ class ModeRun:
     pids_seen: set[int] = field(default_factory=set)
 
 
-def gateway_toml(mode: str, launcher: str, store_root: Path) -> str:
+def gateway_toml(mode: str, launcher: str, store_root: Path, templates: bool = True) -> str:
     if mode == "replicas":  # conventional replicas: a fresh process, its own copy of the weights
         launcher = "subprocess"
-    workers = f'[workers]\nlauncher = "{launcher}"\nstart_timeout_s = 600.0\n'
+    workers = (
+        f'[workers]\nlauncher = "{launcher}"\nstart_timeout_s = 600.0\n'
+        f"templates = {str(templates).lower()}\n"
+    )
     if mode in ("private", "replicas"):
         return workers + "[store]\nenabled = false\nprivate_weights = true\n"
     return (
@@ -215,6 +226,10 @@ def zygote_pid(gw: Gateway) -> int | None:
     return None
 
 
+def template_pids(gw: Gateway) -> list[int]:
+    return [int(t["pid"]) for t in gw.get("/system/templates") if t["alive"]]
+
+
 def ready_pids(gw: Gateway, names: Sequence[str]) -> list[int]:
     return [
         int(i["pid"])
@@ -231,13 +246,14 @@ def measure_mode(
     launcher: str,
     store_root: Path,
     settle_s: float,
+    templates: bool = True,
 ) -> ModeRun:
     """One gateway in `mode`; every deployment scaled through `counts`, measured at each."""
     run = ModeRun(mode)
     names = [d.name for d in deployments]
     with (
         tempfile.TemporaryDirectory(prefix="infless-bench-memory-") as workdir,
-        gateway(Path(workdir), "", gateway_toml(mode, launcher, store_root)) as gw,
+        gateway(Path(workdir), "", gateway_toml(mode, launcher, store_root, templates)) as gw,
     ):
         for deployment in deployments:
             call(gw, "POST", "/system/functions", deployment_body(deployment, max(counts)))
@@ -258,20 +274,23 @@ def measure_mode(
                 gw.wait_ready(name, count, timeout_s=900.0)
             time.sleep(settle_s)  # let freed warm-up buffers go back and exits be reaped
             pids = ready_pids(gw, names)
-            run.pids_seen.update(pids)
+            forked_from = template_pids(gw)
+            run.pids_seen.update(pids, forked_from)
             zygote = zygote_pid(gw)
             if zygote is not None:
                 run.pids_seen.add(zygote)
             root = store_root if mode != "private" else None
             workers = tuple(read_process_memory(pid, root) for pid in pids)
+            template_memory = tuple(read_process_memory(pid, root) for pid in forked_from)
             zygote_pss = 0 if zygote is None else read_process_memory(zygote, None).pss_bytes
             store_bytes = tmpfs_resident_bytes(store_root) if store_root.exists() else 0
-            sample = Sample(mode, count, workers, zygote_pss, store_bytes)
+            sample = Sample(mode, count, workers, zygote_pss, store_bytes, template_memory)
             run.samples[count] = sample
             print(
                 f"  [{mode:>14}] {'+'.join(names)} N={count:<2d} "
                 f"workers={len(workers):<2d} total={sample.total_bytes / MIB:8.0f} MiB "
-                f"dedup={sample.dedup_bytes / MIB:8.0f} MiB",
+                f"dedup={sample.dedup_bytes / MIB:8.0f} MiB "
+                f"templates={len(template_memory)} ({sample.templates_pss_bytes / MIB:.0f} MiB)",
                 flush=True,
             )
     reap_survivors(run.pids_seen)
@@ -316,7 +335,7 @@ def print_model_table(model: str, private: ModeRun, store: ModeRun) -> None:
     print(
         f"{'N':>3} {'private':>9} {'store':>9} {'reduct%':>8} {'store dedup':>12} "
         f"{'reduct% dedup':>14} {'priv/worker':>12} {'store/worker':>13} {'store files':>12} "
-        f"{'zygote':>7}"
+        f"{'templates':>9} {'zygote':>7}"
     )
     for count, base in private.samples.items():
         shared = store.samples.get(count)
@@ -329,7 +348,8 @@ def print_model_table(model: str, private: ModeRun, store: ModeRun) -> None:
             f"{reduction_pct(base.total_bytes, shared.dedup_bytes):14.1f} "
             f"{base.workers_pss_bytes / len(base.workers) / MIB:12.1f} "
             f"{shared.workers_pss_bytes / len(shared.workers) / MIB:13.1f} "
-            f"{shared.store_bytes / MIB:12.1f} {shared.zygote_pss_bytes / MIB:7.0f}"
+            f"{shared.store_bytes / MIB:12.1f} {shared.templates_pss_bytes / MIB:9.1f} "
+            f"{shared.zygote_pss_bytes / MIB:7.0f}"
         )
     for run in (private, store):
         for count, reason in run.skipped.items():
@@ -349,7 +369,12 @@ def print_model_table(model: str, private: ModeRun, store: ModeRun) -> None:
 
 
 def run_models(
-    models: Sequence[str], counts: Sequence[int], launcher: str, stores: Path, settle_s: float
+    models: Sequence[str],
+    counts: Sequence[int],
+    launcher: str,
+    stores: Path,
+    settle_s: float,
+    templates: bool,
 ) -> dict[str, dict[str, ModeRun]]:
     """Per model: the private-weights gateway, then the store gateway, scaled through counts."""
     runs: dict[str, dict[str, ModeRun]] = {}
@@ -363,13 +388,16 @@ def run_models(
                 launcher=launcher,
                 store_root=stores / f"{model}-{mode}",
                 settle_s=settle_s,
+                templates=templates,
             )
             for mode in ("replicas", "private", "store")
         }
     return runs
 
 
-def run_transfer(launcher: str, stores: Path, settle_s: float) -> dict[str, Sample]:
+def run_transfer(
+    launcher: str, stores: Path, settle_s: float, templates: bool
+) -> dict[str, Sample]:
     """tl-a..d, one instance each: private, one tenant per function, one shared tenant."""
     variants = {
         "private": [Deployment(f"bench-{v}", v) for v in TL_VARIANTS],
@@ -385,6 +413,7 @@ def run_transfer(launcher: str, stores: Path, settle_s: float) -> dict[str, Samp
             launcher=launcher,
             store_root=stores / f"tl-{label}",
             settle_s=settle_s,
+            templates=templates,
         )
         transfer[label] = run.samples[1]
     return transfer
@@ -464,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", choices=("zygote", "subprocess"), default="zygote")
     parser.add_argument("--settle-s", type=float, default=1.0)
     parser.add_argument("--no-transfer", action="store_true", help="skip the tl-a..d part")
+    parser.add_argument(
+        "--no-templates", action="store_true", help="fork store workers from the zygote"
+    )
     args = parser.parse_args(argv)
     counts = sorted(set(args.counts))
     for image in [*args.models, *([] if args.no_transfer else TL_VARIANTS)]:
@@ -474,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
     try:
-        runs = run_models(args.models, counts, args.launcher, stores, args.settle_s)
-        transfer = {} if args.no_transfer else run_transfer(args.launcher, stores, args.settle_s)
+        templates = not args.no_templates
+        runs = run_models(args.models, counts, args.launcher, stores, args.settle_s, templates)
+        transfer = {}
+        if not args.no_transfer:
+            transfer = run_transfer(args.launcher, stores, args.settle_s, templates)
     finally:
         shutil.rmtree(stores, ignore_errors=True)
     elapsed_s = time.perf_counter() - started
@@ -492,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "process, own weights); store_only_reduction_pct: vs zygote workers with own weights"
     )
     figures["launcher"] = args.launcher
+    figures["templates"] = not args.no_templates
     figures["load_avg_1m"] = {"start": round(load_start[0], 2), "end": round(load_end[0], 2)}
     figures["elapsed_s"] = round(elapsed_s, 1)
     print(f"\nload average at end: {load_end[0]:.2f}; elapsed {elapsed_s:.0f} s")

@@ -10,7 +10,12 @@ stops when its `Ready` message arrives (no warm-up batches: `warmup_batch_sizes=
   instance publishes them (first-time sharing copies package → tmpfs), is forked from the
   pre-started zygote, builds on `meta` and maps the stored files;
 - `zygote_warm_store`: the tensors are already stored; publish only finds them, then the
-  same fork + build + attach.
+  same fork + build + attach (`[workers] templates = false`, or no template possible);
+- `template_first`: warm store, the model's first instance with templates on (the gateway's
+  default): forked from the zygote as above while the model's template starts alongside
+  (it builds, attaches and runs one single-threaded batch), on the same cores;
+- `template_next`: warm store, a second instance once the first one's template runs:
+  forked from the template, nothing to build or attach.
 
 The zygote is started before timing (once per server, like the gateway does); one untimed
 round per model warms the page cache and the zygotes. The store root is a temporary
@@ -43,11 +48,12 @@ from infless.models.build import ensure_package
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p
 from infless.workers.handle import ProcessWorkerHandle
-from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
+from infless.workers.launcher import LaunchedWorker, SubprocessLauncher
+from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
 DEFAULT_MODELS = ("resnet-50", "bert-v1")
-MODES = ("fresh", "zygote_empty_store", "zygote_warm_store")
+MODES = ("fresh", "zygote_empty_store", "zygote_warm_store", "template_first", "template_next")
 TENANT = "bench"
 LOAD_TIMEOUT_S = 120.0
 
@@ -67,44 +73,71 @@ class StartSample:
         return self.total_ms - self.publish_ms - self.spawn_ms - self.build_ms - self.attach_ms
 
 
-def launcher_key(mode: str) -> str:
-    return "fresh" if mode == "fresh" else "zygote"
+@dataclass(frozen=True, slots=True)
+class Launchers:
+    fresh: SubprocessLauncher
+    zygote: ZygoteLauncher
+    templates: TemplateCache
+
+    async def launch(
+        self, mode: str, package_dir: Path, instance_id: str, stored: list[p.StoredTensor] | None
+    ) -> LaunchedWorker:
+        if mode == "fresh":
+            return await self.fresh.launch(instance_id)
+        if mode.startswith("template") and stored is not None:
+            launched = await self.templates.launch(instance_id, TENANT, str(package_dir), stored)
+            if launched is not None:
+                return launched
+        return await self.zygote.launch(instance_id)
 
 
 async def start_once(
     mode: str,
     package_dir: Path,
-    launchers: dict[str, WorkerLauncher],
+    launchers: Launchers,
     store: TensorStore,
     instance_id: str,
 ) -> StartSample:
-    """Start one instance in `mode`, time it to Ready, then stop it and release its holds."""
+    """Start one instance in `mode`, time it to Ready, then stop it and release its holds.
+
+    `template_next` first starts (untimed) another instance of the model, so that its
+    template runs: the timed instance is the model's second, forked from that template.
+    """
     if mode == "zygote_empty_store":
         store.reclaim([], RealClock().now())  # keep-alive 0: every unheld tensor goes
         assert store.shared_bytes_for(package_dir, TENANT) == 0, "the store is not empty"
-    launcher = launchers[launcher_key(mode)]
-    started = time.perf_counter()
+    handles: list[tuple[str, ProcessWorkerHandle]] = []
     stored: list[p.StoredTensor] | None = None
-    copied_bytes = 0
-    if mode != "fresh":
-        outcome = await asyncio.to_thread(
-            store.publish_with_stats, package_dir, TENANT, holder=instance_id
-        )
-        stored, copied_bytes = outcome.tensors, outcome.copied_bytes
-    published = time.perf_counter()
-    launched = await launcher.launch(instance_id)
-    handle = ProcessWorkerHandle(launched)
     try:
+        if mode == "template_next":
+            first_id = f"{instance_id}-first"
+            stored = store.publish(package_dir, TENANT, holder=first_id)
+            first = await launchers.launch(mode, package_dir, first_id, stored)
+            handles.append((first_id, ProcessWorkerHandle(first)))
+            await launchers.templates.wait_started(first_id)  # the first starts the template
+        started = time.perf_counter()
+        copied_bytes = 0
+        if mode != "fresh":
+            outcome = await asyncio.to_thread(
+                store.publish_with_stats, package_dir, TENANT, holder=instance_id
+            )
+            stored, copied_bytes = outcome.tensors, outcome.copied_bytes
+        published = time.perf_counter()
+        launched = await launchers.launch(mode, package_dir, instance_id, stored)
+        handle = ProcessWorkerHandle(launched)
+        handles.append((instance_id, handle))
         request = p.LoadModel(
             package_dir=str(package_dir), cpus=1, warmup_batch_sizes=[], store_tensors=stored
         )
         ready = await handle.load(request, LOAD_TIMEOUT_S)
         done = time.perf_counter()
     finally:
-        await handle.stop(10.0)
-        if isinstance(launcher, ZygoteLauncher):
-            await launcher.wait_exit(launched.pid)
-        store.release(instance_id)
+        for held_by, running in handles:
+            await running.stop(10.0)
+            if mode.startswith("zygote"):
+                await launchers.zygote.wait_exit(running.pid)
+            launchers.templates.release(held_by)
+            store.release(held_by)
     return StartSample(
         total_ms=(done - started) * 1000.0,
         publish_ms=(published - started) * 1000.0,
@@ -124,7 +157,8 @@ async def run(
 ) -> dict[str, Any]:
     store = TensorStore(store_root, RealClock(), keepalive_s=0.0)
     zygote = ZygoteLauncher()
-    launchers: dict[str, WorkerLauncher] = {"fresh": SubprocessLauncher(), "zygote": zygote}
+    templates = TemplateCache(zygote, store, LOAD_TIMEOUT_S)
+    launchers = Launchers(SubprocessLauncher(), zygote, templates)
     samples: dict[str, dict[str, list[StartSample]]] = {}
     counter = 0
     try:
@@ -149,8 +183,8 @@ async def run(
                         flush=True,
                     )
     finally:
-        for launcher in launchers.values():
-            await launcher.close()
+        await templates.close()
+        await zygote.close()
         store.close()
     return {"samples": samples, "zygote_start_ms": zygote_start_ms}
 

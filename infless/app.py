@@ -37,6 +37,7 @@ from infless.weights.store import TensorStore
 from infless.workers.boot import InstanceBooter
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
 from infless.workers.pool import DeployedFunction, WorkerPool
+from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,12 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
     store = make_store(config, clock)
     launcher = make_launcher(config)
     confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
-    booter = InstanceBooter(config, clock, launcher, store, confiner)
+    templates = (
+        TemplateCache(launcher, store, config.workers.start_timeout_s)
+        if store is not None and isinstance(launcher, ZygoteLauncher) and config.workers.templates
+        else None
+    )
+    booter = InstanceBooter(config, clock, launcher, store, confiner, templates)
     cores = usable_cpus(config.workers.reserved_cpus)
     autoscaled = config.scaling.policy != "none"
     pool = WorkerPool(
@@ -121,7 +127,12 @@ def build_platform(config: Config, clock: Clock | None = None) -> Platform:
     reclaimer = (
         None
         if store is None
-        else Reclaimer(store, clock, pool.instance_ids, config.store.reclaim_interval_s)
+        else Reclaimer(
+            store,
+            clock,
+            lambda: [*pool.instance_ids(), *booter.holder_ids()],
+            config.store.reclaim_interval_s,
+        )
     )
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     resolver = PackageResolver(Path(config.models.repository))

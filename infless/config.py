@@ -33,6 +33,9 @@ class ModelsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
 
 class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     launcher: Literal["subprocess", "zygote"] = "zygote"
+    # With the zygote and the store: fork a stored model's instances from a per-model
+    # template that built, attached and warmed it once (shared pages; see workers.templates).
+    templates: bool = True
     start_timeout_s: float = 180.0
     cpus_per_instance: int = 1
     reserved_cpus: int = 0

@@ -103,7 +103,8 @@ SCHEMAS: dict[str, Schema] = {
         provider=_fields("provider orchestration", version=_fields("sha release")),
         version=_fields("sha release commit_message"),
     ),
-    "Instance": _fields("id! function! batchSize:int cpus:int pid:int state! served:int"),
+    "Instance": _fields("id! function! batchSize:int cpus:int pid:int state! served:int template"),
+    "Template": _fields("id! pid!:int tenant! package! alive:bool instances:strs startMs:num"),
     "LogEntry": _fields("name! namespace instance timestamp!:time text!"),
     "Sample": _fields("inputs!:any"),
     "ServerMetadata": _fields("name! version! extensions!:strs"),
@@ -275,6 +276,7 @@ ROUTES: list[Route] = [
         body=_j(_ref("ScaleServiceRequest")),
     ),
     _mg("get", "/system/instances", "Instances", 200, _arr(_ref("Instance")), params=(_FN,)),
+    _mg("get", "/system/templates", "Per-model template processes", 200, _arr(_ref("Template"))),
     Route(
         "get",
         "/system/logs",

@@ -1,4 +1,4 @@
-"""OpenFaaS-compatible management routes (`/system/*`), health, info, instances and metrics.
+"""OpenFaaS-compatible management routes (`/system/*`), health, info, instances, templates, metrics.
 
 Shapes follow faas-provider's types strictly (integers as integers, string maps, RFC 3339
 `createdAt`) because faas-cli decodes them with Go's encoding/json. PUT on an unknown
@@ -116,6 +116,7 @@ class SystemRoutes:
             web.get("/system/function/{name}", json_errors(self.get_function)),
             web.post("/system/scale-function/{name}", json_errors(self.scale)),
             web.get("/system/instances", json_errors(self.instances)),
+            web.get("/system/templates", json_errors(self.templates)),
             web.get("/metrics", self.metrics),
         ]
         app.add_routes(routes)
@@ -181,15 +182,24 @@ class SystemRoutes:
 
     async def instances(self, request: web.Request) -> web.Response:
         function = request.query.get("function")
+        booter = self._platform.pool.booter
         return _json(
             [
                 instance_status(i)
-                | {"confinement": self._platform.pool.booter.describe(i.instance_id)}
+                | {
+                    "confinement": booter.describe(i.instance_id),
+                    "template": booter.template_of(i.instance_id),
+                }
                 for i in self._platform.pool.all_instances()
                 if (not function or i.function_name == function)
                 and i.state is not InstanceState.DEAD
             ]
         )
+
+    async def templates(self, request: web.Request) -> web.Response:
+        """The per-model template processes instances are forked from (workers.templates)."""
+        templates = self._platform.pool.booter.templates
+        return _json([] if templates is None else templates.describe())
 
     async def metrics(self, request: web.Request) -> web.Response:
         platform = self._platform

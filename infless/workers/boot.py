@@ -1,6 +1,7 @@
 """InstanceBooter: take one new instance from nothing to ready to serve.
 
-Publish its weights to the tensor store (or not), launch its worker, confine the process to
+Publish its weights to the tensor store (or not), launch its worker (forked from the model's
+template when the store and the zygote allow one, see `templates`), confine the process to
 its cores (cgroups, else affinity), load the package, time warm-up batches, and derive its
 batch settings. Raises on any failure; the pool decides what a failure means.
 Gateway side: never imports torch.
@@ -21,9 +22,11 @@ from infless.clock import Clock
 from infless.config import Config
 from infless.types import FunctionSpec
 from infless.workers import protocol as p
+from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.instance import Instance
-from infless.workers.launcher import WorkerLauncher
+from infless.workers.launcher import LaunchedWorker, WorkerLauncher
+from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,12 +53,14 @@ class InstanceBooter:
         launcher: WorkerLauncher,
         store: TensorStore | None = None,
         confiner: CpuConfiner | None = None,
+        templates: TemplateCache | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
         self.launcher = launcher
         self.store = store
         self._confiner = confiner
+        self.templates = templates
         self.confinements: dict[str, Confinement] = {}
 
     def batch_settings(
@@ -82,7 +87,7 @@ class InstanceBooter:
             stored = await asyncio.to_thread(
                 self.store.publish, package_dir, spec.tenant, holder=instance.instance_id
             )
-        launched = await self.launcher.launch(instance.instance_id)
+        launched = await self._launch(instance.instance_id, spec.tenant, package_dir, stored)
         handle = ProcessWorkerHandle(launched, on_death=on_death)
         instance.handle = handle
         self._confine(instance)
@@ -100,6 +105,22 @@ class InstanceBooter:
         settings = self.batch_settings(spec, dict(ready.exec_ms), fixed_batch)
         return Booted(handle, ready, settings, launched.spawn_ms)
 
+    async def _launch(
+        self, instance_id: str, tenant: str, package_dir: Path, stored: list[p.StoredTensor] | None
+    ) -> LaunchedWorker:
+        """Fork from the model's template when there can be one, else from the launcher."""
+        if self.templates is not None and stored is not None:
+            try:
+                launched = await self.templates.launch(
+                    instance_id, tenant, str(package_dir), stored
+                )
+            except (ZygoteError, OSError) as exc:
+                log.warning("no template for %s (%s); forking it from the zygote", instance_id, exc)
+            else:
+                if launched is not None:
+                    return launched
+        return await self.launcher.launch(instance_id)
+
     def _confine(self, instance: Instance) -> None:
         if self._confiner is None:
             return
@@ -113,15 +134,30 @@ class InstanceBooter:
         self.confinements[instance.instance_id] = confinement
 
     def release(self, instance_id: str) -> None:
-        """The instance is gone: free its store holds and its cgroup."""
+        """The instance is gone: free its store holds, its template's use and its cgroup."""
         if self.store is not None:
             self.store.release(instance_id)
+        if self.templates is not None:
+            self.templates.release(instance_id)
         confinement = self.confinements.pop(instance_id, None)
         if confinement is not None and self._confiner is not None:
             try:
                 self._confiner.release(confinement)
             except OSError as exc:
                 log.warning("could not remove the cgroup of %s: %s", instance_id, exc)
+
+    async def close(self) -> None:
+        """Close the templates, then the launcher (running workers end with their sockets)."""
+        if self.templates is not None:
+            await self.templates.close()
+        await self.launcher.close()
+
+    def holder_ids(self) -> list[str]:
+        """Store holders besides the instances: the templates."""
+        return [] if self.templates is None else self.templates.holder_ids()
+
+    def template_of(self, instance_id: str) -> str | None:
+        return None if self.templates is None else self.templates.template_of(instance_id)
 
     def describe(self, instance_id: str) -> dict[str, object] | None:
         confinement = self.confinements.get(instance_id)

@@ -4,6 +4,8 @@ Worker side (imports torch). Lifecycle: receive `LoadModel` → build the model 
 the meta device, then weights: mapped from the shared store or read from the package) →
 time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
 the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores.
+A template process (`prepare_template`) loads a model once on one thread; instances forked
+from it take that model as is (no build, no attach) and only time their own warm-up.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from infless.workers import protocol as p
@@ -107,18 +110,32 @@ class _LoadedModel:
         return result
 
 
-def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
-    import torch
+class _Template:
+    """The model a template process loaded; the instances forked from it serve it as is."""
 
+    def __init__(self, request: p.LoadModel, model: _LoadedModel) -> None:
+        self.package_dir = request.package_dir
+        self.stored = request.store_tensors
+        self.model = model
+
+    def serves(self, request: p.LoadModel) -> bool:
+        """Same package, same stored tensors: the forked instance may skip build and attach."""
+        return (
+            self.stored is not None
+            and request.package_dir == self.package_dir
+            and request.store_tensors == self.stored
+        )
+
+
+_template: _Template | None = None  # set in a template process, inherited by its children
+
+
+def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
+    """The model on `meta`, then its weights attached; and when the attaching started."""
     from infless.models.loader import build_module, load_package_weights
     from infless.models.package import load_manifest
 
-    if request.cpu_ids:
-        os.sched_setaffinity(0, request.cpu_ids)
-    torch.set_num_threads(max(1, request.cpus))
-    torch.set_flush_denormal(True)  # subnormal activations would make some models much slower
     package_dir = Path(request.package_dir)
-    build_started = time.perf_counter()
     manifest = load_manifest(package_dir)
     module = build_module(manifest, device="meta")
     attach_started = time.perf_counter()
@@ -132,8 +149,23 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
             state = {name: tensor.clone() for name, tensor in state.items()}
     module.load_state_dict(state, assign=True)
     module.eval()
+    return _LoadedModel(manifest, module), attach_started
+
+
+def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
+    """Build and attach (or take the template's model), then time the warm-up batches."""
+    import torch
+
+    if request.cpu_ids:
+        os.sched_setaffinity(0, request.cpu_ids)
+    torch.set_num_threads(max(1, request.cpus))
+    torch.set_flush_denormal(True)  # subnormal activations would make some models much slower
+    build_started = attach_started = time.perf_counter()
+    if _template is not None and _template.serves(request):
+        model = _template.model  # built, attached and warmed in the template: shared pages
+    else:
+        model, attach_started = _build(request)
     warmup_started = time.perf_counter()
-    model = _LoadedModel(manifest, module)
     exec_ms: dict[int, float] = {}
     for batch_size in request.warmup_batch_sizes:
         example = model.example_inputs(batch_size)
@@ -152,6 +184,31 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
         warmup_ms=(done - warmup_started) * 1000.0,
     )
     return model, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown)
+
+
+def prepare_template(sock: socket.socket) -> bool:
+    """In a template process: load the model `LoadModel` names, answer, keep it for children.
+
+    The template runs its warm-up on one thread (OpenMP starts no pool), so the fork server
+    loop that follows still forks from a single-threaded process.
+    """
+    global _template  # noqa: PLW0603 - set once per template process, before any fork
+    channel = _Channel(sock)
+    request = channel.receive()
+    if not isinstance(request, p.LoadModel):
+        return False
+    if request.store_tensors is None:
+        channel.send(p.LoadFailed(error="a template serves stored tensors only"))
+        return False
+    try:
+        model, ready = _load(msgspec.structs.replace(request, cpus=1, cpu_ids=[]))
+    except Exception as exc:
+        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
+        traceback.print_exc(file=sys.stderr)
+        return False
+    _template = _Template(request, model)
+    channel.send(ready)
+    return True
 
 
 def _return_free_memory() -> None:

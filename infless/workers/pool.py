@@ -332,7 +332,7 @@ class WorkerPool:
         for name in names:
             with contextlib.suppress(FunctionNotFound):
                 await self.remove(name)
-        await self.booter.launcher.close()
+        await self.booter.close()
 
     def all_instances(self) -> list[Instance]:
         return [i for f in self.functions.values() for i in f.router.instances]

@@ -1,9 +1,12 @@
 """The zygote's control-socket messages: what the gateway and the zygote say to each other.
 
 One msgpack message per SOCK_SEQPACKET datagram (a `Fork` carries the worker's socket as
-SCM_RIGHTS ancillary data). Gateway -> zygote: `Fork`. Zygote -> gateway: `ZygoteReady` or
-`ZygoteFailed` once at start, then `Forked` / `ForkFailed` per request and `ChildExited`
-whenever a child ends. Pure data: no I/O, no torch.
+SCM_RIGHTS ancillary data; a `ForkTemplate` the template's control socket, then its load
+socket). Gateway -> fork server (the zygote or a template): `Fork`, and to the zygote only
+`ForkTemplate`. Fork server -> gateway: `ZygoteReady` (or, from the zygote, `ZygoteFailed`)
+once at start, then `Forked` / `ForkFailed` per request and `ChildExited` whenever a child
+ends. A template speaks the same protocol on its own control socket. Pure data: no I/O, no
+torch.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ import msgspec
 class Fork(msgspec.Struct, tag="fork", frozen=True):
     request_id: int
     instance_id: str
+
+
+class ForkTemplate(msgspec.Struct, tag="fork_template", frozen=True):
+    request_id: int
+    template_id: str
 
 
 class ZygoteReady(msgspec.Struct, tag="ready", frozen=True):
@@ -43,4 +51,4 @@ class ChildExited(msgspec.Struct, tag="exited", frozen=True):
 FromZygote = ZygoteReady | ZygoteFailed | Forked | ForkFailed | ChildExited
 encoder = msgspec.msgpack.Encoder()
 from_zygote = msgspec.msgpack.Decoder(FromZygote)
-to_zygote = msgspec.msgpack.Decoder(Fork)
+to_zygote = msgspec.msgpack.Decoder(Fork | ForkTemplate)

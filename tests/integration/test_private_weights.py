@@ -8,7 +8,6 @@ does not map the file at all — the replica memory bench.memory compares the st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -19,18 +18,11 @@ from infless.errors import ConfigError
 from infless.workers import protocol as p
 from infless.workers.launcher import LaunchedWorker
 from infless.workers.zygote import ZygoteLauncher
-from tests.integration.test_store_worker import exchange
-from tests.support.gateway import REPO_ROOT, TEST_MODEL_REPOSITORY
+from tests.support.gateway import TEST_MODEL_REPOSITORY
+from tests.support.workers import exchange
 
 MODEL = TEST_MODEL_REPOSITORY / "resnet-20"
 WEIGHTS = str((MODEL / "weights.safetensors").resolve())
-
-
-@pytest.fixture
-async def zygote() -> AsyncIterator[ZygoteLauncher]:
-    launcher = ZygoteLauncher(env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
-    yield launcher
-    await launcher.close()
 
 
 def maps_weights(pid: int) -> bool:

@@ -3,57 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import numpy as np
-import pytest
 
 from infless.clock import RealClock
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p
 from infless.workers.launcher import LaunchedWorker
 from infless.workers.zygote import ZygoteLauncher
-from tests.support.gateway import REPO_ROOT, TEST_MODEL_REPOSITORY
+from tests.support.gateway import TEST_MODEL_REPOSITORY
+from tests.support.workers import exchange, maps_file
 
 MODEL = TEST_MODEL_REPOSITORY / "resnet-20"
-
-
-@pytest.fixture
-def store() -> Iterator[TensorStore]:
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    directory = Path(tempfile.mkdtemp(prefix="infless-test-store-", dir=base))
-    tensor_store = TensorStore(directory / "store", RealClock(), keepalive_s=0.0)
-    yield tensor_store
-    tensor_store.close()
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture
-async def zygote() -> AsyncIterator[ZygoteLauncher]:
-    launcher = ZygoteLauncher(env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
-    yield launcher
-    await launcher.close()
-
-
-def maps_file(pid: int, path: str) -> bool:
-    return path in Path(f"/proc/{pid}/maps").read_text()
-
-
-async def exchange(worker: LaunchedWorker, message: p.ToWorker) -> p.FromWorker:
-    loop = asyncio.get_running_loop()
-    await loop.sock_sendall(worker.sock, p.encode_frame(message))
-    header = b""
-    while len(header) < p.FRAME_HEADER.size:
-        header += await loop.sock_recv(worker.sock, p.FRAME_HEADER.size - len(header))
-    body = b""
-    while len(body) < p.frame_length(header):
-        chunk = await loop.sock_recv(worker.sock, p.frame_length(header) - len(body))
-        assert chunk, "the worker closed its socket"
-        body += chunk
-    return p.decode_from_worker(body)
 
 
 async def test_workers_forked_from_the_zygote_serve_from_the_store(

@@ -1,0 +1,304 @@
+"""Per-model templates: instances of a stored model forked from a process that already holds it.
+
+A zygote-forked worker builds its model, attaches the stored weights and warms up on its own,
+and each of those steps leaves private pages (Python objects, allocator state, torch/oneDNN
+caches): ~20 MiB per resnet-50 worker. A template does those steps once, single-threaded,
+then serves forks; its instances share those pages copy-on-write and only time their own
+warm-up on their own cores. One template per (tenant, package, stored tensors), started by
+the model's first instance (which itself forks from the zygote: a cold start never waits for
+a template), holding the model's store tensors like an instance, and closed when the model's
+last instance is released (a cold function keeps no template).
+
+Gateway side, never imports torch: `TemplateCache` (used by `InstanceBooter`) starts
+templates through the `ZygoteLauncher` and launches instances from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infless.workers import protocol as p
+from infless.workers.forkclient import ForkServerClient, ZygoteError
+from infless.workers.launcher import LaunchedWorker
+
+if TYPE_CHECKING:
+    from infless.weights.store import TensorStore
+    from infless.workers.zygote import ZygoteLauncher
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_WARMUP_BATCH_SIZES = [1]  # the template's own warm-up: every operator runs once
+
+
+class TemplateError(RuntimeError):
+    """A template could not be started; the instance falls back to a plain zygote fork."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateKey:
+    tenant: str
+    package_dir: str
+    tensors_digest: str  # a new publication of different tensors gets a new template
+
+    @staticmethod
+    def of(tenant: str, package_dir: str, stored: list[p.StoredTensor]) -> TemplateKey:
+        digest = hashlib.blake2b(digest_size=8)
+        for tensor in stored:
+            digest.update(f"{tensor.name}\0{tensor.path}\0".encode())
+        return TemplateKey(tenant, package_dir, digest.hexdigest())
+
+    @property
+    def template_id(self) -> str:
+        name = Path(self.package_dir).name or "model"
+        return f"template-{self.tenant}-{name}-{self.tensors_digest}"
+
+
+@dataclass(slots=True)
+class Template:
+    key: TemplateKey
+    pid: int
+    client: ForkServerClient
+    ready: p.Ready
+    start_ms: float
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "id": self.key.template_id,
+            "pid": self.pid,
+            "tenant": self.key.tenant,
+            "package": self.key.package_dir,
+            "alive": self.client.alive,
+            "startMs": round(self.start_ms, 1),
+            "buildMs": round(self.ready.start.build_ms, 1),
+            "attachMs": round(self.ready.start.attach_ms, 1),
+            "warmupMs": round(self.ready.start.warmup_ms, 1),
+        }
+
+
+async def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    while len(data) < size:
+        chunk = await loop.sock_recv(sock, size - len(data))
+        if not chunk:
+            raise TemplateError("the template exited while loading its model")
+        data += chunk
+    return bytes(data)
+
+
+async def _load_over(sock: socket.socket, request: p.LoadModel) -> p.Ready:
+    """Send `LoadModel` on the template's load socket; its `Ready`, or why it failed."""
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, p.encode_frame(request))
+    header = await _recv_exact(sock, p.FRAME_HEADER.size)
+    reply = p.decode_from_worker(await _recv_exact(sock, p.frame_length(header)))
+    if isinstance(reply, p.LoadFailed):
+        raise TemplateError(f"the template could not load its model: {reply.error}")
+    if not isinstance(reply, p.Ready):
+        raise TemplateError(f"the template answered {type(reply).__name__} to LoadModel")
+    return reply
+
+
+async def start_template(
+    zygote: ZygoteLauncher, key: TemplateKey, stored: list[p.StoredTensor], timeout_s: float
+) -> Template:
+    """Fork a template from the zygote, have it load the model, wait until it serves forks."""
+    started = time.perf_counter()
+    control_ours, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    load_ours, load_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    load_ours.setblocking(False)
+    pid = 0
+    try:
+        with control_theirs, load_theirs:  # the zygote passes its own copies to the child
+            pid = await zygote.fork_template(
+                key.template_id, control_theirs.fileno(), load_theirs.fileno()
+            )
+        request = p.LoadModel(
+            package_dir=key.package_dir,
+            cpus=1,
+            warmup_batch_sizes=TEMPLATE_WARMUP_BATCH_SIZES,
+            warmup_rounds=1,
+            store_tensors=stored,
+        )
+        client = ForkServerClient(control_ours, key.template_id)
+        async with asyncio.timeout(timeout_s):
+            ready = await _load_over(load_ours, request)
+            forks = await client.handshake(timeout_s)
+        if forks.threads != 1:
+            await client.close()
+            raise TemplateError(f"the template runs {forks.threads} threads; forking it is unsafe")
+    except BaseException as exc:
+        control_ours.close()
+        if pid and not isinstance(exc, TemplateError | ZygoteError):
+            with contextlib.suppress(ProcessLookupError):  # stuck or cancelled: ours, by pid
+                os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        load_ours.close()
+    return Template(key, pid, client, ready, (time.perf_counter() - started) * 1000.0)
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One key's state: the instances of that model, and its template's start (or result)."""
+
+    users: set[str] = field(default_factory=set)
+    start: asyncio.Task[Template] | None = None
+
+    def template(self) -> Template | None:
+        """The running template, if its start finished well and it is still alive."""
+        if self.start is None or not self.start.done() or self.start.cancelled():
+            return None
+        if self.start.exception() is not None:
+            return None
+        template = self.start.result()
+        return template if template.client.alive else None
+
+
+class TemplateCache:
+    """The templates, by key, with the instances of each model.
+
+    `launch` is asked for every instance of a stored model. With no template running for
+    the model, it starts one in the background and answers None: that instance is forked
+    from the zygote as before, so a cold start never waits for a template. Later instances
+    wait for the template's start (if still under way) and are forked from it; a template
+    that failed to start or died is started again by the next instance, which, again, does
+    not wait. `release` closes a model's template with its last instance. Every template
+    holds its tensors in the store under its template id (`holder_ids`, for the reclaimer).
+    """
+
+    def __init__(
+        self, zygote: ZygoteLauncher, store: TensorStore, start_timeout_s: float = 180.0
+    ) -> None:
+        self._zygote = zygote
+        self._store = store
+        self._start_timeout_s = start_timeout_s
+        self._slots: dict[TemplateKey, _Slot] = {}
+        self._by_instance: dict[str, TemplateKey] = {}
+        self._forked: dict[str, str] = {}  # instance id -> the template it was forked from
+
+    async def launch(
+        self, instance_id: str, tenant: str, package_dir: str, stored: list[p.StoredTensor]
+    ) -> LaunchedWorker | None:
+        """Fork `instance_id` from its model's template; None: fork it elsewhere."""
+        key = TemplateKey.of(tenant, package_dir, stored)
+        slot = self._slots.setdefault(key, _Slot())
+        slot.users.add(instance_id)
+        self._by_instance[instance_id] = key
+        if slot.start is None or (slot.start.done() and slot.template() is None):
+            if slot.start is not None:
+                _close_dead(slot.start)
+            self._start(key, slot, stored)
+            return None
+        assert slot.start is not None
+        started = time.perf_counter()
+        try:
+            template = await asyncio.shield(slot.start)
+        except (TemplateError, ZygoteError, OSError):
+            return None  # logged by the start's callback
+        if not template.client.alive:
+            return None
+        launched = await template.client.launch(instance_id)
+        self._forked[instance_id] = key.template_id
+        spawn_ms = (time.perf_counter() - started) * 1000.0  # with any wait for the template
+        return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None)
+
+    def _start(self, key: TemplateKey, slot: _Slot, stored: list[p.StoredTensor]) -> None:
+        self._store.acquire(key.template_id, key.tenant, stored)
+        start = start_template(self._zygote, key, stored, self._start_timeout_s)
+        slot.start = asyncio.get_running_loop().create_task(start, name=key.template_id)
+        slot.start.add_done_callback(_log_start)
+
+    async def wait_started(self, instance_id: str) -> Template | None:
+        """The template of `instance_id`'s model once its start ends (None: it failed)."""
+        key = self._by_instance.get(instance_id)
+        slot = None if key is None else self._slots.get(key)
+        if slot is None or slot.start is None:
+            return None
+        with contextlib.suppress(Exception):
+            await asyncio.shield(slot.start)
+        return slot.template()
+
+    def release(self, instance_id: str) -> None:
+        """`instance_id` is gone; a model left without instances loses its template."""
+        self._forked.pop(instance_id, None)
+        key = self._by_instance.pop(instance_id, None)
+        slot = None if key is None else self._slots.get(key)
+        if key is None or slot is None:
+            return
+        slot.users.discard(instance_id)
+        if not slot.users:
+            del self._slots[key]
+            self._stop(key, slot)
+
+    def _stop(self, key: TemplateKey, slot: _Slot) -> None:
+        self._store.release(key.template_id)
+        if slot.start is None:
+            return
+        if not slot.start.done():
+            slot.start.cancel()  # start_template kills a template it did not finish starting
+        elif (template := slot.template()) is not None:
+            closing = asyncio.get_running_loop().create_task(template.client.close())
+            closing.add_done_callback(_log_close_error)
+
+    def holder_ids(self) -> list[str]:
+        """The store holders the templates are (for the reclaimer's live set)."""
+        return [key.template_id for key, slot in self._slots.items() if slot.start is not None]
+
+    def template_of(self, instance_id: str) -> str | None:
+        return self._forked.get(instance_id)
+
+    def describe(self) -> list[dict[str, object]]:
+        described = []
+        for slot in self._slots.values():
+            template = slot.template()
+            if template is not None:
+                forked = sorted(i for i in slot.users if i in self._forked)
+                described.append(template.describe() | {"instances": forked})
+        return described
+
+    async def close(self) -> None:
+        slots, self._slots = list(self._slots.items()), {}
+        self._by_instance.clear()
+        self._forked.clear()
+        for key, slot in slots:
+            self._store.release(key.template_id)
+            if slot.start is None:
+                continue
+            slot.start.cancel()
+            with contextlib.suppress(BaseException):
+                await slot.start
+            if (template := slot.template()) is not None:
+                await template.client.close()
+
+
+def _close_dead(start: asyncio.Task[Template]) -> None:
+    """Close the control socket of a template that started and has since died."""
+    if not start.cancelled() and start.exception() is None:
+        closing = asyncio.get_running_loop().create_task(start.result().client.close())
+        closing.add_done_callback(_log_close_error)
+
+
+def _log_start(task: asyncio.Task[Template]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.warning("template %s did not start: %s", task.get_name(), error)
+    else:
+        log.info("template %s started in %.0f ms", task.get_name(), task.result().start_ms)
+
+
+def _log_close_error(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("closing a template failed: %s", task.exception())
