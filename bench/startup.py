@@ -11,11 +11,9 @@ stops when its `Ready` message arrives (no warm-up batches: `warmup_batch_sizes=
   pre-started zygote, builds on `meta` and maps the stored files;
 - `zygote_warm_store`: the tensors are already stored; publish only finds them, then the
   same fork + build + attach (`[workers] templates = false`, or no template possible);
-- `template_first`: warm store, the model's first instance with templates on (the gateway's
-  default): forked from the zygote as above while the model's template starts alongside
-  (it builds, attaches and runs one single-threaded batch), on the same cores;
-- `template_next`: warm store, a second instance once the first one's template runs:
-  forked from the template, nothing to build or attach.
+- `template`: warm store, an instance of a model that has two running, with templates on
+  (the gateway's default): the second one started the model's template (which built,
+  attached and ran it once); the timed third is forked from it, nothing to build or attach.
 
 The zygote is started before timing (once per server, like the gateway does); one untimed
 round per model warms the page cache and the zygotes. The store root is a temporary
@@ -53,7 +51,7 @@ from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
 DEFAULT_MODELS = ("resnet-50", "bert-v1")
-MODES = ("fresh", "zygote_empty_store", "zygote_warm_store", "template_first", "template_next")
+MODES = ("fresh", "zygote_empty_store", "zygote_warm_store", "template")
 TENANT = "bench"
 LOAD_TIMEOUT_S = 120.0
 
@@ -84,7 +82,7 @@ class Launchers:
     ) -> LaunchedWorker:
         if mode == "fresh":
             return await self.fresh.launch(instance_id)
-        if mode.startswith("template") and stored is not None:
+        if mode == "template" and stored is not None:
             launched = await self.templates.launch(instance_id, TENANT, str(package_dir), stored)
             if launched is not None:
                 return launched
@@ -100,8 +98,8 @@ async def start_once(
 ) -> StartSample:
     """Start one instance in `mode`, time it to Ready, then stop it and release its holds.
 
-    `template_next` first starts (untimed) another instance of the model, so that its
-    template runs: the timed instance is the model's second, forked from that template.
+    `template` first starts (untimed) two other instances of the model and waits for the
+    template the second one starts: the timed instance is the model's third.
     """
     if mode == "zygote_empty_store":
         store.reclaim([], RealClock().now())  # keep-alive 0: every unheld tensor goes
@@ -109,12 +107,11 @@ async def start_once(
     handles: list[tuple[str, ProcessWorkerHandle]] = []
     stored: list[p.StoredTensor] | None = None
     try:
-        if mode == "template_next":
-            first_id = f"{instance_id}-first"
-            stored = store.publish(package_dir, TENANT, holder=first_id)
-            first = await launchers.launch(mode, package_dir, first_id, stored)
-            handles.append((first_id, ProcessWorkerHandle(first)))
-            await launchers.templates.wait_started(first_id)  # the first starts the template
+        for other_id in [f"{instance_id}-{n}" for n in (1, 2)] if mode == "template" else []:
+            stored = store.publish(package_dir, TENANT, holder=other_id)
+            other = await launchers.launch(mode, package_dir, other_id, stored)
+            handles.append((other_id, ProcessWorkerHandle(other)))
+            await launchers.templates.wait_started(other_id)
         started = time.perf_counter()
         copied_bytes = 0
         if mode != "fresh":

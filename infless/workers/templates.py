@@ -4,10 +4,13 @@ A zygote-forked worker builds its model, attaches the stored weights and warms u
 and each of those steps leaves private pages (Python objects, allocator state, torch/oneDNN
 caches): ~20 MiB per resnet-50 worker. A template does those steps once, single-threaded,
 then serves forks; its instances share those pages copy-on-write and only time their own
-warm-up on their own cores. One template per (tenant, package, stored tensors), started by
-the model's first instance (which itself forks from the zygote: a cold start never waits for
-a template), holding the model's store tensors like an instance, and closed when the model's
-last instance is released (a cold function keeps no template).
+warm-up on their own cores.
+
+One template per (tenant, package, stored tensors). It is started beside the model's second
+instance (a single instance would only pay for it); that instance does not wait for it and
+forks from the zygote, instances asked for while it starts wait for it (a burst of scale-out
+shares it), later ones fork from it at once. It holds the model's store tensors like an
+instance and is closed with the model's last instance (a cold function keeps no template).
 
 Gateway side, never imports torch: `TemplateCache` (used by `InstanceBooter`) starts
 templates through the `ZygoteLauncher` and launches instances from them.
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TEMPLATE_WARMUP_BATCH_SIZES = [1]  # the template's own warm-up: every operator runs once
+TEMPLATE_FROM_INSTANCES = 2  # a model with one instance gains nothing from a template
 
 
 class TemplateError(RuntimeError):
@@ -168,13 +172,14 @@ class _Slot:
 class TemplateCache:
     """The templates, by key, with the instances of each model.
 
-    `launch` is asked for every instance of a stored model. With no template running for
-    the model, it starts one in the background and answers None: that instance is forked
-    from the zygote as before, so a cold start never waits for a template. Later instances
-    wait for the template's start (if still under way) and are forked from it; a template
-    that failed to start or died is started again by the next instance, which, again, does
-    not wait. `release` closes a model's template with its last instance. Every template
-    holds its tensors in the store under its template id (`holder_ids`, for the reclaimer).
+    `launch` is asked for every instance of a stored model. It answers None (fork that
+    instance from the zygote, as without templates) while the model has no template
+    starting or running; the model's second instance starts one in the background and does
+    not wait for it. Instances asked for while it starts wait for it; all are forked from
+    it. A template that failed to start or died is started again by the next instance,
+    which, again, does not wait. `release` closes a model's template with its last
+    instance. Every template holds its tensors in the store under its template id
+    (`holder_ids`, for the reclaimer).
     """
 
     def __init__(
@@ -196,9 +201,10 @@ class TemplateCache:
         slot.users.add(instance_id)
         self._by_instance[instance_id] = key
         if slot.start is None or (slot.start.done() and slot.template() is None):
-            if slot.start is not None:
-                _close_dead(slot.start)
-            self._start(key, slot, stored)
+            if len(slot.users) >= TEMPLATE_FROM_INSTANCES:
+                if slot.start is not None:
+                    _close_dead(slot.start)
+                self._start(key, slot, stored)
             return None
         assert slot.start is not None
         started = time.perf_counter()

@@ -17,7 +17,7 @@ import pytest
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p
 from infless.workers.launcher import LaunchedWorker
-from infless.workers.templates import TemplateCache
+from infless.workers.templates import Template, TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 from tests.integration.test_batching_and_recovery import IMAGE
 from tests.integration.test_store_worker import MODEL
@@ -84,35 +84,49 @@ async def serve_once(worker: LaunchedWorker) -> bytes:
     return result.outputs["probabilities"].data
 
 
+async def start_template(
+    templates: TemplateCache,
+    zygote: ZygoteLauncher,
+    store: TensorStore,
+    launched: list[LaunchedWorker],
+) -> Template:
+    """Two instances, both forked from the zygote; the second starts the model's template."""
+    _, _, first_from_template = await start("i1", templates, zygote, store, launched)
+    assert not first_from_template
+    assert await templates.wait_started("i1") is None  # one instance: no template
+    _, _, second_from_template = await start("i2", templates, zygote, store, launched)
+    assert not second_from_template  # it started the template but did not wait for it
+    template = await templates.wait_started("i2")
+    assert template is not None
+    return template
+
+
 async def test_later_instances_fork_from_the_template_and_answer_alike(
     templates: TemplateCache,
     zygote: ZygoteLauncher,
     store: TensorStore,
     launched: list[LaunchedWorker],
 ) -> None:
-    first, _, first_from_template = await start("i1", templates, zygote, store, launched)
-    assert not first_from_template  # a cold start does not wait for the template
-    template = await templates.wait_started("i1")
-    assert template is not None
+    template = await start_template(templates, zygote, store, launched)
     assert template.pid != zygote.pid
     assert psutil.Process(template.pid).ppid() == zygote.pid
     assert template.ready.start.build_ms > 0  # the template built the model
 
-    second, ready, second_from_template = await start("i2", templates, zygote, store, launched)
-    assert second_from_template
-    assert psutil.Process(second.pid).ppid() == template.pid
+    third, ready, from_template = await start("i3", templates, zygote, store, launched)
+    assert from_template
+    assert psutil.Process(third.pid).ppid() == template.pid
     assert ready.start.build_ms == 0.0  # nothing built: the template's module, as is
     assert set(ready.exec_ms) == {1, 2}  # but its own warm-up, timed on its own cores
-    assert templates.template_of("i2") == template.key.template_id
+    assert templates.template_of("i3") == template.key.template_id
     assert templates.template_of("i1") is None
     stored = store.publish(MODEL, TENANT)
-    assert maps_file(second.pid, stored[0].path)  # the store's file, mapped
+    assert maps_file(third.pid, stored[0].path)  # the store's file, mapped
     assert template.key.template_id in store.holders(TENANT, stored[0].path.rsplit("/", 1)[1])
 
-    assert await serve_once(first) == await serve_once(second)
+    assert await serve_once(launched[0]) == await serve_once(third)
     [described] = templates.describe()
     assert described["pid"] == template.pid
-    assert described["instances"] == ["i2"]
+    assert described["instances"] == ["i3"]
 
 
 async def test_the_template_goes_with_the_models_last_instance(
@@ -121,17 +135,16 @@ async def test_the_template_goes_with_the_models_last_instance(
     store: TensorStore,
     launched: list[LaunchedWorker],
 ) -> None:
-    await start("i1", templates, zygote, store, launched)
-    template = await templates.wait_started("i1")
-    assert template is not None
-    await start("i2", templates, zygote, store, launched)
+    template = await start_template(templates, zygote, store, launched)
+    await start("i3", templates, zygote, store, launched)
     assert template.key.template_id in templates.holder_ids()
 
-    templates.release("i1")
-    store.release("i1")
-    assert templates.describe() != []  # i2 still runs: the template stays
-    templates.release("i2")
-    store.release("i2")
+    for instance_id in ("i1", "i2"):
+        templates.release(instance_id)
+        store.release(instance_id)
+    assert templates.describe() != []  # i3 still runs: the template stays
+    templates.release("i3")
+    store.release("i3")
     assert templates.describe() == []
     assert templates.holder_ids() == []
     assert store.live_set() == set()  # the template's holds went with it
@@ -144,22 +157,20 @@ async def test_a_killed_template_is_replaced_and_its_instances_keep_serving(
     store: TensorStore,
     launched: list[LaunchedWorker],
 ) -> None:
-    await start("i1", templates, zygote, store, launched)
-    template = await templates.wait_started("i1")
-    assert template is not None
-    child, _, _ = await start("i2", templates, zygote, store, launched)
+    template = await start_template(templates, zygote, store, launched)
+    child, _, _ = await start("i3", templates, zygote, store, launched)
     os.kill(template.pid, signal.SIGKILL)
     assert await zygote.wait_exit(template.pid) == -signal.SIGKILL
     expected = await serve_once(child)  # forked children do not depend on their template
 
-    _, _, from_template = await start("i3", templates, zygote, store, launched)
-    assert not from_template  # the dead template is being replaced; i3 did not wait
-    replacement = await templates.wait_started("i3")
+    _, _, from_template = await start("i4", templates, zygote, store, launched)
+    assert not from_template  # the dead template is being replaced; i4 did not wait
+    replacement = await templates.wait_started("i4")
     assert replacement is not None
     assert replacement.pid != template.pid
-    fourth, _, from_template = await start("i4", templates, zygote, store, launched)
+    fifth, _, from_template = await start("i5", templates, zygote, store, launched)
     assert from_template
-    assert await serve_once(fourth) == expected
+    assert await serve_once(fifth) == expected
 
 
 async def test_an_instance_with_two_cores_runs_two_threads_from_a_one_thread_template(
@@ -168,33 +179,36 @@ async def test_an_instance_with_two_cores_runs_two_threads_from_a_one_thread_tem
     store: TensorStore,
     launched: list[LaunchedWorker],
 ) -> None:
-    first, _, _ = await start("i1", templates, zygote, store, launched)
-    template = await templates.wait_started("i1")
-    assert template is not None
+    template = await start_template(templates, zygote, store, launched)
     assert template.client.ready is not None
     assert template.client.ready.threads == 1  # forking it is safe
-    worker, _, from_template = await start("i2", templates, zygote, store, launched, cpus=2)
+    worker, _, from_template = await start("i3", templates, zygote, store, launched, cpus=2)
     assert from_template
     answer = await serve_once(worker)
     assert psutil.Process(worker.pid).num_threads() >= 2  # OpenMP started its pool after fork
-    assert answer == await serve_once(first)
+    assert answer == await serve_once(launched[0])
 
 
 def test_the_gateway_forks_a_models_instances_from_its_template(tmp_path: Path) -> None:
     functions = [
-        {"name": "cifar", "image": "resnet-20", "slo_ms": 5000, "max_batch": 2, "instances": 1}
+        {"name": "cifar", "image": "resnet-20", "slo_ms": 5000, "max_batch": 2, "instances": 2}
     ]
     with start_gateway(tmp_path, functions) as gw:
-        (first,) = gw.instances("cifar")
-        assert first["template"] is None  # the cold start forked from the zygote
-        gw.json("POST", "/system/scale-function/cifar", {"replicas": 3})
-        ready = gw.wait_ready("cifar", 3)
+        first = gw.instances("cifar")
+        assert [i["template"] for i in first] == [None, None]  # forked from the zygote
+        deadline = time.monotonic() + 60
+        while not gw.json("GET", "/system/templates") and time.monotonic() < deadline:
+            time.sleep(0.1)  # the second instance started the template beside it
         [template] = gw.json("GET", "/system/templates")
-        later = [i for i in ready if i["id"] != first["id"]]
+        assert template["instances"] == []
+        gw.json("POST", "/system/scale-function/cifar", {"replicas": 4})
+        ready = gw.wait_ready("cifar", 4)
+        later = [i for i in ready if i["id"] not in {f["id"] for f in first}]
         assert {i["template"] for i in later} == {template["id"]}
-        assert sorted(template["instances"]) == sorted(i["id"] for i in later)
         assert {psutil.Process(i["pid"]).ppid() for i in later} == {template["pid"]}
         assert all(i["start"]["buildMs"] == 0.0 for i in later)
+        [template] = gw.json("GET", "/system/templates")
+        assert sorted(template["instances"]) == sorted(i["id"] for i in later)
         status, _, body = gw.request("POST", "/function/cifar", IMAGE)
         assert status == 200, body
 
