@@ -12,6 +12,9 @@ GATEWAY_MODULES = [
     "infless.models.resolver",
     "infless.weights.store",
     "infless.workers.zygote",
+    "infless.workers.templates",
+    "infless.workers.forkclient",
+    "infless.workers.forkserver",
     "infless.coldstart.manager",
 ]
 
