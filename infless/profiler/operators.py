@@ -10,7 +10,9 @@ whose inter-quartile spread is large is measured again, keeping the faster resul
 counts are isolated with `torch.set_num_threads`. Weights are cycled through copies so they
 come from where a model finds them (see `targets.build_operator`). Per-call overheads that no
 operator profile contains (an nn.Module call, a shape lookup, switching operators) are
-calibrated once per database.
+calibrated once per database. With a speed probe, the machine speed index (`speed`) is
+measured before the first operator and after each one, and every row stores the mean of the
+two around it.
 
 Imports torch. Owns timing; must not make predictions.
 """
@@ -31,6 +33,7 @@ from torch import nn
 
 from infless.profiler.database import Config, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OperatorGraph, OpSignature
+from infless.profiler.speed import REFERENCE_KERNEL, SpeedIndex, SpeedProbe, rescale
 from infless.profiler.targets import build_operator
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -261,14 +264,19 @@ def profile_signatures(
     progress: ProfileProgress | None = None,
     *,
     remeasure: bool = False,
+    probe: SpeedProbe | None = None,
 ) -> ProfileProgress:
     """Measure every configuration of `plan` not yet in `db` for each signature (resumable).
 
     With `remeasure`, measured configurations are measured again and each keeps the faster of
-    its old and new figures: on a shared machine, another pass can only remove contention.
+    its old and new figures (compared at one machine speed when both carry a speed index): on
+    a shared machine, another pass can only remove contention. With `probe`, each row stores
+    the speed index measured around its operator (`ProfileRow.ref_ms`).
     """
     progress = progress or ProfileProgress()
     ensure_calibration(db)
+    if probe is not None:
+        check_reference_kernel(db)
     if plan.gpu_pcts != (0,):
         raise ValueError(
             f"gpu_pcts={plan.gpu_pcts}: GPU operator profiling needs a GPU and an MPS daemon; "
@@ -282,6 +290,7 @@ def profile_signatures(
     progress.configs_skipped += sum(len(plan.configs()) for _ in signatures) - sum(
         len(c) for _, c in pending
     )
+    before = probe(plan.threads) if probe is not None and pending else None
     for index, (signature, configs) in enumerate(pending, 1):
         started = time.perf_counter()
         try:
@@ -290,6 +299,10 @@ def profile_signatures(
             progress.failures.append(f"{signature.describe()}: {exc}")
             progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
             continue
+        if probe is not None and before is not None:
+            after = probe(plan.threads)
+            rows = with_speed(rows, before.midpoint(after))
+            before = after
         if remeasure:
             rows = _keep_faster(db.rows_for([signature.key])[signature.key], rows)
         db.add_profiles(signature, rows)
@@ -302,6 +315,24 @@ def profile_signatures(
     return progress
 
 
+def check_reference_kernel(db: ProfileDatabase) -> None:
+    """Record the reference kernel in `db`, or refuse one whose indices came from another."""
+    stored = db.get_meta("reference_kernel")
+    if stored is None:
+        db.set_meta("reference_kernel", REFERENCE_KERNEL)
+    elif stored != REFERENCE_KERNEL:
+        raise ValueError(
+            f"{db.path}: its speed indices come from the reference kernel {stored!r}, this "
+            f"infless runs {REFERENCE_KERNEL!r}; they do not compare: move the file away and "
+            "profile again"
+        )
+
+
+def with_speed(rows: Iterable[ProfileRow], index: SpeedIndex) -> list[ProfileRow]:
+    """`rows` stamped with the speed index at their thread count (0 where it has none)."""
+    return [replace(r, ref_ms=index.at(r.cpus) or 0.0) for r in rows]
+
+
 def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[ProfileRow]:
     before = {(r.batch, r.cpus, r.gpu_pct): r for r in old}
     merged = []
@@ -310,6 +341,8 @@ def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[P
         if prior is None:
             merged.append(row)
             continue
+        if prior.ref_ms > 0 and row.ref_ms > 0:  # compare them at one machine speed
+            prior = rescale(prior, row.ref_ms)
         faster = row if row.time_ms <= prior.time_ms else prior
         merged.append(
             replace(

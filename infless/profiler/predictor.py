@@ -11,6 +11,13 @@ largest: the last slope, never negative). Monotonicity is enforced on
 the tables themselves: running maximum over batch, running minimum over threads, so the
 prediction never falls as the batch grows and never rises as threads are added.
 
+Machine speed (`speed`): with `profile_speed` set, every profile row is rescaled on loading
+from the speed index measured next to it to that common speed (normally the profiles'
+typical speed), and a prediction is scaled by `speed_now / profile_speed` at each thread
+count when the speed now is known (`speed_now`, or the `speed` argument). That corrects the
+drift of this machine's speed between profiling and predicting, nothing else: the index is
+a fixed reference kernel, not fitted to any model.
+
 Pure: no I/O, no clock, no torch. Profiles are loaded beforehand by the shell
 (`infless.profiler.service`) and handed in.
 """
@@ -18,12 +25,13 @@ Pure: no I/O, no clock, no torch. Profiles are loaded beforehand by the shell
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from infless.profiler.database import ProfileRow
 from infless.profiler.graph import OperatorGraph
+from infless.profiler.speed import SpeedIndex, normalise, speed_factor
 from infless.profiler.structure import Block, BranchMode, block_cost, decompose
 
 DEFAULT_OFFSET_PCT = 10.0  # INFless §3.3: "increase the prediction offset by 10%"
@@ -88,10 +96,13 @@ class OpTable:
             raise ValueError("an operator table needs at least one profile row")
         return OpTable(tuple((c, BatchCurve.of(p)) for c, p in sorted(by_cpus.items())))
 
-    def at(self, batch_size: int, cpus: int) -> float:
+    def at(
+        self, batch_size: int, cpus: int, factor: Callable[[int], float] = lambda _c: 1.0
+    ) -> float:
+        """The time at <batch_size, cpus>; `factor(c)` scales the curve profiled at c threads."""
         # more threads never slower: the best of every profiled count up to `cpus`
-        usable = [curve for c, curve in self.curves if c <= cpus] or [self.curves[0][1]]
-        return min(curve.at(batch_size) for curve in usable)
+        usable = [(c, curve) for c, curve in self.curves if c <= cpus] or [self.curves[0]]
+        return min(curve.at(batch_size) * factor(c) for c, curve in usable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,20 +139,24 @@ class CombinedOperatorPredictor:
 
     `branch_mode` "sum" fits eager PyTorch on a CPU (branches run one after another); "max"
     is the paper's rule for executors that overlap branches. `kind_factors` optionally scales
-    operator kinds (1.0 when absent).
+    operator kinds (1.0 when absent). `profile_speed` is the machine speed the profile tables
+    are rescaled to as they are added (None: taken as measured); `speed_now` the speed
+    predictions are for when no `speed` is passed (None: `profile_speed`).
     """
 
     offset_pct: float = DEFAULT_OFFSET_PCT
     branch_mode: BranchMode = "sum"
     calibration: Calibration = field(default_factory=Calibration)
     kind_factors: Mapping[str, float] = field(default_factory=dict)
+    profile_speed: SpeedIndex | None = None
+    speed_now: SpeedIndex | None = None
     _tables: dict[tuple[str, int], OpTable] = field(default_factory=dict, repr=False)
     _cold_tables: dict[tuple[str, int], OpTable] = field(default_factory=dict, repr=False)
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
 
     def add_profiles(self, rows: Iterable[ProfileRow]) -> None:
         grouped: dict[tuple[str, int], list[ProfileRow]] = {}
-        for row in rows:
+        for row in normalise(rows, self.profile_speed):
             grouped.setdefault((row.op_key, row.gpu_pct), []).append(row)
         for key, group in grouped.items():
             self._tables[key] = OpTable.of(group)
@@ -173,8 +188,20 @@ class CombinedOperatorPredictor:
     def models(self) -> list[str]:
         return sorted(self._models)
 
-    def predict_raw_ms(self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0) -> float:
-        """The prediction without the safety offset."""
+    def _factor(self, speed: SpeedIndex | None) -> Callable[[int], float]:
+        now = speed if speed is not None else self.speed_now
+        return lambda cpus: speed_factor(now, self.profile_speed, cpus)
+
+    def predict_raw_ms(
+        self,
+        model_key: str,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int = 0,
+        *,
+        speed: SpeedIndex | None = None,
+    ) -> float:
+        """The prediction without the safety offset, at machine speed `speed` (or `speed_now`)."""
         if batch_size < 1 or cpus < 1 or not 0 <= gpu_pct <= 100:
             raise ValueError(
                 f"cannot predict {model_key!r} at batch_size={batch_size}, cpus={cpus}, "
@@ -189,6 +216,7 @@ class CombinedOperatorPredictor:
             ) from None
         kinds = {n.name: n.signature.kind for n in model.graph.nodes}
         tables = self._cold_tables if model.cold else self._tables
+        factor = self._factor(speed)
 
         def op_cost(name: str) -> float:
             key = model.node_keys.get(name)
@@ -200,27 +228,42 @@ class CombinedOperatorPredictor:
                     f"model {model_key!r}: operator {name} ({key}) has no profile at "
                     f"gpu_pct={gpu_pct}"
                 )
-            return table.at(batch_size, cpus) * self.kind_factors.get(kinds[name], 1.0)
+            time_ms = table.at(batch_size, cpus, factor)
+            return time_ms * self.kind_factors.get(kinds[name], 1.0)
 
-        return block_cost(model.structure, op_cost, self.branch_mode) + model.overhead_ms
+        overhead_ms = model.overhead_ms * factor(1)  # per-call overheads: the calling thread
+        return block_cost(model.structure, op_cost, self.branch_mode) + overhead_ms
 
     def predict_latency_ms(
-        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+        self,
+        model_key: str,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int = 0,
+        *,
+        speed: SpeedIndex | None = None,
     ) -> float:
-        raw = self.predict_raw_ms(model_key, batch_size, cpus, gpu_pct)
+        raw = self.predict_raw_ms(model_key, batch_size, cpus, gpu_pct, speed=speed)
         return raw * (1.0 + self.offset_pct / 100.0)
 
     def breakdown_ms(
-        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+        self,
+        model_key: str,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int = 0,
+        *,
+        speed: SpeedIndex | None = None,
     ) -> dict[str, float]:
         """Predicted time per operator kind (sum over nodes, no offset) plus "overhead"."""
         model = self._models[model_key]
-        totals: dict[str, float] = {"overhead": model.overhead_ms}
+        factor = self._factor(speed)
+        totals: dict[str, float] = {"overhead": model.overhead_ms * factor(1)}
         for node in model.graph.nodes:
             key = model.node_keys.get(node.name)
             if key is not None:
                 tables = self._cold_tables if model.cold else self._tables
-                t = tables[(key, gpu_pct)].at(batch_size, cpus)
+                t = tables[(key, gpu_pct)].at(batch_size, cpus, factor)
                 totals[node.signature.kind] = totals.get(node.signature.kind, 0.0) + t
         return totals
 

@@ -1,0 +1,54 @@
+"""The reference kernel behind the machine speed index (`infless.profiler.speed`), and timing it.
+
+The kernel is fixed and small (about 1-2 ms on one thread): a 3x3 convolution (64 channels,
+28x28), a 256x512 by 512x256 matrix product and an elementwise add over 1M floats (4 MB, out
+of the L2 cache), i.e. the convolution, GEMM and streaming work models are made of. Inputs
+come from a seeded generator, so every process times the same arithmetic. It is timed like
+an operator (`operators.measure_threads`: the calling thread's CPU clock, thread counts
+interleaved, mean of the fastest half), with a small budget, as it runs next to every
+operator profile.
+
+Imports torch. Owns the kernel; `speed.REFERENCE_KERNEL` names it and must change with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from infless.profiler.operators import measure_threads
+from infless.profiler.speed import SpeedIndex
+
+REFERENCE_BUDGET_S = 0.05  # per thread count: ~40 ms in all on this machine, ~1% repeatability
+
+
+def reference_kernel() -> Callable[[], object]:
+    """The reference kernel, built once: call the result to run it."""
+    generator = torch.Generator().manual_seed(20260101)
+    conv = nn.Conv2d(64, 64, 3, padding=1, bias=False).eval()
+    with torch.no_grad():
+        conv.weight.copy_(torch.randn(conv.weight.shape, generator=generator) * 0.05)
+    image = torch.randn(1, 64, 28, 28, generator=generator)
+    left = torch.randn(256, 512, generator=generator)
+    right = torch.randn(512, 256, generator=generator)
+    stream = torch.randn(1 << 20, generator=generator)
+
+    def run() -> object:
+        return conv(image), left @ right, stream + 1.0
+
+    return run
+
+
+def measure_speed(
+    threads: Sequence[int],
+    *,
+    kernel: Callable[[], object] | None = None,
+    budget_s: float = REFERENCE_BUDGET_S,
+) -> SpeedIndex:
+    """The speed index now: the reference kernel's time at each thread count."""
+    found = measure_threads(
+        kernel or reference_kernel(), tuple(threads), budget_s=budget_s, min_reps=5, max_reps=20
+    )
+    return SpeedIndex.of({c: m.fast_ms for c, m in found.items()})
