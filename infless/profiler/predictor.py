@@ -7,9 +7,16 @@ profiled with their weights out of L2 but in the last-level cache ("warm") and, 
 batches, out of the LLC too ("cold"); a model whose streamed weights exceed 3/4 of the LLC is
 predicted from the cold profiles, since its own operators evict each other's weights.
 Operator times come from the profiled batch sizes by linear interpolation (beyond the
-largest: the last slope, never negative). Monotonicity is enforced on
-the tables themselves: running maximum over batch, running minimum over threads, so the
-prediction never falls as the batch grows and never rises as threads are added.
+largest: the last slope, never negative). An operator's curve keeps what was measured, even
+where a larger batch runs faster (oneDNN switches kernels with the batch: many convolutions
+here run faster at 16 than at 8 on one thread); over threads an operator takes the best of
+the profiled counts up to `cpus`. Monotonicity over the batch is enforced on the model's
+total instead: the prediction at b is the largest total at b or any profiled batch below it.
+The total is piecewise linear between profiled batches, so that is the running maximum of
+the whole curve. Thus the prediction never falls as the batch grows and never rises as
+threads are added, while an operator that is faster at a larger batch lowers the model's
+curve there unless the rest of the model outweighs it (a running maximum per operator would
+carry every such dip, and every noise spike, up to all larger batches).
 
 Machine speed (`speed`): with `profile_speed` set, every profile row is rescaled on loading
 from the speed index measured next to it to that common speed (normally the profiles'
@@ -48,9 +55,13 @@ class MissingProfile(LookupError):
     """An operator of a model has no profile for the asked configuration."""
 
 
+def _unscaled(_cpus: int) -> float:
+    return 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class BatchCurve:
-    """Time over batch size at one thread count; `times_ms` is non-decreasing."""
+    """Time over batch size at one thread count, as profiled (not necessarily monotone)."""
 
     batches: tuple[int, ...]
     times_ms: tuple[float, ...]
@@ -60,12 +71,7 @@ class BatchCurve:
         ordered = sorted(dict(points).items())
         if not ordered:
             raise ValueError("a batch curve needs at least one point")
-        batches, times, running = [], [], 0.0
-        for batch, time_ms in ordered:
-            running = max(running, time_ms)
-            batches.append(batch)
-            times.append(running)
-        return BatchCurve(tuple(batches), tuple(times))
+        return BatchCurve(tuple(b for b, _ in ordered), tuple(t for _, t in ordered))
 
     def at(self, batch_size: int) -> float:
         b, t = self.batches, self.times_ms
@@ -83,9 +89,17 @@ class BatchCurve:
 
 @dataclass(frozen=True, slots=True)
 class OpTable:
-    """One operator's profiles at one GPU share: a batch curve per profiled thread count."""
+    """One operator's profiles at one GPU share: a batch curve per profiled thread count.
+
+    At `cpus` threads the operator takes, at each profiled batch size, the best of the
+    curves profiled at up to `cpus` threads, and interpolates linearly between those
+    points, so its time stays piecewise linear with kinks at profiled batch sizes only (what
+    the model's running maximum relies on); beyond the largest, it takes the best of the
+    curves' extrapolations, which never decrease.
+    """
 
     curves: tuple[tuple[int, BatchCurve], ...]  # (cpus, curve), cpus ascending
+    grid: tuple[int, ...] = ()  # every profiled batch size of any curve, ascending
 
     @staticmethod
     def of(rows: Iterable[ProfileRow]) -> OpTable:
@@ -94,15 +108,28 @@ class OpTable:
             by_cpus.setdefault(row.cpus, []).append((row.batch, row.time_ms))
         if not by_cpus:
             raise ValueError("an operator table needs at least one profile row")
-        return OpTable(tuple((c, BatchCurve.of(p)) for c, p in sorted(by_cpus.items())))
+        curves = tuple((c, BatchCurve.of(p)) for c, p in sorted(by_cpus.items()))
+        return OpTable(curves, tuple(sorted({b for _, c in curves for b in c.batches})))
 
-    def at(
-        self, batch_size: int, cpus: int, factor: Callable[[int], float] = lambda _c: 1.0
-    ) -> float:
+    def at(self, batch_size: int, cpus: int, factor: Callable[[int], float] = _unscaled) -> float:
         """The time at <batch_size, cpus>; `factor(c)` scales the curve profiled at c threads."""
         # more threads never slower: the best of every profiled count up to `cpus`
         usable = [(c, curve) for c, curve in self.curves if c <= cpus] or [self.curves[0]]
-        return min(curve.at(batch_size) * factor(c) for c, curve in usable)
+        if len(usable) == 1:
+            c, curve = usable[0]
+            return curve.at(batch_size) * factor(c)
+
+        def best(batch: int) -> float:
+            return min(curve.at(batch) * factor(c) for c, curve in usable)
+
+        grid = self.grid
+        if batch_size <= grid[0]:
+            return best(grid[0])
+        if batch_size >= grid[-1]:  # each curve extrapolates non-decreasing: so does the best
+            return best(batch_size)
+        i = bisect.bisect_right(grid, batch_size)
+        low, high = best(grid[i - 1]), best(grid[i])
+        return low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +158,7 @@ class _Model:
     node_keys: Mapping[str, str]  # compute node -> op key
     overhead_ms: float
     cold: bool  # weights larger than the last-level cache: use the DRAM-weight profiles
+    grid: tuple[int, ...]  # every batch size some operator was profiled at, ascending
 
 
 @dataclass
@@ -180,7 +208,10 @@ class CombinedOperatorPredictor:
             + len(keys) * self.calibration.op_switch_us
         )
         cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
-        self._models[model_key] = _Model(graph, decompose(graph), keys, overhead_us / 1000.0, cold)
+        grid = sorted({b for k in set(keys.values()) for b in self._tables[(k, 0)].grid})
+        self._models[model_key] = _Model(
+            graph, decompose(graph), keys, overhead_us / 1000.0, cold, tuple(grid)
+        )
 
     def unregister(self, model_key: str) -> None:
         self._models.pop(model_key, None)
@@ -214,9 +245,25 @@ class CombinedOperatorPredictor:
                 f"model {model_key!r} is not registered with the predictor; known: "
                 f"{', '.join(self.models()) or 'none'}"
             ) from None
+        # the running maximum over the batch (see the module docstring)
+        below = [b for b in model.grid if b < batch_size]
+        factor = self._factor(speed)
+        return max(
+            self._total_ms(model_key, model, b, cpus, gpu_pct, factor) for b in (*below, batch_size)
+        )
+
+    def _total_ms(
+        self,
+        model_key: str,
+        model: _Model,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int,
+        factor: Callable[[int], float],
+    ) -> float:
+        """The model's combined operator times plus overheads at exactly `batch_size`."""
         kinds = {n.name: n.signature.kind for n in model.graph.nodes}
         tables = self._cold_tables if model.cold else self._tables
-        factor = self._factor(speed)
 
         def op_cost(name: str) -> float:
             key = model.node_keys.get(name)
@@ -255,7 +302,8 @@ class CombinedOperatorPredictor:
         *,
         speed: SpeedIndex | None = None,
     ) -> dict[str, float]:
-        """Predicted time per operator kind (sum over nodes, no offset) plus "overhead"."""
+        """Operator time per kind (sum over nodes, no offset) plus "overhead", at exactly
+        `batch_size` (without the running maximum over smaller batches)."""
         model = self._models[model_key]
         factor = self._factor(speed)
         totals: dict[str, float] = {"overhead": model.overhead_ms * factor(1)}
