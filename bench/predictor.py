@@ -7,10 +7,11 @@ half of the repetitions; thread counts interleaved) and compared
 with the prediction without the safety offset. Missing operator profiles are measured first
 into the profile DB (run `infless profile` beforehand to keep that out of the bench).
 
-This machine's speed drifts (see `infless.profiler.speed`), so the reference kernel is timed
-right before and right after each model measurement, and the headline ("calibrated")
-prediction is for the mean of the two: profile rows rescaled from the speed index stored
-with them to that speed. The "uncalibrated" figures take the profiles as measured; the
+This machine's speed drifts (see `infless.profiler.speed`), so every repetition of a model
+measurement is followed by one call of the reference kernel at the same thread count, and
+the headline ("calibrated") prediction is for the kernel's mean time over the repetitions
+the measured figure averages: profile rows rescaled from the speed index stored with them
+to that speed. The "uncalibrated" figures take the profiles as measured; the
 "typical" ones rescale the profiles to their median speed but measure nothing now. No
 figure is fitted to the models measured here.
 
@@ -36,7 +37,7 @@ from infless.models.zoo import ZOO
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.operators import ProfilePlan, ProfileProgress
 from infless.profiler.predictor import CombinedOperatorPredictor
-from infless.profiler.reference import measure_speed, reference_kernel
+from infless.profiler.reference import reference_kernel
 from infless.profiler.service import (
     build_predictor,
     default_db_path,
@@ -84,7 +85,6 @@ class Results:
     max_mode_errors: list[float] = field(default_factory=list)  # the paper's max-of-branches
     wall_errors: list[float] = field(default_factory=list)  # against the wall clock
     spreads: list[float] = field(default_factory=list)
-    drifts: list[float] = field(default_factory=list)  # |after/before - 1| of the index, %
     speeds: list[float] = field(default_factory=list)  # index now / profiles' median, 1 thread
 
 
@@ -100,7 +100,7 @@ def _measure_all(
 ) -> Results:
     results = Results()
     header = f"{'model':<16} {'b':>3} {'c':>2} {'pred ms':>10} {'meas ms':>10} {'err %':>7}"
-    print(f"{header} {'uncal %':>8} {'speed':>6} {'drift %':>7} {'spread':>6} {'wall-err %':>10}")
+    print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10}")
     calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
     kernel = reference_kernel()
     for name in names:
@@ -108,12 +108,16 @@ def _measure_all(
         model = source.build_served()
         for batch in batches:
             big = calibrated.predict_raw_ms(name, batch, 1) > 1000.0  # fewer repetitions there
-            before = measure_speed(THREADS, kernel=kernel)
             found = measure_model_ms(
-                model, source, batch, THREADS, budget_s=1.0 if big else budget_s, min_reps=3
+                model,
+                source,
+                batch,
+                THREADS,
+                budget_s=1.0 if big else budget_s,
+                min_reps=3,
+                reference=kernel,
             )
-            after = measure_speed(THREADS, kernel=kernel)
-            now = before.midpoint(after)
+            now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()})
             for cpus in THREADS:
                 measured = found[cpus].fast_ms
                 predicted = calibrated.predict_raw_ms(name, batch, cpus, speed=now)
@@ -123,30 +127,21 @@ def _measure_all(
                 max_err = _pct(max_mode.predict_raw_ms(name, batch, cpus, speed=now), measured)
                 wall_err = _pct(predicted, found[cpus].wall_fast_ms)
                 speed = speed_factor(now, calibrated.profile_speed, cpus)
-                drift = 100.0 * (_at(after, cpus) / _at(before, cpus) - 1.0)
                 results.errors.setdefault(name, []).append(abs(err))
                 results.uncalibrated.setdefault(name, []).append(abs(uncal))
                 results.typical_errors.append(abs(typical))
                 results.max_mode_errors.append(abs(max_err))
                 results.wall_errors.append(abs(wall_err))
                 results.spreads.append(found[cpus].spread)
-                results.drifts.append(abs(drift))
                 results.speeds.append(speed)
                 print(
                     f"{name:<16} {batch:>3} {cpus:>2} {predicted:>10.3f} {measured:>10.3f} "
-                    f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} {drift:>+7.1f} "
+                    f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} "
                     f"{found[cpus].spread:>6.2f} {wall_err:>+10.1f}",
                     flush=True,
                 )
         del model
     return results
-
-
-def _at(index: SpeedIndex, cpus: int) -> float:
-    value = index.at(cpus)
-    if value is None:
-        raise ValueError(f"no speed index at {cpus} threads")
-    return value
 
 
 Summary = tuple[float, dict[str, dict[str, float]]]
@@ -187,10 +182,8 @@ def _summarise(names: list[str], results: Results) -> tuple[Summary, Summary]:
         f"{statistics.fmean(results.typical_errors):.1f}%"
     )
     print(
-        "machine speed during the bench relative to the profiles' median (1 thread): "
-        f"{min(results.speeds):.2f}..{max(results.speeds):.2f}; index drift across one "
-        f"measurement: median {statistics.median(results.drifts):.1f}%, "
-        f"max {max(results.drifts):.1f}%"
+        "reference kernel during the bench over its median while profiling: "
+        f"{min(results.speeds):.2f}..{max(results.speeds):.2f} (1: as fast as while profiling)"
     )
     print(
         "with the paper's max-of-branches rule instead of eager PyTorch's sum: overall mean "

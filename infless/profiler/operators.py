@@ -3,16 +3,18 @@
 Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
 allocations), then repetitions of an inner loop long enough to beat timer resolution, thread
 counts interleaved, timed on the calling thread's CPU clock (the time a core actually ran it,
-i.e. its latency on dedicated cores; the wall clock is recorded too). The figure kept is a
+i.e. its latency on dedicated cores; the wall clock is recorded too), with the intra-op
+thread pool woken up before each repetition at several threads, as a model's previous
+operator leaves it. The figure kept is a
 trimmed mean trimmed on the slow side only: the mean of the fastest half of the repetitions,
 since contention from other processes only ever adds time (the median is kept too). A run
 whose inter-quartile spread is large is measured again, keeping the faster result. Thread
 counts are isolated with `torch.set_num_threads`. Weights are cycled through copies so they
 come from where a model finds them (see `targets.build_operator`). Per-call overheads that no
 operator profile contains (an nn.Module call, a shape lookup, switching operators) are
-calibrated once per database. With a speed probe, the machine speed index (`speed`) is
-measured before the first operator and after each one, and every row stores the mean of the
-two around it.
+calibrated once per database. With a reference kernel (`reference`), every repetition is
+paired with a call of it, and every row stores the kernel's time over the repetitions its
+figure averages: the machine speed index (`speed`) at the moment it was measured.
 
 Imports torch. Owns timing; must not make predictions.
 """
@@ -33,7 +35,7 @@ from torch import nn
 
 from infless.profiler.database import Config, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OperatorGraph, OpSignature
-from infless.profiler.speed import REFERENCE_KERNEL, SpeedIndex, SpeedProbe, rescale
+from infless.profiler.speed import REFERENCE_KERNEL, rescale
 from infless.profiler.targets import build_operator
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -80,21 +82,40 @@ class Measurement:
     spread: float  # inter-quartile range / median
     reps: int
     wall_fast_ms: float = 0.0
+    ref_ms: float = 0.0  # the paired reference kernel, over the repetitions fast_ms averages
 
 
-def _stats(samples: list[float], wall: list[float]) -> Measurement:
+def summarise(samples: list[float], wall: list[float], ref: list[float]) -> Measurement:
+    """Statistics of per-call times; `ref[i]` is the reference kernel paired with `samples[i]`."""
     median = statistics.median(samples)
     q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [median, median, median]
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
     half = max(1, len(samples) // 2)
+    fastest = sorted(range(len(samples)), key=samples.__getitem__)[:half]
     return Measurement(
         median,
-        statistics.fmean(sorted(samples)[:half]),
+        statistics.fmean(samples[i] for i in fastest),
         min(samples),
         spread,
         len(samples),
         statistics.fmean(sorted(wall)[:half]),
+        statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
     )
+
+
+_WAKE = torch.ones(1 << 18)  # an elementwise op over it is split across every thread
+
+
+def _wake_pool() -> None:
+    """Run one short parallel region, so the intra-op threads are spinning, not asleep.
+
+    Inside a model, each operator's parallel region follows the previous operator's within
+    microseconds and finds the pool's threads awake; an operator timed alone right after
+    something else (another thread count's repetition, the reference kernel) would pay for
+    waking them on each repetition instead: tens of microseconds, a large share of a
+    small-batch operator's time at several threads.
+    """
+    torch.mul(_WAKE, 1.0)
 
 
 def _one_run(
@@ -104,6 +125,7 @@ def _one_run(
     min_reps: int,
     max_reps: int,
     clock: Clock,
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     warmup_s = []
     for count in threads:  # warm-up at every thread count (kernel choice, allocations)
@@ -124,10 +146,13 @@ def _one_run(
     cap_s = 5 * estimate_s * inner + 0.005
     samples: dict[int, list[float]] = {count: [] for count in threads}
     wall: dict[int, list[float]] = {count: [] for count in threads}
+    ref: dict[int, list[float]] = {count: [] for count in threads}
     for rep in range(reps):
         # interleaved, alternating order: a burst of contention hits every thread count alike
         for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
             torch.set_num_threads(count)
+            if count > 1:
+                _wake_pool()
             done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
             while done < inner:  # cut short when contention makes a repetition drag on
                 fn()
@@ -138,7 +163,14 @@ def _one_run(
             cpu_ms = (time.thread_time() - cpu_started) / done * 1000.0
             wall[count].append(wall_ms)
             samples[count].append(cpu_ms if clock == "thread" else wall_ms)
-    return {count: _stats(samples[count], wall[count]) for count in threads}
+            if reference is not None:  # right after, at the same thread count: the same speed
+                reference()  # untimed: its data back in the caches the measured call evicted
+                ref_started, ref_cpu_started = time.perf_counter(), time.thread_time()
+                reference()
+                ref_wall = (time.perf_counter() - ref_started) * 1000.0
+                ref_cpu = (time.thread_time() - ref_cpu_started) * 1000.0
+                ref[count].append(ref_cpu if clock == "thread" else ref_wall)
+    return {count: summarise(samples[count], wall[count], ref[count]) for count in threads}
 
 
 def measure_threads(
@@ -150,6 +182,7 @@ def measure_threads(
     max_reps: int = 25,
     max_spread: float = 0.25,
     clock: Clock = "thread",
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     """Per-call latency (ms) of `fn()` at each thread count, under inference mode.
 
@@ -159,16 +192,20 @@ def measure_threads(
     the calling thread works in every parallel region, so with several threads it still
     follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
     counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
-    repeated once and each count keeps its faster result.
+    repeated once and each count keeps its faster result. With `reference` (the speed
+    index's kernel), each repetition is followed by two calls of it at the same thread count
+    (the first warms its data up again, the second is timed), and `Measurement.ref_ms` is
+    the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
+    the figure kept was measured.
     """
     if not threads:
         raise ValueError("measure_threads needs at least one thread count")
     previous = torch.get_num_threads()
     try:
         with torch.inference_mode():
-            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
             if any(m.spread > max_spread for m in best.values()):
-                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
                 best = {c: min(best[c], again[c], key=lambda m: m.fast_ms) for c in threads}
     finally:
         torch.set_num_threads(previous)
@@ -264,18 +301,19 @@ def profile_signatures(
     progress: ProfileProgress | None = None,
     *,
     remeasure: bool = False,
-    probe: SpeedProbe | None = None,
+    reference: Callable[[], object] | None = None,
 ) -> ProfileProgress:
     """Measure every configuration of `plan` not yet in `db` for each signature (resumable).
 
     With `remeasure`, measured configurations are measured again and each keeps the faster of
     its old and new figures (compared at one machine speed when both carry a speed index): on
-    a shared machine, another pass can only remove contention. With `probe`, each row stores
-    the speed index measured around its operator (`ProfileRow.ref_ms`).
+    a shared machine, another pass can only remove contention. With `reference` (the speed
+    index's kernel, `reference.reference_kernel()`), each row stores its paired time
+    (`ProfileRow.ref_ms`).
     """
     progress = progress or ProfileProgress()
     ensure_calibration(db)
-    if probe is not None:
+    if reference is not None:
         check_reference_kernel(db)
     if plan.gpu_pcts != (0,):
         raise ValueError(
@@ -290,19 +328,14 @@ def profile_signatures(
     progress.configs_skipped += sum(len(plan.configs()) for _ in signatures) - sum(
         len(c) for _, c in pending
     )
-    before = probe(plan.threads) if probe is not None and pending else None
     for index, (signature, configs) in enumerate(pending, 1):
         started = time.perf_counter()
         try:
-            rows = _profile_one(signature, configs, plan)
+            rows = _profile_one(signature, configs, plan, reference)
         except Exception as exc:  # an operator that cannot run alone must not stop the run
             progress.failures.append(f"{signature.describe()}: {exc}")
             progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
             continue
-        if probe is not None and before is not None:
-            after = probe(plan.threads)
-            rows = with_speed(rows, before.midpoint(after))
-            before = after
         if remeasure:
             rows = _keep_faster(db.rows_for([signature.key])[signature.key], rows)
         db.add_profiles(signature, rows)
@@ -326,11 +359,6 @@ def check_reference_kernel(db: ProfileDatabase) -> None:
             f"infless runs {REFERENCE_KERNEL!r}; they do not compare: move the file away and "
             "profile again"
         )
-
-
-def with_speed(rows: Iterable[ProfileRow], index: SpeedIndex) -> list[ProfileRow]:
-    """`rows` stamped with the speed index at their thread count (0 where it has none)."""
-    return [replace(r, ref_ms=index.at(r.cpus) or 0.0) for r in rows]
 
 
 def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[ProfileRow]:
@@ -374,17 +402,44 @@ def _rotation_bytes() -> tuple[int, int]:
     return max(8 * l2, 4 << 20), 2 * llc
 
 
+def profile_row(
+    key: str, batch: int, cpus: int, warm: Measurement, cold: Measurement, measured_at: float
+) -> ProfileRow:
+    """The stored row of one configuration; the cold figure is rescaled to the warm one's
+    machine speed when both carry a paired reference time."""
+    cold_ms = cold.fast_ms
+    if warm.ref_ms > 0 and cold.ref_ms > 0:
+        cold_ms *= warm.ref_ms / cold.ref_ms
+    return ProfileRow(
+        key,
+        batch,
+        cpus,
+        0,
+        warm.fast_ms,
+        warm.min_ms,
+        warm.spread,
+        warm.reps,
+        measured_at,
+        cold_ms,
+        warm.ref_ms,
+    )
+
+
 def _profile_one(
-    signature: OpSignature, configs: list[Config], plan: ProfilePlan
+    signature: OpSignature,
+    configs: list[Config],
+    plan: ProfilePlan,
+    reference: Callable[[], object] | None = None,
 ) -> list[ProfileRow]:
     warm_bytes, cold_bytes = _rotation_bytes()
-    rows = []
+    rows: list[ProfileRow] = []
     for batch in sorted({b for b, _, _ in configs}):
         threads = sorted({c for b, c, _ in configs if b == batch})
         kwargs: dict[str, Any] = {
             "budget_s": plan.budget_s * len(threads),
             "min_reps": plan.min_reps,
             "max_reps": plan.max_reps,
+            "reference": reference,
         }
         warm_op = build_operator(signature, batch, rotate_bytes=warm_bytes)
         warm = measure_threads(warm_op.run, threads, **kwargs)
@@ -394,19 +449,8 @@ def _profile_one(
             cold = measure_threads(
                 build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs
             )
-        for cpus, m in warm.items():
-            rows.append(
-                ProfileRow(
-                    signature.key,
-                    batch,
-                    cpus,
-                    0,
-                    m.fast_ms,
-                    m.min_ms,
-                    m.spread,
-                    m.reps,
-                    time.time(),
-                    cold[cpus].fast_ms,
-                )
-            )
+        now = time.time()
+        rows.extend(
+            profile_row(signature.key, batch, cpus, m, cold[cpus], now) for cpus, m in warm.items()
+        )
     return rows

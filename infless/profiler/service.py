@@ -26,7 +26,7 @@ from infless.models.package import PackageManifest, load_manifest
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.graph import GRAPH_FORMAT, OperatorGraph
 from infless.profiler.predictor import Calibration, CombinedOperatorPredictor
-from infless.profiler.speed import SpeedIndex, SpeedProbe, typical_index
+from infless.profiler.speed import SpeedIndex, typical_index
 from infless.profiler.structure import BranchMode
 
 if TYPE_CHECKING:
@@ -136,15 +136,15 @@ def ensure_profiles(
     progress: ProfileProgress | None = None,
     *,
     remeasure: bool = False,
-    probe: SpeedProbe | None = None,
+    speed_index: bool = True,
 ) -> ProfileProgress:
     """Profile whatever `plan` asks for and `db` lacks for the graphs' operators.
 
-    Every row stores the machine speed index measured around it by `probe` (default: the
-    reference kernel).
+    With `speed_index`, every row stores the reference kernel's time paired with its
+    measurement (the machine speed index).
     """
     from infless.profiler.operators import distinct_signatures, profile_signatures
-    from infless.profiler.reference import measure_speed
+    from infless.profiler.reference import reference_kernel
 
     signatures = distinct_signatures(graphs)
     return profile_signatures(
@@ -153,7 +153,7 @@ def ensure_profiles(
         plan,
         progress,
         remeasure=remeasure,
-        probe=probe or measure_speed,
+        reference=reference_kernel() if speed_index else None,
     )
 
 
@@ -177,7 +177,7 @@ def build_predictor(
     log_line: Callable[[str], None] | None = None,
     speed: Literal["typical", "as-measured"] = "typical",
     speed_now: SpeedIndex | None = None,
-    probe: SpeedProbe | None = None,
+    speed_index: bool = True,
 ) -> CombinedOperatorPredictor:
     """A predictor with `graphs` registered; with `plan`, missing operators are profiled first.
 
@@ -192,7 +192,7 @@ def build_predictor(
         from infless.profiler.operators import ProfileProgress
 
         progress = ProfileProgress(log=log_line or (lambda _l: None))
-        ensure_profiles(db, graphs, plan, progress, probe=probe)
+        ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)
     predictor = CombinedOperatorPredictor(calibration=Calibration.of(db.calibration()))
     if speed == "typical":
         predictor.profile_speed = typical_index(db.speed_points())
@@ -218,8 +218,13 @@ def measure_model_ms(
     *,
     budget_s: float = 0.5,
     min_reps: int = 3,
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
-    """Measured batch latency of the whole model's forward at each thread count (interleaved)."""
+    """Measured batch latency of the whole model's forward at each thread count (interleaved).
+
+    With `reference` (`reference.reference_kernel()`), each repetition is paired with a call
+    of the speed index's kernel (`Measurement.ref_ms`).
+    """
     from infless.profiler.extract import example_inputs
     from infless.profiler.operators import measure_threads
 
@@ -227,5 +232,10 @@ def measure_model_ms(
     int_high = min([v for v in vocab if isinstance(v, int) and v > 0], default=2)
     inputs = example_inputs(source.manifest.input_specs, batch_size, int_high=int_high)
     return measure_threads(
-        lambda: model(*inputs), threads, budget_s=budget_s, min_reps=min_reps, max_reps=15
+        lambda: model(*inputs),
+        threads,
+        budget_s=budget_s,
+        min_reps=min_reps,
+        max_reps=15,
+        reference=reference,
     )

@@ -5,8 +5,9 @@ minutes, on the thread CPU clock too, so it is not waiting for a core but runnin
 Operator profiles taken at different moments therefore disagree, and a prediction made
 from them at another moment inherits the speed of the moment each operator was profiled.
 The cure is a yardstick: a fixed reference kernel (`infless.profiler.reference`) is timed
-next to every operator profile and stored with it (`ProfileRow.ref_ms`), and timed again
-when a prediction should hold for "now". A profiled time then scales by
+right after every repetition of every operator measurement and stored with the profile
+(`ProfileRow.ref_ms`: its mean over the repetitions the profiled figure averages), and
+timed again when a prediction should hold for "now". A profiled time then scales by
 `ref_now / ref_at_profile` at the same thread count.
 
 This corrects host drift only. The reference kernel is fixed and knows nothing of the
@@ -18,14 +19,14 @@ Pure: no I/O, no clock, no torch.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from infless.profiler.database import ProfileRow
 
 # Names the reference kernel; indices measured with different kernels do not compare. Change
 # it whenever `infless.profiler.reference` changes what it runs.
-REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256+add-1M/v1"
+REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/v2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +50,6 @@ class SpeedIndex:
 
     def as_dict(self) -> dict[int, float]:
         return dict(self.ref_ms)
-
-    def midpoint(self, other: SpeedIndex) -> SpeedIndex:
-        """The index halfway to `other` (measured before and after something timed)."""
-        mine, theirs = self.as_dict(), other.as_dict()
-        return SpeedIndex.of({c: (mine[c] + theirs[c]) / 2 for c in mine if c in theirs})
-
-
-SpeedProbe = Callable[[Sequence[int]], SpeedIndex]  # measures the index at these thread counts
 
 
 def speed_factor(now: SpeedIndex | None, then: SpeedIndex | None, cpus: int) -> float:

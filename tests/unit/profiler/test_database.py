@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from infless.profiler.database import SCHEMA_VERSION, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OpSignature, TensorInfo, canonical_params
-from infless.profiler.operators import ProfilePlan, ProfileProgress, profile_signatures
-from infless.profiler.speed import REFERENCE_KERNEL, SpeedIndex
+from infless.profiler.operators import (
+    Measurement,
+    ProfilePlan,
+    ProfileProgress,
+    profile_row,
+    profile_signatures,
+)
+from infless.profiler.speed import REFERENCE_KERNEL
 
 
 def _relu(width: int) -> OpSignature:
@@ -145,34 +151,37 @@ def test_an_unknown_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
         ProfileDatabase(path)
 
 
-class _FakeProbe:
-    """Speed indices 1.0, 2.0, 3.0, ... ms at every thread count, one per call."""
+class _Reference:
+    """A stand-in reference kernel: a little arithmetic, counted."""
 
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, threads: Sequence[int]) -> SpeedIndex:
+    def __call__(self) -> object:
         self.calls += 1
-        return SpeedIndex.of(dict.fromkeys(threads, float(self.calls)))
+        return sum(range(2000))
 
 
-def test_each_operator_stores_the_speed_index_measured_around_it(tmp_path: Path) -> None:
-    probe = _FakeProbe()
+def test_each_row_stores_the_reference_kernel_paired_with_its_measurement(
+    tmp_path: Path,
+) -> None:
+    reference = _Reference()
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
-        profile_signatures(db, [_relu(8), _relu(16)], TINY, probe=probe)
-        first = db.rows_for([_relu(8).key])[_relu(8).key]
-        second = db.rows_for([_relu(16).key])[_relu(16).key]
+        profile_signatures(db, [_relu(8)], TINY, reference=reference)
+        rows = db.rows_for([_relu(8).key])[_relu(8).key]
         assert db.get_meta("reference_kernel") == REFERENCE_KERNEL
-    assert probe.calls == 3  # before the first operator, then after each
-    assert {r.ref_ms for r in first} == {1.5}
-    assert {r.ref_ms for r in second} == {2.5}
+    # a warm and a timed call per repetition: 3 repetitions per batch (a noisy batch: twice)
+    assert reference.calls >= 2 * 3 * 2
+    assert reference.calls % (3 * 2) == 0
+    assert len(rows) == 2
+    assert all(r.ref_ms > 0 for r in rows)
 
 
 def test_a_database_indexed_by_another_reference_kernel_is_refused(tmp_path: Path) -> None:
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         db.set_meta("reference_kernel", "some-other-kernel/v0")
         with pytest.raises(ValueError, match="reference kernel"):
-            profile_signatures(db, [_relu(8)], TINY, probe=_FakeProbe())
+            profile_signatures(db, [_relu(8)], TINY, reference=_Reference())
 
 
 def test_remeasuring_compares_old_and_new_figures_at_one_machine_speed(tmp_path: Path) -> None:
@@ -181,6 +190,15 @@ def test_remeasuring_compares_old_and_new_figures_at_one_machine_speed(tmp_path:
     slow = [ProfileRow(sig.key, b, 1, 0, 1e6, 1e6, 0.0, 3, 1.0, 1e6, 1e12) for b in (1, 2)]
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         db.add_profiles(sig, slow)
-        profile_signatures(db, [sig], TINY, remeasure=True, probe=_FakeProbe())
+        profile_signatures(db, [sig], TINY, remeasure=True, reference=_Reference())
         rows = db.rows_for([sig.key])[sig.key]
-    assert all(r.ref_ms == 1.5 and r.time_ms == pytest.approx(1e6 * 1.5 / 1e12) for r in rows)
+    assert all(r.ref_ms > 0 and r.time_ms == pytest.approx(1e6 * r.ref_ms / 1e12) for r in rows)
+
+
+def test_a_cold_figure_is_brought_to_the_warm_figures_machine_speed() -> None:
+    warm = Measurement(2.0, 2.0, 1.9, 0.01, 5, 2.1, ref_ms=1.0)
+    cold = Measurement(6.0, 6.0, 5.5, 0.01, 5, 6.1, ref_ms=2.0)  # measured at half speed
+    row = profile_row("k", 4, 2, warm, cold, measured_at=7.0)
+    assert row == ProfileRow("k", 4, 2, 0, 2.0, 1.9, 0.01, 5, 7.0, 3.0, 1.0)
+    unpaired = profile_row("k", 4, 2, replace(warm, ref_ms=0.0), cold, measured_at=7.0)
+    assert (unpaired.cold_ms, unpaired.ref_ms) == (6.0, 0.0)

@@ -1,4 +1,4 @@
-"""The machine speed index: rescaling profiles between speeds, and predicting at a speed."""
+"""The machine speed index: pairing it with measurements, rescaling profiles, predicting."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from infless.profiler.database import ProfileRow
 from infless.profiler.graph import OperatorGraph, OpNode, OpSignature, TensorInfo
+from infless.profiler.operators import measure_threads, summarise
 from infless.profiler.predictor import CombinedOperatorPredictor
 from infless.profiler.speed import (
     SpeedIndex,
@@ -59,11 +60,6 @@ def test_the_typical_index_is_the_median_per_thread_count_of_indexed_rows() -> N
     assert typical_index([(1, 0.0)]) is None
 
 
-def test_the_midpoint_of_two_indices_averages_the_thread_counts_both_have() -> None:
-    first, second = SpeedIndex.of({1: 1.0, 2: 0.6}), SpeedIndex.of({1: 2.0})
-    assert first.midpoint(second) == SpeedIndex.of({1: 1.5})
-
-
 def _predictor(
     rows: list[ProfileRow], profile_speed: SpeedIndex | None
 ) -> CombinedOperatorPredictor:
@@ -109,3 +105,21 @@ def test_more_threads_never_predict_slower_even_when_only_one_count_got_slower()
     predictor = _predictor(rows, SpeedIndex.of({1: 1.0, 2: 1.0}))
     now = SpeedIndex.of({1: 1.0, 2: 2.0})  # two threads now run at half speed
     assert predictor.predict_raw_ms("one", 1, 2, speed=now) == pytest.approx(1.0)
+
+
+def test_the_paired_reference_is_averaged_over_the_repetitions_the_figure_keeps() -> None:
+    # repetitions 1 and 2 are the fastest half: their reference calls describe the speed
+    m = summarise([3.0, 1.0, 2.0, 4.0], [3.0, 1.0, 2.0, 4.0], [30.0, 10.0, 20.0, 40.0])
+    assert m.fast_ms == pytest.approx(1.5)
+    assert m.ref_ms == pytest.approx(15.0)
+    assert summarise([1.0, 2.0], [1.0, 2.0], []).ref_ms == 0.0
+
+
+def test_each_repetition_is_followed_by_a_warm_and_a_timed_reference_call() -> None:
+    calls: list[int] = []
+    found = measure_threads(
+        lambda: None, (1, 2), min_reps=3, max_reps=3, max_spread=float("inf"),
+        reference=lambda: calls.append(1),
+    )  # fmt: skip
+    assert len(calls) == 2 * 3 * 2  # thread counts x repetitions x (warm, timed)
+    assert [m.reps for m in found.values()] == [3, 3]
