@@ -35,8 +35,9 @@ from pathlib import Path
 
 from infless.models.zoo import ZOO
 from infless.profiler.database import ProfileDatabase
-from infless.profiler.operators import ProfilePlan, ProfileProgress
+from infless.profiler.operators import ProfilePlan
 from infless.profiler.predictor import CombinedOperatorPredictor
+from infless.profiler.profiling import ProfileProgress
 from infless.profiler.reference import reference_kernel
 from infless.profiler.service import (
     build_predictor,

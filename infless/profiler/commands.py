@@ -104,7 +104,8 @@ def _log(line: str) -> None:
 def _run_profile(args: argparse.Namespace) -> int:
     from infless.models.zoo import ZOO
     from infless.profiler.database import ProfileDatabase
-    from infless.profiler.operators import ProfilePlan, ProfileProgress, ensure_calibration
+    from infless.profiler.operators import ProfilePlan, ensure_calibration
+    from infless.profiler.profiling import ProfileProgress
     from infless.profiler.service import default_db_path, ensure_profiles, graph_for, model_source
 
     if args.quick and not args.names:

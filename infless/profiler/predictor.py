@@ -159,6 +159,7 @@ class _Model:
     overhead_ms: float
     cold: bool  # weights larger than the last-level cache: use the DRAM-weight profiles
     grid: tuple[int, ...]  # every batch size some operator was profiled at, ascending
+    kinds: Mapping[str, str]  # node -> operator kind
 
 
 @dataclass
@@ -209,8 +210,9 @@ class CombinedOperatorPredictor:
         )
         cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
         grid = sorted({b for k in set(keys.values()) for b in self._tables[(k, 0)].grid})
+        kinds = {n.name: n.signature.kind for n in graph.nodes}
         self._models[model_key] = _Model(
-            graph, decompose(graph), keys, overhead_us / 1000.0, cold, tuple(grid)
+            graph, decompose(graph), keys, overhead_us / 1000.0, cold, tuple(grid), kinds
         )
 
     def unregister(self, model_key: str) -> None:
@@ -262,7 +264,6 @@ class CombinedOperatorPredictor:
         factor: Callable[[int], float],
     ) -> float:
         """The model's combined operator times plus overheads at exactly `batch_size`."""
-        kinds = {n.name: n.signature.kind for n in model.graph.nodes}
         tables = self._cold_tables if model.cold else self._tables
 
         def op_cost(name: str) -> float:
@@ -276,7 +277,7 @@ class CombinedOperatorPredictor:
                     f"gpu_pct={gpu_pct}"
                 )
             time_ms = table.at(batch_size, cpus, factor)
-            return time_ms * self.kind_factors.get(kinds[name], 1.0)
+            return time_ms * self.kind_factors.get(model.kinds[name], 1.0)
 
         overhead_ms = model.overhead_ms * factor(1)  # per-call overheads: the calling thread
         return block_cost(model.structure, op_cost, self.branch_mode) + overhead_ms

@@ -32,7 +32,8 @@ from infless.profiler.structure import BranchMode
 if TYPE_CHECKING:
     from torch import nn
 
-    from infless.profiler.operators import Measurement, ProfilePlan, ProfileProgress
+    from infless.profiler.operators import Measurement, ProfilePlan
+    from infless.profiler.profiling import ProfileProgress
 
 log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path("state")
@@ -143,7 +144,7 @@ def ensure_profiles(
     With `speed_index`, every row stores the reference kernel's time paired with its
     measurement (the machine speed index).
     """
-    from infless.profiler.operators import distinct_signatures, profile_signatures
+    from infless.profiler.profiling import distinct_signatures, profile_signatures
     from infless.profiler.reference import reference_kernel
 
     signatures = distinct_signatures(graphs)
@@ -159,7 +160,7 @@ def ensure_profiles(
 
 def measure_speed_now(db: ProfileDatabase, threads: Sequence[int]) -> SpeedIndex:
     """The machine speed index at this moment, comparable with `db`'s (else ValueError)."""
-    from infless.profiler.operators import check_reference_kernel
+    from infless.profiler.profiling import check_reference_kernel
     from infless.profiler.reference import measure_speed
 
     check_reference_kernel(db)
@@ -189,7 +190,7 @@ def build_predictor(
     """
     graphs = list(graphs)
     if plan is not None:
-        from infless.profiler.operators import ProfileProgress
+        from infless.profiler.profiling import ProfileProgress
 
         progress = ProfileProgress(log=log_line or (lambda _l: None))
         ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)

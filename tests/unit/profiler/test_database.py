@@ -10,13 +10,8 @@ import pytest
 
 from infless.profiler.database import SCHEMA_VERSION, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OpSignature, TensorInfo, canonical_params
-from infless.profiler.operators import (
-    Measurement,
-    ProfilePlan,
-    ProfileProgress,
-    profile_row,
-    profile_signatures,
-)
+from infless.profiler.operators import Measurement, ProfilePlan
+from infless.profiler.profiling import ProfileProgress, profile_row, profile_signatures
 from infless.profiler.speed import REFERENCE_KERNEL
 
 
