@@ -157,7 +157,8 @@ def _one_run(
             cpu_ms = (time.thread_time() - cpu_started) / done * 1000.0
             wall[count].append(wall_ms)
             samples[count].append(cpu_ms if clock == "thread" else wall_ms)
-            if reference is not None:  # right after, at the same thread count: the same speed
+            if reference is not None:  # right after, on one thread (see `speed.SpeedIndex`)
+                torch.set_num_threads(1)
                 reference()  # untimed: its data back in the caches the measured call evicted
                 ref_started, ref_cpu_started = time.perf_counter(), time.thread_time()
                 reference()
@@ -187,8 +188,8 @@ def measure_threads(
     follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
     counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
     repeated once and each count keeps its faster result. With `reference` (the speed
-    index's kernel), each repetition is followed by two calls of it at the same thread count
-    (the first warms its data up again, the second is timed), and `Measurement.ref_ms` is
+    index's kernel), each repetition is followed by two calls of it on one thread (the first
+    warms its data up again, the second is timed), and `Measurement.ref_ms` is
     the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
     the figure kept was measured.
     """

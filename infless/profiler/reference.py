@@ -6,8 +6,9 @@ data that fits the L2 cache. No streaming through memory: bandwidth taken by a n
 on the other core slows such a kernel far more than the small, cache-resident operators
 that are most of a model's operators, so it would misread contention as a slower machine.
 Inputs come from a seeded generator, so every process times the same arithmetic. It runs
-paired with every repetition of a measurement (`operators.measure_threads(reference=...)`)
-or alone (`measure_speed`: timed like an operator, with a small budget).
+on one thread (see `speed.SpeedIndex`), paired with every repetition of a measurement
+(`operators.measure_threads(reference=...)`) or alone (`measure_speed`: timed like an
+operator, with a small budget).
 
 Imports torch. Owns the kernel; `speed.REFERENCE_KERNEL` names it and must change with it.
 """
@@ -22,7 +23,7 @@ from torch import nn
 from infless.profiler.operators import measure_threads
 from infless.profiler.speed import SpeedIndex
 
-REFERENCE_BUDGET_S = 0.05  # per thread count: ~40 ms in all on this machine, ~1% repeatability
+REFERENCE_BUDGET_S = 0.05  # ~40 ms in all on this machine, ~1% repeatability
 
 
 def reference_kernel() -> Callable[[], object]:
@@ -47,8 +48,8 @@ def measure_speed(
     kernel: Callable[[], object] | None = None,
     budget_s: float = REFERENCE_BUDGET_S,
 ) -> SpeedIndex:
-    """The speed index now: the reference kernel's time at each thread count."""
+    """The speed index now for predictions at `threads`: the kernel's time on one thread."""
     found = measure_threads(
-        kernel or reference_kernel(), tuple(threads), budget_s=budget_s, min_reps=5, max_reps=20
+        kernel or reference_kernel(), (1,), budget_s=budget_s, min_reps=5, max_reps=20
     )
-    return SpeedIndex.of({c: m.fast_ms for c, m in found.items()})
+    return SpeedIndex.of(dict.fromkeys(threads, found[1].fast_ms))

@@ -8,7 +8,7 @@ The cure is a yardstick: a fixed reference kernel (`infless.profiler.reference`)
 right after every repetition of every operator measurement and stored with the profile
 (`ProfileRow.ref_ms`: its mean over the repetitions the profiled figure averages), and
 timed again when a prediction should hold for "now". A profiled time then scales by
-`ref_now / ref_at_profile` at the same thread count.
+`ref_now / ref_at_profile` (the kernel on one thread, paired with the same thread count).
 
 This corrects host drift only. The reference kernel is fixed and knows nothing of the
 models; no factor here is fitted against measured model latencies.
@@ -26,14 +26,20 @@ from infless.profiler.database import ProfileRow
 
 # Names the reference kernel; indices measured with different kernels do not compare. Change
 # it whenever `infless.profiler.reference` changes what it runs.
-REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/v2"
+REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/one-thread/v3"
 
 
 @dataclass(frozen=True, slots=True)
 class SpeedIndex:
-    """The reference kernel's time in ms per thread count, measured at one moment.
+    """The reference kernel's time in ms, on one thread, paired with measurements at each
+    thread count (cpus -> ms), at one moment.
 
-    Larger is slower. `ref_ms` holds (cpus, ms) pairs, cpus ascending, every ms > 0.
+    Larger is slower. `ref_ms` holds (cpus, ms) pairs, cpus ascending, every ms > 0. The
+    kernel always runs on one thread: the speed of a core is what drifts with the host.
+    Timed on two threads it would also read whether the second core is free at that
+    instant, which is contention, not speed, and which most operators do not feel: on this
+    machine, with a neighbour on the other core, the two-thread kernel ran 3-30x slower next
+    to small operators whose own two-thread times did not change.
     """
 
     ref_ms: tuple[tuple[int, float], ...]
