@@ -5,9 +5,19 @@ with the weights a worker serves, is measured in this process the way operators 
 (the calling thread's CPU clock, i.e. the latency on dedicated cores; mean of the fastest
 half of the repetitions; thread counts interleaved) and compared
 with the prediction without the safety offset. Missing operator profiles are measured first
-into the profile DB (run `infless profile` beforehand to keep that out of the bench). Prints the
-mean and p90 absolute percentage error per model and overall, the cost of predicting for a
-newly registered model, and ends with one line of JSON.
+into the profile DB (run `infless profile` beforehand to keep that out of the bench).
+
+This machine's speed drifts (see `infless.profiler.speed`), so every repetition of a model
+measurement is followed by one call of the reference kernel at the same thread count, and
+the headline ("calibrated") prediction is for the kernel's mean time over the repetitions
+the measured figure averages: profile rows rescaled from the speed index stored with them
+to that speed. The "uncalibrated" figures take the profiles as measured; the
+"typical" ones rescale the profiles to their median speed but measure nothing now. No
+figure is fitted to the models measured here.
+
+Prints the mean and p90 absolute percentage error per model and overall, the cost of
+predicting for a newly registered model, and ends with one line of JSON (headline figures,
+plus the uncalibrated ones under "uncalibrated").
 
     .venv/bin/python bench/predictor.py [--models a,b] [--quick] [--db PATH]
 """
@@ -25,8 +35,10 @@ from pathlib import Path
 
 from infless.models.zoo import ZOO
 from infless.profiler.database import ProfileDatabase
-from infless.profiler.operators import ProfilePlan, ProfileProgress
+from infless.profiler.operators import ProfilePlan
 from infless.profiler.predictor import CombinedOperatorPredictor
+from infless.profiler.profiling import ProfileProgress
+from infless.profiler.reference import reference_kernel
 from infless.profiler.service import (
     build_predictor,
     default_db_path,
@@ -34,6 +46,7 @@ from infless.profiler.service import (
     measure_model_ms,
     model_source,
 )
+from infless.profiler.speed import SpeedIndex, speed_factor
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 QUICK_BATCHES = (1, 4, 16)
@@ -67,11 +80,17 @@ def _prediction_cost_ms(db_path: Path, state_dir: Path, name: str) -> tuple[floa
 
 @dataclass
 class Results:
-    errors: dict[str, list[float]] = field(default_factory=dict)  # |err| %, typical times
-    min_errors: dict[str, list[float]] = field(default_factory=dict)  # |err| %, fastest reps
+    errors: dict[str, list[float]] = field(default_factory=dict)  # |err| %, calibrated
+    uncalibrated: dict[str, list[float]] = field(default_factory=dict)  # |err| %, as measured
+    typical_errors: list[float] = field(default_factory=list)  # profiles at their median speed
     max_mode_errors: list[float] = field(default_factory=list)  # the paper's max-of-branches
     wall_errors: list[float] = field(default_factory=list)  # against the wall clock
     spreads: list[float] = field(default_factory=list)
+    speeds: list[float] = field(default_factory=list)  # index now / profiles' median, 1 thread
+
+
+def _pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
 
 
 def _measure_all(
@@ -82,54 +101,91 @@ def _measure_all(
 ) -> Results:
     results = Results()
     header = f"{'model':<16} {'b':>3} {'c':>2} {'pred ms':>10} {'meas ms':>10} {'err %':>7}"
-    print(f"{header} {'spread':>6} {'min-err %':>9} {'wall ms':>10} {'wall-err %':>10}")
-    typical, fastest, max_mode = predictors["typical"], predictors["min"], predictors["max"]
+    print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10}")
+    calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
+    kernel = reference_kernel()
     for name in names:
         source = model_source(name)
         model = source.build_served()
         for batch in batches:
-            big = typical.predict_raw_ms(name, batch, 1) > 1000.0  # fewer repetitions there
+            big = calibrated.predict_raw_ms(name, batch, 1) > 1000.0  # fewer repetitions there
             found = measure_model_ms(
-                model, source, batch, THREADS, budget_s=1.0 if big else budget_s, min_reps=3
+                model,
+                source,
+                batch,
+                THREADS,
+                budget_s=1.0 if big else budget_s,
+                min_reps=3,
+                reference=kernel,
             )
+            now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()})
             for cpus in THREADS:
-                measured = found[cpus]
-                predicted = typical.predict_raw_ms(name, batch, cpus)
-                err = 100.0 * (predicted - measured.fast_ms) / measured.fast_ms
-                min_err = 100.0 * (fastest.predict_raw_ms(name, batch, cpus) / measured.min_ms - 1)
-                max_err = 100.0 * (
-                    max_mode.predict_raw_ms(name, batch, cpus) / measured.fast_ms - 1
-                )
+                measured = found[cpus].fast_ms
+                predicted = calibrated.predict_raw_ms(name, batch, cpus, speed=now)
+                err = _pct(predicted, measured)
+                uncal = _pct(uncalibrated.predict_raw_ms(name, batch, cpus), measured)
+                typical = _pct(calibrated.predict_raw_ms(name, batch, cpus), measured)
+                max_err = _pct(max_mode.predict_raw_ms(name, batch, cpus, speed=now), measured)
+                wall_err = _pct(predicted, found[cpus].wall_fast_ms)
+                speed = speed_factor(now, calibrated.profile_speed, cpus)
                 results.errors.setdefault(name, []).append(abs(err))
-                results.min_errors.setdefault(name, []).append(abs(min_err))
+                results.uncalibrated.setdefault(name, []).append(abs(uncal))
+                results.typical_errors.append(abs(typical))
                 results.max_mode_errors.append(abs(max_err))
-                wall_err = 100.0 * (predicted / measured.wall_fast_ms - 1)
                 results.wall_errors.append(abs(wall_err))
-                results.spreads.append(measured.spread)
+                results.spreads.append(found[cpus].spread)
+                results.speeds.append(speed)
                 print(
-                    f"{name:<16} {batch:>3} {cpus:>2} {predicted:>10.3f} {measured.fast_ms:>10.3f} "
-                    f"{err:>+7.1f} {measured.spread:>6.2f} {min_err:>+9.1f} "
-                    f"{measured.wall_fast_ms:>10.3f} {wall_err:>+10.1f}",
+                    f"{name:<16} {batch:>3} {cpus:>2} {predicted:>10.3f} {measured:>10.3f} "
+                    f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} "
+                    f"{found[cpus].spread:>6.2f} {wall_err:>+10.1f}",
                     flush=True,
                 )
         del model
     return results
 
 
-def _summarise(names: list[str], results: Results) -> tuple[float, dict[str, dict[str, float]]]:
-    print()
-    print(f"{'model':<16} {'mean |err| %':>12} {'p90 |err| %':>12} {'min-based mean %':>17}")
+Summary = tuple[float, dict[str, dict[str, float]]]
+
+
+def _per_model(names: list[str], errors: dict[str, list[float]]) -> Summary:
     per_model = {}
     for name in names:
-        errors = results.errors[name]
-        mean, p90 = statistics.fmean(errors), _p90(errors)
-        per_model[name] = {"mean": round(mean, 2), "p90": round(p90, 2)}
-        min_mean = statistics.fmean(results.min_errors[name])
-        print(f"{name:<16} {mean:>12.1f} {p90:>12.1f} {min_mean:>17.1f}")
+        values = errors[name]
+        per_model[name] = {
+            "mean": round(statistics.fmean(values), 2),
+            "p90": round(_p90(values), 2),
+        }
+    every = [e for values in errors.values() for e in values]
+    return statistics.fmean(every), per_model
+
+
+def _summarise(names: list[str], results: Results) -> tuple[Summary, Summary]:
+    calibrated = _per_model(names, results.errors)
+    uncalibrated = _per_model(names, results.uncalibrated)
+    print()
+    print(f"{'':<16} {'calibrated |err| %':>23} {'uncalibrated |err| %':>23}")
+    print(f"{'model':<16} {'mean':>11} {'p90':>11} {'mean':>11} {'p90':>11}")
+    for name in names:
+        cal, uncal = calibrated[1][name], uncalibrated[1][name]
+        print(
+            f"{name:<16} {cal['mean']:>11.1f} {cal['p90']:>11.1f} {uncal['mean']:>11.1f} "
+            f"{uncal['p90']:>11.1f}"
+        )
     every = [e for values in results.errors.values() for e in values]
-    overall = statistics.fmean(every)
-    overall_min = statistics.fmean([e for values in results.min_errors.values() for e in values])
-    print(f"{'overall':<16} {overall:>12.1f} {_p90(every):>12.1f} {overall_min:>17.1f}")
+    every_uncal = [e for values in results.uncalibrated.values() for e in values]
+    print(
+        f"{'overall':<16} {calibrated[0]:>11.1f} {_p90(every):>11.1f} {uncalibrated[0]:>11.1f} "
+        f"{_p90(every_uncal):>11.1f}"
+    )
+    print(
+        "profiles rescaled to their median speed, nothing measured now: overall mean "
+        f"{statistics.fmean(results.typical_errors):.1f}%"
+    )
+    print(
+        "reference kernel during the bench over its median while profiling: "
+        f"{min(results.speeds):.2f}..{max(results.speeds):.2f} (1: as fast as while profiling)"
+    )
     print(
         "with the paper's max-of-branches rule instead of eager PyTorch's sum: overall mean "
         f"{statistics.fmean(results.max_mode_errors):.1f}%"
@@ -138,7 +194,7 @@ def _summarise(names: list[str], results: Results) -> tuple[float, dict[str, dic
         "against the wall clock (includes waiting for cores other processes hold): overall "
         f"mean {statistics.fmean(results.wall_errors):.1f}%"
     )
-    return overall, per_model
+    return calibrated, uncalibrated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,18 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         log = ProfileProgress(log=lambda line: print(f"  profile {line}", file=sys.stderr)).log
         plan = ProfilePlan(threads=THREADS)
         predictors = {
-            "typical": build_predictor(
-                db, graphs.values(), plan=plan, offset_pct=0.0, log_line=log
-            ),
-            "min": build_predictor(db, graphs.values(), offset_pct=0.0, statistic="min"),
+            "cal": build_predictor(db, graphs.values(), plan=plan, offset_pct=0.0, log_line=log),
+            "uncal": build_predictor(db, graphs.values(), offset_pct=0.0, speed="as-measured"),
             "max": build_predictor(db, graphs.values(), offset_pct=0.0, branch_mode="max"),
         }
+        if predictors["cal"].profile_speed is None:
+            print("warning: no profile carries a speed index: calibrated = uncalibrated")
     print(f"profiles ready in {time.perf_counter() - started:.0f} s ({db_path})")
 
     results = _measure_all(
         names, QUICK_BATCHES if args.quick else BATCHES, predictors, args.budget_s
     )
-    overall, per_model = _summarise(names, results)
+    (overall, per_model), (overall_uncal, per_model_uncal) = _summarise(names, results)
     total_ms, one_ms, register_ms = _prediction_cost_ms(db_path, args.state_dir, names[0])
     print(
         f"prediction cost for a newly registered model ({names[0]}'s graph, operators profiled): "
@@ -183,7 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         f"spread (IQR/median) of the model measurements {statistics.median(results.spreads):.2f}, "
         f"max {max(results.spreads):.2f}; total {time.perf_counter() - started:.0f} s"
     )
-    print(json.dumps({"overall_mean_abs_pct_error": round(overall, 2), "per_model": per_model}))
+    uncalibrated = {
+        "overall_mean_abs_pct_error": round(overall_uncal, 2),
+        "per_model": per_model_uncal,
+    }
+    print(
+        json.dumps(
+            {
+                "overall_mean_abs_pct_error": round(overall, 2),
+                "per_model": per_model,
+                "uncalibrated": uncalibrated,
+            }
+        )
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 """`infless profile` and `infless predict`: fill the operator profile DB, print predicted tables.
 
     infless profile [NAMES...] [--quick] [--db PATH] [--max-threads N]
-    infless predict NAME [--measure] [--json] [--db PATH] [--max-threads N]
+    infless predict NAME [--measure] [--speed-now] [--json] [--db PATH] [--max-threads N]
 
 NAMES are zoo model names or function package directories. `profile` without `--quick`
 covers every zoo model's operators plus those of NAMES; `--quick` only those of NAMES.
@@ -64,6 +64,12 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
         parser.add_argument(
+            "--speed-now",
+            action="store_true",
+            help="time the reference kernel and predict for the machine's speed at this moment "
+            "(default: the profiles' typical speed)",
+        )
+        parser.add_argument(
             "--batches",
             default=",".join(map(str, DEFAULT_BATCHES)),
             help="comma-separated batch sizes (default: 1,2,4,8,16,32)",
@@ -98,7 +104,8 @@ def _log(line: str) -> None:
 def _run_profile(args: argparse.Namespace) -> int:
     from infless.models.zoo import ZOO
     from infless.profiler.database import ProfileDatabase
-    from infless.profiler.operators import ProfilePlan, ProfileProgress, ensure_calibration
+    from infless.profiler.operators import ProfilePlan, ensure_calibration
+    from infless.profiler.profiling import ProfileProgress
     from infless.profiler.service import default_db_path, ensure_profiles, graph_for, model_source
 
     if args.quick and not args.names:
@@ -141,6 +148,7 @@ def _run_predict(args: argparse.Namespace) -> int:
         default_db_path,
         graph_for,
         measure_model_ms,
+        measure_speed_now,
         model_source,
     )
 
@@ -156,6 +164,8 @@ def _run_predict(args: argparse.Namespace) -> int:
             offset_pct=args.offset_pct,
             log_line=_log,
         )
+        if args.speed_now:
+            predictor.speed_now = measure_speed_now(db, plan.threads)
     cells = []
     model = source.build_served() if args.measure else None
     for batch in batches:

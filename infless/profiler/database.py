@@ -5,9 +5,12 @@ Tables:
   profiles(op_key, batch, cpus, gpu_pct, time_ms, ...)    -- INFless's 5-tuple <p, b, c, g, t>,
                                                              p being the operator (its signature);
                                                              time_ms with its weights in the LLC,
-                                                             cold_ms with them in DRAM
+                                                             cold_ms with them in DRAM, ref_ms the
+                                                             reference kernel's time (one thread)
+                                                             paired with it (the machine speed
+                                                             index, 0: unknown)
   calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
-  meta(key, value)                                        -- host description, schema version
+  meta(key, value)                                        -- schema version, reference kernel
 
 Owns storage only: it never measures and never imports torch. Writes commit per operator, so
 an interrupted profiling run resumes where it stopped.
@@ -23,7 +26,10 @@ from pathlib import Path
 
 from infless.profiler.graph import OpSignature
 
-SCHEMA_VERSION = "3"  # 3: times on the calling thread's CPU clock
+SCHEMA_VERSION = "4"  # 3: times on the calling thread's CPU clock; 4: + profiles.ref_ms
+MIGRATIONS = {  # from version: statements that bring it to the next one
+    "3": ["ALTER TABLE profiles ADD COLUMN ref_ms REAL NOT NULL DEFAULT 0"],
+}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operators (
     op_key TEXT PRIMARY KEY,
@@ -42,6 +48,7 @@ CREATE TABLE IF NOT EXISTS profiles (
     reps INTEGER NOT NULL,
     measured_at REAL NOT NULL,
     cold_ms REAL NOT NULL,
+    ref_ms REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (op_key, batch, cpus, gpu_pct)
 );
 CREATE TABLE IF NOT EXISTS calibration (
@@ -49,8 +56,8 @@ CREATE TABLE IF NOT EXISTS calibration (
     value REAL NOT NULL,
     measured_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+_META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,7 @@ class ProfileRow:
     reps: int = 0
     measured_at: float = 0.0
     cold_ms: float = 0.0  # weights out of the last-level cache too (0: same as time_ms)
+    ref_ms: float = 0.0  # the reference kernel (one thread) paired with it (0: not measured)
 
     @property
     def cold_or_warm_ms(self) -> float:
@@ -85,17 +93,26 @@ class ProfileDatabase:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(path), timeout=30.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(_META)
+        version = self.get_meta("schema_version")
+        while version in MIGRATIONS:  # an older database: upgrade it in place, in one commit
+            for statement in MIGRATIONS[version]:
+                self._conn.execute(statement)
+            version = str(int(version) + 1)
+            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+        self._conn.commit()
+        if version is not None and version != SCHEMA_VERSION:
+            self._conn.close()
+            raise ValueError(
+                f"{self.path}: profile database schema {version!r}, this infless reads "
+                f"{SCHEMA_VERSION!r} (and upgrades {', '.join(sorted(MIGRATIONS))}); move the "
+                "file away and profile again"
+            )
         self._conn.executescript(_SCHEMA)
         self._conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
         )
         self._conn.commit()
-        version = self.get_meta("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path}: profile database schema {version!r}, this infless reads "
-                f"{SCHEMA_VERSION!r}; move the file away and profile again"
-            )
 
     def __enter__(self) -> ProfileDatabase:
         return self
@@ -127,7 +144,7 @@ class ProfileDatabase:
         self.add_operator(signature)
         self._conn.executemany(
             "INSERT OR REPLACE INTO profiles(op_key, batch, cpus, gpu_pct, time_ms, min_ms, "
-            "spread, reps, measured_at, cold_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "spread, reps, measured_at, cold_ms, ref_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     r.op_key,
@@ -140,6 +157,7 @@ class ProfileDatabase:
                     r.reps,
                     r.measured_at,
                     r.cold_ms,
+                    r.ref_ms,
                 )
                 for r in rows
             ],
@@ -157,8 +175,8 @@ class ProfileDatabase:
         result: dict[str, list[ProfileRow]] = {}
         for key in dict.fromkeys(op_keys):
             rows = self._conn.execute(
-                "SELECT batch, cpus, gpu_pct, time_ms, min_ms, spread, reps, measured_at, cold_ms "
-                "FROM profiles WHERE op_key = ? ORDER BY gpu_pct, cpus, batch",
+                "SELECT batch, cpus, gpu_pct, time_ms, min_ms, spread, reps, measured_at, cold_ms, "
+                "ref_ms FROM profiles WHERE op_key = ? ORDER BY gpu_pct, cpus, batch",
                 (key,),
             ).fetchall()
             result[key] = [ProfileRow(key, *row) for row in rows]
@@ -169,6 +187,11 @@ class ProfileDatabase:
             "SELECT signature_json FROM operators WHERE op_key = ?", (op_key,)
         ).fetchone()
         return None if row is None else OpSignature.from_json(json.loads(row[0]))
+
+    def speed_points(self) -> list[tuple[int, float]]:
+        """(cpus, ref_ms) of every profile row with a speed index (see `speed.typical_index`)."""
+        rows = self._conn.execute("SELECT cpus, ref_ms FROM profiles WHERE ref_ms > 0").fetchall()
+        return [(int(c), float(ms)) for c, ms in rows]
 
     def calibration(self) -> dict[str, float]:
         rows = self._conn.execute("SELECT name, value FROM calibration").fetchall()

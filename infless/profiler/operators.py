@@ -1,16 +1,19 @@
-"""The operator profiler: measure operators on this server and store them in the profile DB.
+"""Timing operators on this server: repetitions, clocks, thread counts, per-call overheads.
 
 Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
 allocations), then repetitions of an inner loop long enough to beat timer resolution, thread
 counts interleaved, timed on the calling thread's CPU clock (the time a core actually ran it,
-i.e. its latency on dedicated cores; the wall clock is recorded too). The figure kept is a
-trimmed mean trimmed on the slow side only: the mean of the fastest half of the repetitions,
-since contention from other processes only ever adds time (the median is kept too). A run
-whose inter-quartile spread is large is measured again, keeping the faster result. Thread
-counts are isolated with `torch.set_num_threads`. Weights are cycled through copies so they
-come from where a model finds them (see `targets.build_operator`). Per-call overheads that no
-operator profile contains (an nn.Module call, a shape lookup, switching operators) are
-calibrated once per database.
+i.e. its latency on dedicated cores; the wall clock is recorded too), with the intra-op
+thread pool woken up before each repetition at several threads, as a model's previous
+operator leaves it. The figure kept is a trimmed mean trimmed on the slow side only: the
+mean of the fastest half of the repetitions, since contention from other processes only
+ever adds time (the median is kept too). A run whose inter-quartile spread is large is
+measured again, keeping the faster result. Thread counts are isolated with
+`torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
+with a call of it: the machine speed index (`speed`) at the moment it was measured.
+Per-call overheads that no operator profile contains (an nn.Module call, a shape lookup,
+switching operators) are calibrated once per database. A profiling run over a database is
+`profiling`'s.
 
 Imports torch. Owns timing; must not make predictions.
 """
@@ -21,23 +24,19 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from infless.profiler.database import Config, ProfileDatabase, ProfileRow
-from infless.profiler.graph import OperatorGraph, OpSignature
-from infless.profiler.targets import build_operator
+from infless.profiler.database import Config, ProfileDatabase
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 Clock = Literal["thread", "wall"]
 CALIBRATION_KEYS = ("module_call_us", "python_op_us", "op_switch_us", "llc_bytes")
-MIN_COLD_WEIGHT_BYTES = 64 << 10  # smaller weights cost the same wherever they are
-MAX_COLD_BATCH = 4  # beyond, arithmetic dwarfs reading the weights once: cold = warm
 
 
 def available_cpus() -> int:
@@ -77,21 +76,40 @@ class Measurement:
     spread: float  # inter-quartile range / median
     reps: int
     wall_fast_ms: float = 0.0
+    ref_ms: float = 0.0  # the paired reference kernel, over the repetitions fast_ms averages
 
 
-def _stats(samples: list[float], wall: list[float]) -> Measurement:
+def summarise(samples: list[float], wall: list[float], ref: list[float]) -> Measurement:
+    """Statistics of per-call times; `ref[i]` is the reference kernel paired with `samples[i]`."""
     median = statistics.median(samples)
     q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [median, median, median]
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
     half = max(1, len(samples) // 2)
+    fastest = sorted(range(len(samples)), key=samples.__getitem__)[:half]
     return Measurement(
         median,
-        statistics.fmean(sorted(samples)[:half]),
+        statistics.fmean(samples[i] for i in fastest),
         min(samples),
         spread,
         len(samples),
         statistics.fmean(sorted(wall)[:half]),
+        statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
     )
+
+
+_WAKE = torch.ones(1 << 18)  # an elementwise op over it is split across every thread
+
+
+def _wake_pool() -> None:
+    """Run one short parallel region, so the intra-op threads are spinning, not asleep.
+
+    Inside a model, each operator's parallel region follows the previous operator's within
+    microseconds and finds the pool's threads awake; an operator timed alone right after
+    something else (another thread count's repetition, the reference kernel) would pay for
+    waking them on each repetition instead: tens of microseconds, a large share of a
+    small-batch operator's time at several threads.
+    """
+    torch.mul(_WAKE, 1.0)
 
 
 def _one_run(
@@ -101,6 +119,7 @@ def _one_run(
     min_reps: int,
     max_reps: int,
     clock: Clock,
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     warmup_s = []
     for count in threads:  # warm-up at every thread count (kernel choice, allocations)
@@ -121,10 +140,13 @@ def _one_run(
     cap_s = 5 * estimate_s * inner + 0.005
     samples: dict[int, list[float]] = {count: [] for count in threads}
     wall: dict[int, list[float]] = {count: [] for count in threads}
+    ref: dict[int, list[float]] = {count: [] for count in threads}
     for rep in range(reps):
         # interleaved, alternating order: a burst of contention hits every thread count alike
         for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
             torch.set_num_threads(count)
+            if count > 1:
+                _wake_pool()
             done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
             while done < inner:  # cut short when contention makes a repetition drag on
                 fn()
@@ -135,7 +157,15 @@ def _one_run(
             cpu_ms = (time.thread_time() - cpu_started) / done * 1000.0
             wall[count].append(wall_ms)
             samples[count].append(cpu_ms if clock == "thread" else wall_ms)
-    return {count: _stats(samples[count], wall[count]) for count in threads}
+            if reference is not None:  # right after, on one thread (see `speed.SpeedIndex`)
+                torch.set_num_threads(1)
+                reference()  # untimed: its data back in the caches the measured call evicted
+                ref_started, ref_cpu_started = time.perf_counter(), time.thread_time()
+                reference()
+                ref_wall = (time.perf_counter() - ref_started) * 1000.0
+                ref_cpu = (time.thread_time() - ref_cpu_started) * 1000.0
+                ref[count].append(ref_cpu if clock == "thread" else ref_wall)
+    return {count: summarise(samples[count], wall[count], ref[count]) for count in threads}
 
 
 def measure_threads(
@@ -147,6 +177,7 @@ def measure_threads(
     max_reps: int = 25,
     max_spread: float = 0.25,
     clock: Clock = "thread",
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     """Per-call latency (ms) of `fn()` at each thread count, under inference mode.
 
@@ -156,16 +187,20 @@ def measure_threads(
     the calling thread works in every parallel region, so with several threads it still
     follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
     counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
-    repeated once and each count keeps its faster result.
+    repeated once and each count keeps its faster result. With `reference` (the speed
+    index's kernel), each repetition is followed by two calls of it on one thread (the first
+    warms its data up again, the second is timed), and `Measurement.ref_ms` is
+    the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
+    the figure kept was measured.
     """
     if not threads:
         raise ValueError("measure_threads needs at least one thread count")
     previous = torch.get_num_threads()
     try:
         with torch.inference_mode():
-            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
             if any(m.spread > max_spread for m in best.values()):
-                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock)
+                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
                 best = {c: min(best[c], again[c], key=lambda m: m.fast_ms) for c in threads}
     finally:
         torch.set_num_threads(previous)
@@ -236,91 +271,6 @@ def ensure_calibration(db: ProfileDatabase, *, force: bool = False) -> dict[str,
     return values
 
 
-@dataclass
-class ProfileProgress:
-    """What a profiling run did; `log` receives one line per operator."""
-
-    log: Callable[[str], None] = lambda _line: None
-    operators_done: int = 0
-    configs_measured: int = 0
-    configs_skipped: int = 0
-    failures: list[str] = field(default_factory=list)
-
-
-def distinct_signatures(graphs: Iterable[OperatorGraph]) -> dict[str, OpSignature]:
-    found: dict[str, OpSignature] = {}
-    for graph in graphs:
-        found.update(graph.signatures())
-    return found
-
-
-def profile_signatures(
-    db: ProfileDatabase,
-    signatures: Sequence[OpSignature],
-    plan: ProfilePlan,
-    progress: ProfileProgress | None = None,
-    *,
-    remeasure: bool = False,
-) -> ProfileProgress:
-    """Measure every configuration of `plan` not yet in `db` for each signature (resumable).
-
-    With `remeasure`, measured configurations are measured again and each keeps the faster of
-    its old and new figures: on a shared machine, another pass can only remove contention.
-    """
-    progress = progress or ProfileProgress()
-    ensure_calibration(db)
-    if plan.gpu_pcts != (0,):
-        raise ValueError(
-            f"gpu_pcts={plan.gpu_pcts}: GPU operator profiling needs a GPU and an MPS daemon; "
-            "this profiler measures CPU (gpu_pct 0) only"
-        )
-    todo = [
-        (s, [c for c in plan.configs() if remeasure or c not in db.measured_configs(s.key)])
-        for s in signatures
-    ]
-    pending = [(s, configs) for s, configs in todo if configs]
-    progress.configs_skipped += sum(len(plan.configs()) for _ in signatures) - sum(
-        len(c) for _, c in pending
-    )
-    for index, (signature, configs) in enumerate(pending, 1):
-        started = time.perf_counter()
-        try:
-            rows = _profile_one(signature, configs, plan)
-        except Exception as exc:  # an operator that cannot run alone must not stop the run
-            progress.failures.append(f"{signature.describe()}: {exc}")
-            progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
-            continue
-        if remeasure:
-            rows = _keep_faster(db.rows_for([signature.key])[signature.key], rows)
-        db.add_profiles(signature, rows)
-        progress.operators_done += 1
-        progress.configs_measured += len(rows)
-        progress.log(
-            f"[{index}/{len(pending)}] {signature.describe()}: {len(rows)} configs in "
-            f"{time.perf_counter() - started:.1f} s"
-        )
-    return progress
-
-
-def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[ProfileRow]:
-    before = {(r.batch, r.cpus, r.gpu_pct): r for r in old}
-    merged = []
-    for row in new:
-        prior = before.get((row.batch, row.cpus, row.gpu_pct))
-        if prior is None:
-            merged.append(row)
-            continue
-        faster = row if row.time_ms <= prior.time_ms else prior
-        merged.append(
-            replace(
-                faster,
-                min_ms=min(row.min_ms, prior.min_ms),
-                cold_ms=min(row.cold_or_warm_ms, prior.cold_or_warm_ms),
-            )
-        )
-    return merged
-
-
 def cache_bytes(level: int, default: int) -> int:
     """The size of this CPU's level-`level` cache (sysfs), or `default` when unknown."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -333,47 +283,3 @@ def cache_bytes(level: int, default: int) -> int:
     except (OSError, ValueError):
         pass
     return default
-
-
-def _rotation_bytes() -> tuple[int, int]:
-    """Weight bytes to cycle through: (out of L2 but in the LLC, out of the LLC too)."""
-    l2, llc = cache_bytes(2, 1 << 20), cache_bytes(3, 32 << 20)
-    return max(8 * l2, 4 << 20), 2 * llc
-
-
-def _profile_one(
-    signature: OpSignature, configs: list[Config], plan: ProfilePlan
-) -> list[ProfileRow]:
-    warm_bytes, cold_bytes = _rotation_bytes()
-    rows = []
-    for batch in sorted({b for b, _, _ in configs}):
-        threads = sorted({c for b, c, _ in configs if b == batch})
-        kwargs: dict[str, Any] = {
-            "budget_s": plan.budget_s * len(threads),
-            "min_reps": plan.min_reps,
-            "max_reps": plan.max_reps,
-        }
-        warm_op = build_operator(signature, batch, rotate_bytes=warm_bytes)
-        warm = measure_threads(warm_op.run, threads, **kwargs)
-        cold = warm
-        if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and batch <= MAX_COLD_BATCH:
-            del warm_op
-            cold = measure_threads(
-                build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs
-            )
-        for cpus, m in warm.items():
-            rows.append(
-                ProfileRow(
-                    signature.key,
-                    batch,
-                    cpus,
-                    0,
-                    m.fast_ms,
-                    m.min_ms,
-                    m.spread,
-                    m.reps,
-                    time.time(),
-                    cold[cpus].fast_ms,
-                )
-            )
-    return rows

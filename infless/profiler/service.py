@@ -5,7 +5,9 @@ hand back a ready predictor.
 cached as JSON under `<state>/graphs/`, keyed by a hash of the architecture, its arguments,
 the input signature and the torch version. `build_predictor` profiles missing operators on
 demand (unless told not to), then loads every needed profile into a pure
-`CombinedOperatorPredictor`.
+`CombinedOperatorPredictor`, its tables rescaled to the profiles' typical machine speed
+(`speed`); `measure_speed_now` times the reference kernel for predictions that should hold
+for this moment's speed.
 
 Imports torch lazily (inside functions), so reading cached graphs stays cheap.
 """
@@ -24,12 +26,14 @@ from infless.models.package import PackageManifest, load_manifest
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.graph import GRAPH_FORMAT, OperatorGraph
 from infless.profiler.predictor import Calibration, CombinedOperatorPredictor
+from infless.profiler.speed import SpeedIndex, typical_index
 from infless.profiler.structure import BranchMode
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from infless.profiler.operators import Measurement, ProfilePlan, ProfileProgress
+    from infless.profiler.operators import Measurement, ProfilePlan
+    from infless.profiler.profiling import ProfileProgress
 
 log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path("state")
@@ -133,12 +137,34 @@ def ensure_profiles(
     progress: ProfileProgress | None = None,
     *,
     remeasure: bool = False,
+    speed_index: bool = True,
 ) -> ProfileProgress:
-    """Profile whatever `plan` asks for and `db` lacks for the graphs' operators."""
-    from infless.profiler.operators import distinct_signatures, profile_signatures
+    """Profile whatever `plan` asks for and `db` lacks for the graphs' operators.
+
+    With `speed_index`, every row stores the reference kernel's time paired with its
+    measurement (the machine speed index).
+    """
+    from infless.profiler.profiling import distinct_signatures, profile_signatures
+    from infless.profiler.reference import reference_kernel
 
     signatures = distinct_signatures(graphs)
-    return profile_signatures(db, list(signatures.values()), plan, progress, remeasure=remeasure)
+    return profile_signatures(
+        db,
+        list(signatures.values()),
+        plan,
+        progress,
+        remeasure=remeasure,
+        reference=reference_kernel() if speed_index else None,
+    )
+
+
+def measure_speed_now(db: ProfileDatabase, threads: Sequence[int]) -> SpeedIndex:
+    """The machine speed index at this moment, comparable with `db`'s (else ValueError)."""
+    from infless.profiler.profiling import check_reference_kernel
+    from infless.profiler.reference import measure_speed
+
+    check_reference_kernel(db)
+    return measure_speed(threads)
 
 
 def build_predictor(
@@ -150,18 +176,28 @@ def build_predictor(
     branch_mode: BranchMode = "sum",
     statistic: Literal["typical", "min"] = "typical",
     log_line: Callable[[str], None] | None = None,
+    speed: Literal["typical", "as-measured"] = "typical",
+    speed_now: SpeedIndex | None = None,
+    speed_index: bool = True,
 ) -> CombinedOperatorPredictor:
     """A predictor with `graphs` registered; with `plan`, missing operators are profiled first.
 
     `statistic` picks which stored figure an operator costs: the typical time (the mean of
-    the fastest half of the repetitions, the default) or the fastest repetition.
+    the fastest half of the repetitions, the default) or the fastest repetition. `speed`
+    "typical" rescales every row from the speed index stored with it to the database's
+    median index, and predicts for `speed_now` when given (see `measure_speed_now`);
+    "as-measured" takes the stored times as they are (no speed correction at all).
     """
     graphs = list(graphs)
     if plan is not None:
-        from infless.profiler.operators import ProfileProgress
+        from infless.profiler.profiling import ProfileProgress
 
-        ensure_profiles(db, graphs, plan, ProfileProgress(log=log_line or (lambda _l: None)))
+        progress = ProfileProgress(log=log_line or (lambda _l: None))
+        ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)
     predictor = CombinedOperatorPredictor(calibration=Calibration.of(db.calibration()))
+    if speed == "typical":
+        predictor.profile_speed = typical_index(db.speed_points())
+        predictor.speed_now = speed_now
     predictor.branch_mode = branch_mode
     if offset_pct is not None:
         predictor.offset_pct = offset_pct
@@ -183,8 +219,13 @@ def measure_model_ms(
     *,
     budget_s: float = 0.5,
     min_reps: int = 3,
+    reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
-    """Measured batch latency of the whole model's forward at each thread count (interleaved)."""
+    """Measured batch latency of the whole model's forward at each thread count (interleaved).
+
+    With `reference` (`reference.reference_kernel()`), each repetition is paired with a call
+    of the speed index's kernel (`Measurement.ref_ms`).
+    """
     from infless.profiler.extract import example_inputs
     from infless.profiler.operators import measure_threads
 
@@ -192,5 +233,10 @@ def measure_model_ms(
     int_high = min([v for v in vocab if isinstance(v, int) and v > 0], default=2)
     inputs = example_inputs(source.manifest.input_specs, batch_size, int_high=int_high)
     return measure_threads(
-        lambda: model(*inputs), threads, budget_s=budget_s, min_reps=min_reps, max_reps=15
+        lambda: model(*inputs),
+        threads,
+        budget_s=budget_s,
+        min_reps=min_reps,
+        max_reps=15,
+        reference=reference,
     )

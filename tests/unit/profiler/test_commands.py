@@ -20,6 +20,9 @@ def test_both_subcommands_are_registered_with_their_options() -> None:
     assert args.name == "resnet-50"
     assert args.measure
     assert args.json
+    assert not args.speed_now
+    args = build_parser("predict").parse_args(["predict", "resnet-50", "--speed-now"])
+    assert args.speed_now
 
 
 def test_quick_without_names_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

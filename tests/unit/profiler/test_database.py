@@ -1,14 +1,18 @@
-"""The SQLite operator profile database: round trip and resumable profiling."""
+"""The SQLite operator profile database: round trip, upgrades, resumable profiling, speed."""
 
 from __future__ import annotations
 
+import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from infless.profiler.database import ProfileDatabase, ProfileRow
+from infless.profiler.database import SCHEMA_VERSION, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OpSignature, TensorInfo, canonical_params
-from infless.profiler.operators import ProfilePlan, ProfileProgress, profile_signatures
+from infless.profiler.operators import Measurement, ProfilePlan
+from infless.profiler.profiling import ProfileProgress, profile_row, profile_signatures
+from infless.profiler.speed import REFERENCE_KERNEL
 
 
 def _relu(width: int) -> OpSignature:
@@ -91,3 +95,105 @@ def test_an_operator_that_cannot_run_is_reported_not_fatal(tmp_path: Path) -> No
 def test_gpu_profiling_is_refused_clearly_without_a_gpu(tmp_path: Path) -> None:
     with ProfileDatabase(tmp_path / "p.sqlite") as db, pytest.raises(ValueError, match="GPU"):
         profile_signatures(db, [_relu(4)], ProfilePlan(gpu_pcts=(0, 50)))
+
+
+def _v3_database(path: Path) -> None:
+    """A schema-3 file as the previous infless wrote it (no speed index column)."""
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE operators (op_key TEXT PRIMARY KEY, kind TEXT NOT NULL,
+            signature_json TEXT NOT NULL, input_elems INTEGER NOT NULL);
+        CREATE TABLE profiles (op_key TEXT NOT NULL, batch INTEGER NOT NULL,
+            cpus INTEGER NOT NULL, gpu_pct INTEGER NOT NULL DEFAULT 0, time_ms REAL NOT NULL,
+            min_ms REAL NOT NULL, spread REAL NOT NULL, reps INTEGER NOT NULL,
+            measured_at REAL NOT NULL, cold_ms REAL NOT NULL,
+            PRIMARY KEY (op_key, batch, cpus, gpu_pct));
+        CREATE TABLE calibration (name TEXT PRIMARY KEY, value REAL NOT NULL,
+            measured_at REAL NOT NULL);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '3');
+        INSERT INTO profiles VALUES ('k', 1, 1, 0, 2.0, 1.9, 0.01, 5, 1.0, 2.5);
+        """
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_a_schema_3_database_is_upgraded_and_its_rows_carry_no_speed_index(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.sqlite"
+    _v3_database(path)
+    with ProfileDatabase(path) as db:
+        assert db.get_meta("schema_version") == SCHEMA_VERSION
+        assert db.rows_for(["k"])["k"] == [ProfileRow("k", 1, 1, 0, 2.0, 1.9, 0.01, 5, 1.0, 2.5)]
+        assert db.speed_points() == []
+    with ProfileDatabase(path) as db:  # upgraded once: opens as current from then on
+        assert db.get_meta("schema_version") == SCHEMA_VERSION
+
+
+def test_an_unknown_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '2');"
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(ValueError, match=r"schema '2'.*profile again"):
+        ProfileDatabase(path)
+
+
+class _Reference:
+    """A stand-in reference kernel: a little arithmetic, counted."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> object:
+        self.calls += 1
+        return sum(range(2000))
+
+
+def test_each_row_stores_the_reference_kernel_paired_with_its_measurement(
+    tmp_path: Path,
+) -> None:
+    reference = _Reference()
+    with ProfileDatabase(tmp_path / "p.sqlite") as db:
+        profile_signatures(db, [_relu(8)], TINY, reference=reference)
+        rows = db.rows_for([_relu(8).key])[_relu(8).key]
+        assert db.get_meta("reference_kernel") == REFERENCE_KERNEL
+    # a warm and a timed call per repetition: 3 repetitions per batch (a noisy batch: twice)
+    assert reference.calls >= 2 * 3 * 2
+    assert reference.calls % (3 * 2) == 0
+    assert len(rows) == 2
+    assert all(r.ref_ms > 0 for r in rows)
+
+
+def test_a_database_indexed_by_another_reference_kernel_is_refused(tmp_path: Path) -> None:
+    with ProfileDatabase(tmp_path / "p.sqlite") as db:
+        db.set_meta("reference_kernel", "some-other-kernel/v0")
+        with pytest.raises(ValueError, match="reference kernel"):
+            profile_signatures(db, [_relu(8)], TINY, reference=_Reference())
+
+
+def test_remeasuring_compares_old_and_new_figures_at_one_machine_speed(tmp_path: Path) -> None:
+    sig = _relu(8)
+    # the old figure is large only because the machine ran 1e12x slower back then
+    slow = [ProfileRow(sig.key, b, 1, 0, 1e6, 1e6, 0.0, 3, 1.0, 1e6, 1e12) for b in (1, 2)]
+    with ProfileDatabase(tmp_path / "p.sqlite") as db:
+        db.add_profiles(sig, slow)
+        profile_signatures(db, [sig], TINY, remeasure=True, reference=_Reference())
+        rows = db.rows_for([sig.key])[sig.key]
+    assert all(r.ref_ms > 0 and r.time_ms == pytest.approx(1e6 * r.ref_ms / 1e12) for r in rows)
+
+
+def test_a_cold_figure_is_brought_to_the_warm_figures_machine_speed() -> None:
+    warm = Measurement(2.0, 2.0, 1.9, 0.01, 5, 2.1, ref_ms=1.0)
+    cold = Measurement(6.0, 6.0, 5.5, 0.01, 5, 6.1, ref_ms=2.0)  # measured at half speed
+    row = profile_row("k", 4, 2, warm, cold, measured_at=7.0)
+    assert row == ProfileRow("k", 4, 2, 0, 2.0, 1.9, 0.01, 5, 7.0, 3.0, 1.0)
+    unpaired = profile_row("k", 4, 2, replace(warm, ref_ms=0.0), cold, measured_at=7.0)
+    assert (unpaired.cold_ms, unpaired.ref_ms) == (6.0, 0.0)

@@ -67,21 +67,47 @@ def test_beyond_the_profiled_batches_it_extrapolates_with_the_last_slope() -> No
     assert BatchCurve.of([(4, 2.0), (8, 3.0)]).at(1) == pytest.approx(2.0)  # below: clamped
 
 
-def test_noisy_profiles_are_made_monotone_in_batch_and_threads() -> None:
+def test_an_operator_table_keeps_its_profile_and_takes_the_best_thread_count() -> None:
     table = OpTable.of(
         [
             ProfileRow("k", 1, 1, 0, 2.0),
-            ProfileRow("k", 2, 1, 0, 1.5),  # noise: faster at a larger batch
+            ProfileRow("k", 2, 1, 0, 1.5),  # faster at a larger batch: kept as measured
             ProfileRow("k", 4, 1, 0, 4.0),
-            ProfileRow("k", 1, 2, 0, 3.0),  # noise: slower with more threads
+            ProfileRow("k", 1, 2, 0, 3.0),  # slower with more threads: one thread is better
             ProfileRow("k", 2, 2, 0, 1.0),
             ProfileRow("k", 4, 2, 0, 2.5),
         ]
     )
-    assert table.at(2, 1) == pytest.approx(2.0)
+    assert table.at(2, 1) == pytest.approx(1.5)
     assert table.at(1, 2) == pytest.approx(2.0)
     assert table.at(3, 2) <= table.at(3, 1)
     assert table.at(8, 4) == table.at(8, 2)  # beyond the profiled threads: the best known
+
+
+def _chain_of(tables: dict[str, dict[int, float]]) -> CombinedOperatorPredictor:
+    """A chain model of one operator per entry, each profiled on one thread only."""
+    predictor = CombinedOperatorPredictor(offset_pct=0.0)
+    names = list(tables)
+    for kind, times in tables.items():
+        predictor.add_profiles(ProfileRow(_sig(kind).key, b, 1, 0, t) for b, t in times.items())
+    nodes = tuple(
+        OpNode(kind, _sig(kind), (names[i - 1],) if i else ()) for i, kind in enumerate(names)
+    )
+    predictor.register("chain", OperatorGraph("chain", nodes, (names[-1],), "fx"))
+    return predictor
+
+
+def test_the_model_total_is_made_monotone_over_the_batch_not_each_operator() -> None:
+    # "a" runs faster at 16 than at 8 (another kernel); "b" grows enough to outweigh it
+    predictor = _chain_of({"a": {1: 1.0, 8: 8.0, 16: 6.0}, "b": {1: 1.0, 8: 4.0, 16: 8.0}})
+    assert predictor.predict_raw_ms("chain", 8, 1) == pytest.approx(12.0)
+    assert predictor.predict_raw_ms("chain", 16, 1) == pytest.approx(14.0)  # not 8 + 8
+    # alone, the dip would make the model faster at 16: the prediction holds the level of 8
+    alone = _chain_of({"a": {1: 1.0, 8: 8.0, 16: 6.0}})
+    assert [alone.predict_raw_ms("chain", b, 1) for b in (8, 12, 16, 20)] == pytest.approx(
+        [8.0, 8.0, 8.0, 8.0]
+    )
+    assert alone.predict_raw_ms("chain", 32, 1) == pytest.approx(8.0)  # flat, never falling
 
 
 def test_chains_add_and_branches_take_the_max_or_the_sum() -> None:
