@@ -10,7 +10,10 @@ mean of the fastest half of the repetitions, since contention from other process
 ever adds time (the median is kept too). A run whose inter-quartile spread is large is
 measured again, keeping the faster result. Thread counts are isolated with
 `torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
-with a call of it: the machine speed index (`speed`) at the moment it was measured.
+with a call of it: the machine speed index (`speed`) at the moment it was measured. A
+repetition at several threads during which our threads waited for a core another process
+held (the scheduler's run-queue delay, see `contention`) is discarded and measured again,
+a bounded number of times; `Measurement.redone`/`contended` count them.
 Per-call overheads that no operator profile contains (an nn.Module call, a shape lookup,
 switching operators) are calibrated once per database. A profiling run over a database is
 `profiling`'s.
@@ -25,13 +28,14 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from infless.profiler.contention import RepetitionGuard, contended, run_delay_ns
 from infless.profiler.database import Config, ProfileDatabase
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -77,10 +81,18 @@ class Measurement:
     reps: int
     wall_fast_ms: float = 0.0
     ref_ms: float = 0.0  # the paired reference kernel, over the repetitions fast_ms averages
+    redone: int = 0  # repetitions discarded as contended and measured again (`contention`)
+    contended: int = 0  # repetitions kept although contended (their retries ran out)
 
 
-def summarise(samples: list[float], wall: list[float], ref: list[float]) -> Measurement:
-    """Statistics of per-call times; `ref[i]` is the reference kernel paired with `samples[i]`."""
+def summarise(
+    samples: list[float],
+    wall: list[float],
+    ref: list[float],
+    guard: RepetitionGuard | None = None,
+) -> Measurement:
+    """Statistics of per-call times; `ref[i]` is the reference kernel paired with `samples[i]`;
+    `guard` counted the contended repetitions."""
     median = statistics.median(samples)
     q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [median, median, median]
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
@@ -94,7 +106,26 @@ def summarise(samples: list[float], wall: list[float], ref: list[float]) -> Meas
         len(samples),
         statistics.fmean(sorted(wall)[:half]),
         statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
+        guard.redone if guard else 0,
+        guard.kept if guard else 0,
     )
+
+
+_TASKS = Path("/proc/self/task")
+
+
+def _run_delay_ms() -> float | None:
+    """How long (ms) this process's threads have waited on run queues in all (None: unknown)."""
+    lines = []
+    try:
+        for task in _TASKS.iterdir():
+            try:
+                lines.append((task / "schedstat").read_text())
+            except OSError:  # a thread that has just exited
+                continue
+    except OSError:
+        return None
+    return run_delay_ns(lines) / 1e6 if lines else None
 
 
 _WAKE = torch.ones(1 << 18)  # an elementwise op over it is split across every thread
@@ -141,20 +172,34 @@ def _one_run(
     samples: dict[int, list[float]] = {count: [] for count in threads}
     wall: dict[int, list[float]] = {count: [] for count in threads}
     ref: dict[int, list[float]] = {count: [] for count in threads}
+    guards = {count: RepetitionGuard() for count in threads}
     for rep in range(reps):
         # interleaved, alternating order: a burst of contention hits every thread count alike
         for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
             torch.set_num_threads(count)
-            if count > 1:
-                _wake_pool()
-            done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
-            while done < inner:  # cut short when contention makes a repetition drag on
-                fn()
-                done += 1
-                if done % 8 == 0 and time.perf_counter() - started > cap_s:
+            while True:  # until a repetition no neighbour interfered with, or retries run out
+                if count > 1:
+                    _wake_pool()
+                delay_before = _run_delay_ms() if count > 1 else None
+                done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
+                while done < inner:  # cut short when contention makes a repetition drag on
+                    fn()
+                    done += 1
+                    if done % 8 == 0 and time.perf_counter() - started > cap_s:
+                        break
+                elapsed_s = time.perf_counter() - started
+                cpu_s = time.thread_time() - cpu_started
+                delay_after = _run_delay_ms() if delay_before is not None else None
+                # one thread: its CPU clock already leaves out waiting for a core
+                waited = (
+                    0.0
+                    if delay_before is None or delay_after is None
+                    else delay_after - delay_before
+                )
+                if guards[count].accept(contended(waited, elapsed_s * 1000.0)):
                     break
-            wall_ms = (time.perf_counter() - started) / done * 1000.0
-            cpu_ms = (time.thread_time() - cpu_started) / done * 1000.0
+            wall_ms = elapsed_s / done * 1000.0
+            cpu_ms = cpu_s / done * 1000.0
             wall[count].append(wall_ms)
             samples[count].append(cpu_ms if clock == "thread" else wall_ms)
             if reference is not None:  # right after, on one thread (see `speed.SpeedIndex`)
@@ -165,7 +210,10 @@ def _one_run(
                 ref_wall = (time.perf_counter() - ref_started) * 1000.0
                 ref_cpu = (time.thread_time() - ref_cpu_started) * 1000.0
                 ref[count].append(ref_cpu if clock == "thread" else ref_wall)
-    return {count: summarise(samples[count], wall[count], ref[count]) for count in threads}
+    return {
+        count: summarise(samples[count], wall[count], ref[count], guards[count])
+        for count in threads
+    }
 
 
 def measure_threads(
@@ -201,7 +249,14 @@ def measure_threads(
             best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
             if any(m.spread > max_spread for m in best.values()):
                 again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
-                best = {c: min(best[c], again[c], key=lambda m: m.fast_ms) for c in threads}
+                best = {
+                    c: replace(
+                        min(best[c], again[c], key=lambda m: m.fast_ms),
+                        redone=best[c].redone + again[c].redone,
+                        contended=best[c].contended + again[c].contended,
+                    )
+                    for c in threads
+                }
     finally:
         torch.set_num_threads(previous)
     return best
