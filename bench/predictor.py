@@ -15,6 +15,10 @@ to that speed. The "uncalibrated" figures take the profiles as measured; the
 "typical" ones rescale the profiles to their median speed but measure nothing now. No
 figure is fitted to the models measured here.
 
+Multi-thread repetitions during which a neighbour held a core (the scheduler's run-queue
+delay, `infless.profiler.contention`) are measured again; the "redo" column counts, per
+point, those redone / those kept because their retries ran out.
+
 Prints the mean and p90 absolute percentage error per model and overall, the cost of
 predicting for a newly registered model, and ends with one line of JSON (headline figures,
 plus the uncalibrated ones under "uncalibrated").
@@ -87,6 +91,8 @@ class Results:
     wall_errors: list[float] = field(default_factory=list)  # against the wall clock
     spreads: list[float] = field(default_factory=list)
     speeds: list[float] = field(default_factory=list)  # index now / profiles' median, 1 thread
+    redone: int = 0  # model repetitions discarded as contended and measured again
+    contended: int = 0  # ... kept although contended (retries ran out)
 
 
 def _pct(predicted: float, measured: float) -> float:
@@ -101,7 +107,7 @@ def _measure_all(
 ) -> Results:
     results = Results()
     header = f"{'model':<16} {'b':>3} {'c':>2} {'pred ms':>10} {'meas ms':>10} {'err %':>7}"
-    print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10}")
+    print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10} {'redo':>5}")
     calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
     kernel = reference_kernel()
     for name in names:
@@ -135,10 +141,13 @@ def _measure_all(
                 results.wall_errors.append(abs(wall_err))
                 results.spreads.append(found[cpus].spread)
                 results.speeds.append(speed)
+                results.redone += found[cpus].redone
+                results.contended += found[cpus].contended
                 print(
                     f"{name:<16} {batch:>3} {cpus:>2} {predicted:>10.3f} {measured:>10.3f} "
                     f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} "
-                    f"{found[cpus].spread:>6.2f} {wall_err:>+10.1f}",
+                    f"{found[cpus].spread:>6.2f} {wall_err:>+10.1f} "
+                    f"{found[cpus].redone:>3}/{found[cpus].contended}",
                     flush=True,
                 )
         del model
@@ -239,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         f"spread (IQR/median) of the model measurements {statistics.median(results.spreads):.2f}, "
         f"max {max(results.spreads):.2f}; total {time.perf_counter() - started:.0f} s"
     )
+    print(
+        "model repetitions at several threads that ran under contention (a neighbour held a "
+        f"core, per the scheduler): {results.redone} redone, {results.contended} kept "
+        "(retries ran out)"
+    )
     uncalibrated = {
         "overall_mean_abs_pct_error": round(overall_uncal, 2),
         "per_model": per_model_uncal,
@@ -249,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 "overall_mean_abs_pct_error": round(overall, 2),
                 "per_model": per_model,
                 "uncalibrated": uncalibrated,
+                "contention": {"redone": results.redone, "kept": results.contended},
             }
         )
     )

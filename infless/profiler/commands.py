@@ -133,7 +133,8 @@ def _run_profile(args: argparse.Namespace) -> int:
         f"done in {time.perf_counter() - started:.0f} s: measured {progress.configs_measured} "
         f"configurations of {progress.operators_done} operators, skipped "
         f"{progress.configs_skipped} already profiled; the database holds {ops} operators, "
-        f"{rows} profiles"
+        f"{rows} profiles; multi-thread repetitions that ran under contention: "
+        f"{progress.reps_redone} redone, {progress.reps_contended} kept (retries ran out)"
     )
     for failure in progress.failures:
         _log(f"failed: {failure}")

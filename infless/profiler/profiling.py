@@ -42,6 +42,8 @@ class ProfileProgress:
     operators_done: int = 0
     configs_measured: int = 0
     configs_skipped: int = 0
+    reps_redone: int = 0  # multi-thread repetitions discarded as contended and redone
+    reps_contended: int = 0  # ... kept although contended (retries ran out)
     failures: list[str] = field(default_factory=list)
 
 
@@ -89,7 +91,7 @@ def profile_signatures(
     for index, (signature, configs) in enumerate(pending, 1):
         started = time.perf_counter()
         try:
-            rows = _profile_one(signature, configs, plan, reference)
+            rows, redone, kept = _profile_one(signature, configs, plan, reference)
         except Exception as exc:  # an operator that cannot run alone must not stop the run
             progress.failures.append(f"{signature.describe()}: {exc}")
             progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
@@ -99,9 +101,12 @@ def profile_signatures(
         db.add_profiles(signature, rows)
         progress.operators_done += 1
         progress.configs_measured += len(rows)
+        progress.reps_redone += redone
+        progress.reps_contended += kept
+        contention = f" ({redone} contended repetitions redone, {kept} kept)" if redone else ""
         progress.log(
             f"[{index}/{len(pending)}] {signature.describe()}: {len(rows)} configs in "
-            f"{time.perf_counter() - started:.1f} s"
+            f"{time.perf_counter() - started:.1f} s{contention}"
         )
     return progress
 
@@ -174,9 +179,11 @@ def _profile_one(
     configs: list[Config],
     plan: ProfilePlan,
     reference: Callable[[], object] | None = None,
-) -> list[ProfileRow]:
+) -> tuple[list[ProfileRow], int, int]:
+    """The rows, and how many repetitions were redone / kept although contended."""
     warm_bytes, cold_bytes = _rotation_bytes()
     rows: list[ProfileRow] = []
+    redone = kept = 0
     for batch in sorted({b for b, _, _ in configs}):
         threads = sorted({c for b, c, _ in configs if b == batch})
         kwargs: dict[str, Any] = {
@@ -197,4 +204,7 @@ def _profile_one(
         rows.extend(
             profile_row(signature.key, batch, cpus, m, cold[cpus], now) for cpus, m in warm.items()
         )
-    return rows
+        measured = list(warm.values()) + (list(cold.values()) if cold is not warm else [])
+        redone += sum(m.redone for m in measured)
+        kept += sum(m.contended for m in measured)
+    return rows, redone, kept
