@@ -85,6 +85,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from infless.profiler.allocator import keep_freed_memory
+
+    keep_freed_memory()  # the allocator state profiles and measurements share (see allocator)
     try:
         if args.command == "profile":
             return _run_profile(args)
