@@ -209,7 +209,7 @@ def _summarise(names: list[str], results: Results) -> tuple[Summary, Summary]:
         f"{ref_only[0]:.1f}%; per model where it differs: "
         + (
             ", ".join(
-                f"{n} {ref_only[1][n]['mean']:.2f}% (with it {calibrated[1][n]['mean']:.2f}%)"
+                f"{n} {ref_only[1][n]['mean']:.1f}% (with it {calibrated[1][n]['mean']:.1f}%)"
                 for n in names
                 if ref_only[1][n]["mean"] != calibrated[1][n]["mean"]
             )
