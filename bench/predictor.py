@@ -92,7 +92,6 @@ class Results:
     errors: dict[str, list[float]] = field(default_factory=dict)  # |err| %, calibrated
     uncalibrated: dict[str, list[float]] = field(default_factory=dict)  # |err| %, as measured
     typical_errors: list[float] = field(default_factory=list)  # profiles at their median speed
-    ref_only: dict[str, list[float]] = field(default_factory=dict)  # no memory kernel now
     max_mode_errors: list[float] = field(default_factory=list)  # the paper's max-of-branches
     wall_errors: list[float] = field(default_factory=list)  # against the wall clock
     spreads: list[float] = field(default_factory=list)
@@ -136,17 +135,12 @@ def _measure_all(
             )
             now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()}, found[1].mem_ms)
             mem = memory_factor(now, calibrated.profile_speed) or 0.0
-            ref_now = SpeedIndex.of(now.as_dict())  # the index without its memory component
             for cpus in THREADS:
                 measured = found[cpus].fast_ms
                 predicted = calibrated.predict_raw_ms(name, batch, cpus, speed=now)
                 err = _pct(predicted, measured)
                 uncal = _pct(uncalibrated.predict_raw_ms(name, batch, cpus), measured)
                 typical = _pct(calibrated.predict_raw_ms(name, batch, cpus), measured)
-                ref_only = _pct(
-                    calibrated.predict_raw_ms(name, batch, cpus, speed=ref_now), measured
-                )
-                results.ref_only.setdefault(name, []).append(abs(ref_only))
                 max_err = _pct(max_mode.predict_raw_ms(name, batch, cpus, speed=now), measured)
                 wall_err = _pct(predicted, found[cpus].wall_fast_ms)
                 speed = speed_factor(now, calibrated.profile_speed, cpus)
@@ -202,19 +196,6 @@ def _summarise(names: list[str], results: Results) -> tuple[Summary, Summary]:
     print(
         f"{'overall':<16} {calibrated[0]:>11.1f} {_p90(every):>11.1f} {uncalibrated[0]:>11.1f} "
         f"{_p90(every_uncal):>11.1f}"
-    )
-    ref_only = _per_model(names, results.ref_only)
-    print(
-        "without the memory kernel now (reference kernel only): overall mean "
-        f"{ref_only[0]:.1f}%; per model where it differs: "
-        + (
-            ", ".join(
-                f"{n} {ref_only[1][n]['mean']:.1f}% (with it {calibrated[1][n]['mean']:.1f}%)"
-                for n in names
-                if ref_only[1][n]["mean"] != calibrated[1][n]["mean"]
-            )
-            or "none"
-        )
     )
     print(
         "profiles rescaled to their median speed, nothing measured now: overall mean "
