@@ -8,8 +8,7 @@ with the prediction without the safety offset. Missing operator profiles are mea
 into the profile DB (run `infless profile` beforehand to keep that out of the bench).
 
 This machine's speed drifts (see `infless.profiler.speed`), so every repetition of a model
-measurement is followed by one call of the reference kernel on one thread (and the memory
-kernel is timed around each point: the "mem" column, now over the profiles' median), and
+measurement is followed by one call of the reference kernel at the same thread count, and
 the headline ("calibrated") prediction is for the kernel's mean time over the repetitions
 the measured figure averages: profile rows rescaled from the speed index stored with them
 to that speed. The "uncalibrated" figures take the profiles as measured; the
@@ -47,7 +46,7 @@ from infless.profiler.database import ProfileDatabase
 from infless.profiler.operators import ProfilePlan
 from infless.profiler.predictor import CombinedOperatorPredictor
 from infless.profiler.profiling import ProfileProgress
-from infless.profiler.reference import memory_kernel, reference_kernel
+from infless.profiler.reference import reference_kernel
 from infless.profiler.service import (
     build_predictor,
     default_db_path,
@@ -55,7 +54,7 @@ from infless.profiler.service import (
     measure_model_ms,
     model_source,
 )
-from infless.profiler.speed import SpeedIndex, memory_factor, speed_factor
+from infless.profiler.speed import SpeedIndex, speed_factor
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 QUICK_BATCHES = (1, 4, 16)
@@ -112,12 +111,9 @@ def _measure_all(
 ) -> Results:
     results = Results()
     header = f"{'model':<16} {'b':>3} {'c':>2} {'pred ms':>10} {'meas ms':>10} {'err %':>7}"
-    print(
-        f"{header} {'uncal %':>8} {'speed':>6} {'mem':>5} {'spread':>6} {'wall-err %':>10} "
-        f"{'redo':>5}"
-    )
+    print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10} {'redo':>5}")
     calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
-    kernel, memory = reference_kernel(), memory_kernel()
+    kernel = reference_kernel()
     for name in names:
         source = model_source(name)
         model = source.build_served()
@@ -131,10 +127,8 @@ def _measure_all(
                 budget_s=1.0 if big else budget_s,
                 min_reps=3,
                 reference=kernel,
-                memory=memory,
             )
-            now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()}, found[1].mem_ms)
-            mem = memory_factor(now, calibrated.profile_speed) or 0.0
+            now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()})
             for cpus in THREADS:
                 measured = found[cpus].fast_ms
                 predicted = calibrated.predict_raw_ms(name, batch, cpus, speed=now)
@@ -155,7 +149,7 @@ def _measure_all(
                 results.contended += found[cpus].contended
                 print(
                     f"{name:<16} {batch:>3} {cpus:>2} {predicted:>10.3f} {measured:>10.3f} "
-                    f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} {mem:>5.2f} "
+                    f"{err:>+7.1f} {uncal:>+8.1f} {speed:>6.2f} "
                     f"{found[cpus].spread:>6.2f} {wall_err:>+10.1f} "
                     f"{found[cpus].redone:>3}/{found[cpus].contended}",
                     flush=True,
