@@ -8,8 +8,7 @@ Tables:
                                                              cold_ms with them in DRAM, ref_ms the
                                                              reference kernel's time (one thread)
                                                              paired with it (the machine speed
-                                                             index, 0: unknown), mem_ms the
-                                                             memory-streaming kernel's (0: unknown)
+                                                             index, 0: unknown)
   calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
   meta(key, value)                                        -- schema version, reference kernel
 
@@ -27,10 +26,9 @@ from pathlib import Path
 
 from infless.profiler.graph import OpSignature
 
-SCHEMA_VERSION = "5"  # 3: thread CPU clock; 4: + profiles.ref_ms; 5: + profiles.mem_ms
+SCHEMA_VERSION = "4"  # 3: times on the calling thread's CPU clock; 4: + profiles.ref_ms
 MIGRATIONS = {  # from version: statements that bring it to the next one
     "3": ["ALTER TABLE profiles ADD COLUMN ref_ms REAL NOT NULL DEFAULT 0"],
-    "4": ["ALTER TABLE profiles ADD COLUMN mem_ms REAL NOT NULL DEFAULT 0"],
 }
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operators (
@@ -51,7 +49,6 @@ CREATE TABLE IF NOT EXISTS profiles (
     measured_at REAL NOT NULL,
     cold_ms REAL NOT NULL,
     ref_ms REAL NOT NULL DEFAULT 0,
-    mem_ms REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (op_key, batch, cpus, gpu_pct)
 );
 CREATE TABLE IF NOT EXISTS calibration (
@@ -78,7 +75,6 @@ class ProfileRow:
     measured_at: float = 0.0
     cold_ms: float = 0.0  # weights out of the last-level cache too (0: same as time_ms)
     ref_ms: float = 0.0  # the reference kernel (one thread) paired with it (0: not measured)
-    mem_ms: float = 0.0  # the memory-streaming kernel next to its cold figure (0: not measured)
 
     @property
     def cold_or_warm_ms(self) -> float:
@@ -148,8 +144,7 @@ class ProfileDatabase:
         self.add_operator(signature)
         self._conn.executemany(
             "INSERT OR REPLACE INTO profiles(op_key, batch, cpus, gpu_pct, time_ms, min_ms, "
-            "spread, reps, measured_at, cold_ms, ref_ms, mem_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "spread, reps, measured_at, cold_ms, ref_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     r.op_key,
@@ -163,7 +158,6 @@ class ProfileDatabase:
                     r.measured_at,
                     r.cold_ms,
                     r.ref_ms,
-                    r.mem_ms,
                 )
                 for r in rows
             ],
@@ -182,7 +176,7 @@ class ProfileDatabase:
         for key in dict.fromkeys(op_keys):
             rows = self._conn.execute(
                 "SELECT batch, cpus, gpu_pct, time_ms, min_ms, spread, reps, measured_at, cold_ms, "
-                "ref_ms, mem_ms FROM profiles WHERE op_key = ? ORDER BY gpu_pct, cpus, batch",
+                "ref_ms FROM profiles WHERE op_key = ? ORDER BY gpu_pct, cpus, batch",
                 (key,),
             ).fetchall()
             result[key] = [ProfileRow(key, *row) for row in rows]
@@ -198,11 +192,6 @@ class ProfileDatabase:
         """(cpus, ref_ms) of every profile row with a speed index (see `speed.typical_index`)."""
         rows = self._conn.execute("SELECT cpus, ref_ms FROM profiles WHERE ref_ms > 0").fetchall()
         return [(int(c), float(ms)) for c, ms in rows]
-
-    def memory_points(self) -> list[float]:
-        """mem_ms of every profile row that has one (see `speed.typical_index`)."""
-        rows = self._conn.execute("SELECT mem_ms FROM profiles WHERE mem_ms > 0").fetchall()
-        return [float(ms) for (ms,) in rows]
 
     def calibration(self) -> dict[str, float]:
         rows = self._conn.execute("SELECT name, value FROM calibration").fetchall()

@@ -83,7 +83,6 @@ class Measurement:
     ref_ms: float = 0.0  # the paired reference kernel, over the repetitions fast_ms averages
     redone: int = 0  # repetitions discarded as contended and measured again (`contention`)
     contended: int = 0  # repetitions kept although contended (their retries ran out)
-    mem_ms: float = 0.0  # the memory kernel (one thread) around the measurement (0: not run)
 
 
 def summarise(
@@ -217,18 +216,6 @@ def _one_run(
     }
 
 
-def time_one_thread_ms(fn: Callable[[], object]) -> float:
-    """One call of `fn` on one thread, on the thread's CPU clock (ms)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        started = time.thread_time()
-        fn()
-        return (time.thread_time() - started) * 1000.0
-    finally:
-        torch.set_num_threads(previous)
-
-
 def measure_threads(
     fn: Callable[[], object],
     threads: Sequence[int],
@@ -239,7 +226,6 @@ def measure_threads(
     max_spread: float = 0.25,
     clock: Clock = "thread",
     reference: Callable[[], object] | None = None,
-    memory: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     """Per-call latency (ms) of `fn()` at each thread count, under inference mode.
 
@@ -253,16 +239,13 @@ def measure_threads(
     index's kernel), each repetition is followed by two calls of it on one thread (the first
     warms its data up again, the second is timed), and `Measurement.ref_ms` is
     the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
-    the figure kept was measured. With `memory` (the index's memory kernel), one call of it
-    on one thread is timed before and one after the measurement, and `Measurement.mem_ms` is
-    their mean.
+    the figure kept was measured.
     """
     if not threads:
         raise ValueError("measure_threads needs at least one thread count")
     previous = torch.get_num_threads()
     try:
         with torch.inference_mode():
-            mem_before = time_one_thread_ms(memory) if memory is not None else 0.0
             best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
             if any(m.spread > max_spread for m in best.values()):
                 again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
@@ -274,9 +257,6 @@ def measure_threads(
                     )
                     for c in threads
                 }
-            if memory is not None:
-                mem_ms = (mem_before + time_one_thread_ms(memory)) / 2
-                best = {c: replace(m, mem_ms=mem_ms) for c, m in best.items()}
     finally:
         torch.set_num_threads(previous)
     return best

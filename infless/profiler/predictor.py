@@ -23,10 +23,7 @@ from the speed index measured next to it to that common speed (normally the prof
 typical speed), and a prediction is scaled by `speed_now / profile_speed` at each thread
 count when the speed now is known (`speed_now`, or the `speed` argument). That corrects the
 drift of this machine's speed between profiling and predicting, nothing else: the index is
-a fixed reference kernel, not fitted to any model. When both indices carry the memory
-kernel's time, a cold model's prediction splits like a profile row (`speed.split_scale`): its
-total from the warm profiles scales with the reference kernel, what the cold profiles add to
-it (streaming weights from DRAM) with the memory kernel.
+a fixed reference kernel, not fitted to any model.
 
 Pure: no I/O, no clock, no torch. Profiles are loaded beforehand by the shell
 (`infless.profiler.service`) and handed in.
@@ -41,7 +38,7 @@ from typing import Protocol
 
 from infless.profiler.database import ProfileRow
 from infless.profiler.graph import OperatorGraph
-from infless.profiler.speed import SpeedIndex, memory_factor, normalise, speed_factor
+from infless.profiler.speed import SpeedIndex, normalise, speed_factor
 from infless.profiler.structure import Block, BranchMode, block_cost, decompose
 
 DEFAULT_OFFSET_PCT = 10.0  # INFless §3.3: "increase the prediction offset by 10%"
@@ -253,10 +250,8 @@ class CombinedOperatorPredictor:
         # the running maximum over the batch (see the module docstring)
         below = [b for b in model.grid if b < batch_size]
         factor = self._factor(speed)
-        mem = memory_factor(speed if speed is not None else self.speed_now, self.profile_speed)
         return max(
-            self._total_ms(model_key, model, b, cpus, gpu_pct, factor, mem)
-            for b in (*below, batch_size)
+            self._total_ms(model_key, model, b, cpus, gpu_pct, factor) for b in (*below, batch_size)
         )
 
     def _total_ms(
@@ -267,32 +262,10 @@ class CombinedOperatorPredictor:
         cpus: int,
         gpu_pct: int,
         factor: Callable[[int], float],
-        mem_factor: float | None = None,
     ) -> float:
-        """The model's combined operator times plus overheads at exactly `batch_size`; for
-        a cold model with a known `mem_factor`, its DRAM part scaled by that instead."""
-        if not model.cold:
-            return self._combined_ms(
-                model_key, model, self._tables, batch_size, cpus, gpu_pct, factor
-            )
-        cold = self._combined_ms(
-            model_key, model, self._cold_tables, batch_size, cpus, gpu_pct, factor
-        )
-        if mem_factor is None:
-            return cold
-        warm = self._combined_ms(model_key, model, self._tables, batch_size, cpus, gpu_pct, factor)
-        return warm + max(0.0, cold - warm) * mem_factor / factor(cpus)
+        """The model's combined operator times plus overheads at exactly `batch_size`."""
+        tables = self._cold_tables if model.cold else self._tables
 
-    def _combined_ms(
-        self,
-        model_key: str,
-        model: _Model,
-        tables: Mapping[tuple[str, int], OpTable],
-        batch_size: int,
-        cpus: int,
-        gpu_pct: int,
-        factor: Callable[[int], float],
-    ) -> float:
         def op_cost(name: str) -> float:
             key = model.node_keys.get(name)
             if key is None:

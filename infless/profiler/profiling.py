@@ -27,7 +27,7 @@ from infless.profiler.operators import (
     ensure_calibration,
     measure_threads,
 )
-from infless.profiler.speed import MEMORY_KERNEL, REFERENCE_KERNEL, rescale
+from infless.profiler.speed import REFERENCE_KERNEL, rescale
 from infless.profiler.targets import build_operator
 
 MIN_COLD_WEIGHT_BYTES = 64 << 10  # smaller weights cost the same wherever they are
@@ -62,7 +62,6 @@ def profile_signatures(
     *,
     remeasure: bool = False,
     reference: Callable[[], object] | None = None,
-    memory: Callable[[], object] | None = None,
 ) -> ProfileProgress:
     """Measure every configuration of `plan` not yet in `db` for each signature (resumable).
 
@@ -70,8 +69,7 @@ def profile_signatures(
     its old and new figures (compared at one machine speed when both carry a speed index): on
     a shared machine, another pass can only remove contention. With `reference` (the speed
     index's kernel, `reference.reference_kernel()`), each row stores its paired time
-    (`ProfileRow.ref_ms`); with `memory` (`reference.memory_kernel()`), the memory kernel's
-    time around its cold measurement (`ProfileRow.mem_ms`).
+    (`ProfileRow.ref_ms`).
     """
     progress = progress or ProfileProgress()
     ensure_calibration(db)
@@ -93,7 +91,7 @@ def profile_signatures(
     for index, (signature, configs) in enumerate(pending, 1):
         started = time.perf_counter()
         try:
-            rows, redone, kept = _profile_one(signature, configs, plan, reference, memory)
+            rows, redone, kept = _profile_one(signature, configs, plan, reference)
         except Exception as exc:  # an operator that cannot run alone must not stop the run
             progress.failures.append(f"{signature.describe()}: {exc}")
             progress.log(f"[{index}/{len(pending)}] {signature.describe()}: FAILED ({exc})")
@@ -114,17 +112,16 @@ def profile_signatures(
 
 
 def check_reference_kernel(db: ProfileDatabase) -> None:
-    """Record the reference kernels in `db`, or refuse one whose indices came from others."""
-    for meta, kernel in (("reference_kernel", REFERENCE_KERNEL), ("memory_kernel", MEMORY_KERNEL)):
-        stored = db.get_meta(meta)
-        if stored is None:
-            db.set_meta(meta, kernel)
-        elif stored != kernel:
-            raise ValueError(
-                f"{db.path}: its speed indices come from the {meta.replace('_', ' ')} {stored!r}, "
-                f"this infless runs {kernel!r}; they do not compare: move the file away and "
-                "profile again"
-            )
+    """Record the reference kernel in `db`, or refuse one whose indices came from another."""
+    stored = db.get_meta("reference_kernel")
+    if stored is None:
+        db.set_meta("reference_kernel", REFERENCE_KERNEL)
+    elif stored != REFERENCE_KERNEL:
+        raise ValueError(
+            f"{db.path}: its speed indices come from the reference kernel {stored!r}, this "
+            f"infless runs {REFERENCE_KERNEL!r}; they do not compare: move the file away and "
+            "profile again"
+        )
 
 
 def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[ProfileRow]:
@@ -136,7 +133,7 @@ def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[P
             merged.append(row)
             continue
         if prior.ref_ms > 0 and row.ref_ms > 0:  # compare them at one machine speed
-            prior = rescale(prior, row.ref_ms, row.mem_ms)
+            prior = rescale(prior, row.ref_ms)
         faster = row if row.time_ms <= prior.time_ms else prior
         merged.append(
             replace(
@@ -174,7 +171,6 @@ def profile_row(
         measured_at,
         cold_ms,
         warm.ref_ms,
-        cold.mem_ms,
     )
 
 
@@ -183,7 +179,6 @@ def _profile_one(
     configs: list[Config],
     plan: ProfilePlan,
     reference: Callable[[], object] | None = None,
-    memory: Callable[[], object] | None = None,
 ) -> tuple[list[ProfileRow], int, int]:
     """The rows, and how many repetitions were redone / kept although contended."""
     warm_bytes, cold_bytes = _rotation_bytes()
@@ -201,12 +196,9 @@ def _profile_one(
         warm = measure_threads(warm_op.run, threads, **kwargs)
         cold = warm
         if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and batch <= MAX_COLD_BATCH:
-            del warm_op  # the memory kernel: only where DRAM traffic is part of the figure
+            del warm_op
             cold = measure_threads(
-                build_operator(signature, batch, rotate_bytes=cold_bytes).run,
-                threads,
-                memory=memory,
-                **kwargs,
+                build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs
             )
         now = time.time()
         rows.extend(

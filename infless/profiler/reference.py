@@ -10,13 +10,7 @@ on one thread (see `speed.SpeedIndex`), paired with every repetition of a measur
 (`operators.measure_threads(reference=...)`) or alone (`measure_speed`: timed like an
 operator, with a small budget).
 
-The memory kernel is the index's second component (`speed.SpeedIndex.mem_ms`): one pass
-summing a float32 buffer twice the size of the last-level cache, on one thread, so every
-byte comes from DRAM: the host's memory bandwidth now. One call (~10 ms) is timed per
-measurement (`operators.measure_threads(memory=...)`), not per repetition.
-
-Imports torch. Owns the kernels; `speed.REFERENCE_KERNEL` and `speed.MEMORY_KERNEL` name them
-and must change with them.
+Imports torch. Owns the kernel; `speed.REFERENCE_KERNEL` names it and must change with it.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from infless.profiler.operators import cache_bytes, measure_threads, time_one_thread_ms
+from infless.profiler.operators import measure_threads
 from infless.profiler.speed import SpeedIndex
 
 REFERENCE_BUDGET_S = 0.05  # ~40 ms in all on this machine, ~1% repeatability
@@ -48,27 +42,14 @@ def reference_kernel() -> Callable[[], object]:
     return run
 
 
-def memory_kernel() -> Callable[[], object]:
-    """The memory-streaming kernel, its buffer allocated and touched once: call to run it."""
-    buffer = torch.ones(2 * cache_bytes(3, 32 << 20) // 4)
-
-    def run() -> object:
-        return torch.sum(buffer)
-
-    return run
-
-
 def measure_speed(
     threads: Sequence[int],
     *,
     kernel: Callable[[], object] | None = None,
-    memory: Callable[[], object] | None = None,
     budget_s: float = REFERENCE_BUDGET_S,
 ) -> SpeedIndex:
-    """The speed index now for predictions at `threads`: the kernel's time on one thread
-    (and the memory kernel's, the faster of three calls, when `memory` is given)."""
+    """The speed index now for predictions at `threads`: the kernel's time on one thread."""
     found = measure_threads(
         kernel or reference_kernel(), (1,), budget_s=budget_s, min_reps=5, max_reps=20
     )
-    mem_ms = min(time_one_thread_ms(memory) for _ in range(3)) if memory is not None else 0.0
-    return SpeedIndex.of(dict.fromkeys(threads, found[1].fast_ms), mem_ms)
+    return SpeedIndex.of(dict.fromkeys(threads, found[1].fast_ms))

@@ -142,10 +142,10 @@ def ensure_profiles(
     """Profile whatever `plan` asks for and `db` lacks for the graphs' operators.
 
     With `speed_index`, every row stores the reference kernel's time paired with its
-    measurement (the machine speed index), and the memory kernel's next to it.
+    measurement (the machine speed index).
     """
     from infless.profiler.profiling import distinct_signatures, profile_signatures
-    from infless.profiler.reference import memory_kernel, reference_kernel
+    from infless.profiler.reference import reference_kernel
 
     signatures = distinct_signatures(graphs)
     return profile_signatures(
@@ -155,17 +155,16 @@ def ensure_profiles(
         progress,
         remeasure=remeasure,
         reference=reference_kernel() if speed_index else None,
-        memory=memory_kernel() if speed_index else None,
     )
 
 
 def measure_speed_now(db: ProfileDatabase, threads: Sequence[int]) -> SpeedIndex:
     """The machine speed index at this moment, comparable with `db`'s (else ValueError)."""
     from infless.profiler.profiling import check_reference_kernel
-    from infless.profiler.reference import measure_speed, memory_kernel
+    from infless.profiler.reference import measure_speed
 
     check_reference_kernel(db)
-    return measure_speed(threads, memory=memory_kernel())
+    return measure_speed(threads)
 
 
 def build_predictor(
@@ -197,7 +196,7 @@ def build_predictor(
         ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)
     predictor = CombinedOperatorPredictor(calibration=Calibration.of(db.calibration()))
     if speed == "typical":
-        predictor.profile_speed = typical_index(db.speed_points(), db.memory_points())
+        predictor.profile_speed = typical_index(db.speed_points())
         predictor.speed_now = speed_now
     predictor.branch_mode = branch_mode
     if offset_pct is not None:
@@ -221,13 +220,11 @@ def measure_model_ms(
     budget_s: float = 0.5,
     min_reps: int = 3,
     reference: Callable[[], object] | None = None,
-    memory: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
     """Measured batch latency of the whole model's forward at each thread count (interleaved).
 
     With `reference` (`reference.reference_kernel()`), each repetition is paired with a call
-    of the speed index's kernel (`Measurement.ref_ms`); with `memory`
-    (`reference.memory_kernel()`), the memory kernel is timed around it (`mem_ms`).
+    of the speed index's kernel (`Measurement.ref_ms`).
     """
     from infless.profiler.extract import example_inputs
     from infless.profiler.operators import measure_threads
@@ -242,5 +239,4 @@ def measure_model_ms(
         min_reps=min_reps,
         max_reps=15,
         reference=reference,
-        memory=memory,
     )

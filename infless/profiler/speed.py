@@ -10,16 +10,7 @@ right after every repetition of every operator measurement and stored with the p
 timed again when a prediction should hold for "now". A profiled time then scales by
 `ref_now / ref_at_profile` (the kernel on one thread, paired with the same thread count).
 
-Memory: the reference kernel lives in the caches, and the host's memory bandwidth drifts
-on its own (minutes-long states in which streaming from DRAM runs far slower or faster while
-the cache-resident kernel does not move). A second, memory-streaming kernel (a pass over a
-buffer twice the LLC, one thread; `SpeedIndex.mem_ms`) is timed next to every measurement
-and stored with the rows (`ProfileRow.mem_ms`). It scales only the part of a time that is
-streaming weights from DRAM, which the profiles isolate: a cold figure (weights out of the
-LLC) minus the warm one (weights in the LLC). So a row rescales as
-`warm * ref_ratio + (cold - warm) * mem_ratio`, a roofline split with no parameter.
-
-This corrects host drift only. The reference kernels is fixed and knows nothing of the
+This corrects host drift only. The reference kernel is fixed and knows nothing of the
 models; no factor here is fitted against measured model latencies.
 
 Pure: no I/O, no clock, no torch.
@@ -36,7 +27,6 @@ from infless.profiler.database import ProfileRow
 # Names the reference kernel; indices measured with different kernels do not compare. Change
 # it whenever `infless.profiler.reference` changes what it runs.
 REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/one-thread/v3"
-MEMORY_KERNEL = "sum-over-2xLLC-float32/one-thread/v1"  # likewise for `reference.memory_kernel`
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +43,11 @@ class SpeedIndex:
     """
 
     ref_ms: tuple[tuple[int, float], ...]
-    mem_ms: float = 0.0  # the memory-streaming kernel on one thread (0: not measured)
 
     @staticmethod
-    def of(values: Mapping[int, float], mem_ms: float = 0.0) -> SpeedIndex:
+    def of(values: Mapping[int, float]) -> SpeedIndex:
         pairs = tuple(sorted((int(c), float(ms)) for c, ms in values.items() if ms > 0))
-        return SpeedIndex(pairs, max(0.0, float(mem_ms)))
+        return SpeedIndex(pairs)
 
     def at(self, cpus: int) -> float | None:
         """The time at `cpus` threads, else at the largest measured count below (or None)."""
@@ -79,26 +68,10 @@ def speed_factor(now: SpeedIndex | None, then: SpeedIndex | None, cpus: int) -> 
     return now_ms / then_ms
 
 
-def memory_factor(now: SpeedIndex | None, then: SpeedIndex | None) -> float | None:
-    """How many times longer streaming from DRAM takes now than then (None: unknown)."""
-    if now is None or then is None or now.mem_ms <= 0 or then.mem_ms <= 0:
-        return None
-    return now.mem_ms / then.mem_ms
+def typical_index(points: Iterable[tuple[int, float]]) -> SpeedIndex | None:
+    """The median reference time per thread count of stored (cpus, ref_ms) points (None: none).
 
-
-def split_scale(warm_ms: float, cold_ms: float, ref_factor: float, mem_factor: float) -> float:
-    """A cold time rescaled: its warm part by `ref_factor`, the rest (streaming weights from
-    DRAM) by `mem_factor`. A cold time at or below the warm one is all warm."""
-    return warm_ms * ref_factor + max(0.0, cold_ms - warm_ms) * mem_factor
-
-
-def typical_index(
-    points: Iterable[tuple[int, float]], mem_points: Iterable[float] = ()
-) -> SpeedIndex | None:
-    """The median reference time per thread count of stored (cpus, ref_ms) points, and the
-    median memory-kernel time of `mem_points` (None: no reference point).
-
-    Points with times <= 0 (profiled before the index existed) are left out.
+    Points with ref_ms <= 0 (profiled before the index existed) are left out.
     """
     by_cpus: dict[int, list[float]] = {}
     for cpus, ref_ms in points:
@@ -106,34 +79,23 @@ def typical_index(
             by_cpus.setdefault(cpus, []).append(ref_ms)
     if not by_cpus:
         return None
-    mems = [ms for ms in mem_points if ms > 0]
-    return SpeedIndex.of(
-        {c: statistics.median(v) for c, v in by_cpus.items()},
-        statistics.median(mems) if mems else 0.0,
-    )
+    return SpeedIndex.of({c: statistics.median(v) for c, v in by_cpus.items()})
 
 
-def rescale(row: ProfileRow, ref_ms: float, mem_ms: float = 0.0) -> ProfileRow:
-    """`row` as it would have measured when the reference kernel took `ref_ms` and the
-    memory kernel `mem_ms`.
+def rescale(row: ProfileRow, ref_ms: float) -> ProfileRow:
+    """`row` as it would have measured when the reference kernel took `ref_ms`.
 
-    A row without an index (ref_ms 0) is returned unchanged: its speed is unknown. Without a
-    memory time on either side, the cold figure scales like the warm one.
+    A row without an index (ref_ms 0) is returned unchanged: its speed is unknown.
     """
     if row.ref_ms <= 0 or ref_ms <= 0:
         return row
     factor = ref_ms / row.ref_ms
-    known = row.mem_ms > 0 and mem_ms > 0
-    cold_ms = row.cold_ms * factor
-    if known and row.cold_ms > 0:
-        cold_ms = split_scale(row.time_ms, row.cold_ms, factor, mem_ms / row.mem_ms)
     return replace(
         row,
         time_ms=row.time_ms * factor,
         min_ms=row.min_ms * factor,
-        cold_ms=cold_ms,
+        cold_ms=row.cold_ms * factor,
         ref_ms=ref_ms,
-        mem_ms=mem_ms if known else row.mem_ms,
     )
 
 
@@ -142,6 +104,5 @@ def normalise(rows: Iterable[ProfileRow], base: SpeedIndex | None) -> list[Profi
     result = []
     for row in rows:
         target = None if base is None else base.at(row.cpus)
-        mem = 0.0 if base is None else base.mem_ms
-        result.append(row if target is None else rescale(row, target, mem))
+        result.append(row if target is None else rescale(row, target))
     return result

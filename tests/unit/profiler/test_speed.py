@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from infless.profiler.database import ProfileRow
@@ -12,11 +10,9 @@ from infless.profiler.operators import measure_threads, summarise
 from infless.profiler.predictor import CombinedOperatorPredictor
 from infless.profiler.speed import (
     SpeedIndex,
-    memory_factor,
     normalise,
     rescale,
     speed_factor,
-    split_scale,
     typical_index,
 )
 
@@ -127,54 +123,3 @@ def test_each_repetition_is_followed_by_a_warm_and_a_timed_reference_call() -> N
     )  # fmt: skip
     assert len(calls) == 2 * 3 * 2  # thread counts x repetitions x (warm, timed)
     assert [m.reps for m in found.values()] == [3, 3]
-
-
-def test_a_cold_figure_splits_into_a_warm_part_and_a_dram_part() -> None:
-    assert split_scale(2.0, 5.0, 1.5, 2.0) == pytest.approx(2.0 * 1.5 + 3.0 * 2.0)
-    assert split_scale(2.0, 1.8, 1.5, 2.0) == pytest.approx(3.0)  # cold below warm: all warm
-
-
-def test_a_row_with_a_memory_time_rescales_its_dram_part_by_the_memory_kernel() -> None:
-    row = ProfileRow("k", 1, 1, 0, time_ms=2.0, min_ms=1.8, cold_ms=5.0, ref_ms=1.0, mem_ms=4.0)
-    moved = rescale(row, 1.0, 2.0)  # compute as fast, DRAM twice as fast
-    assert (moved.time_ms, moved.cold_ms, moved.mem_ms) == pytest.approx((2.0, 2.0 + 1.5, 2.0))
-    # no memory time on either side: the cold figure scales like the warm one
-    assert rescale(row, 2.0).cold_ms == pytest.approx(10.0)
-    assert rescale(replace(row, mem_ms=0.0), 2.0, 2.0).cold_ms == pytest.approx(10.0)
-
-
-def test_the_memory_factor_needs_both_memory_times() -> None:
-    then = SpeedIndex.of({1: 1.0}, 4.0)
-    assert memory_factor(SpeedIndex.of({1: 1.0}, 6.0), then) == pytest.approx(1.5)
-    assert memory_factor(SpeedIndex.of({1: 1.0}), then) is None
-    assert memory_factor(None, then) is None
-    assert typical_index([(1, 1.0)], [3.0, 0.0, 5.0, 4.0]) == SpeedIndex.of({1: 1.0}, 4.0)
-
-
-def test_a_cold_models_dram_part_follows_the_memory_kernel_and_the_rest_the_reference() -> None:
-    # weights larger than the LLC make the model cold: its prediction comes from cold_ms
-    heavy = OpSignature("a", "function:torch.a", "{}", (TensorInfo((1, 4), "float32", 0),))
-    graph = replace(_chain(), weight_bytes=1 << 40)
-    rows = [
-        ProfileRow(heavy.key, 1, 1, 0, time_ms=2.0, cold_ms=6.0, ref_ms=1.0, mem_ms=3.0),
-        ProfileRow(heavy.key, 2, 1, 0, time_ms=4.0, ref_ms=1.0),
-    ]
-    predictor = CombinedOperatorPredictor(
-        offset_pct=0.0, profile_speed=SpeedIndex.of({1: 1.0}, 3.0)
-    )
-    predictor.add_profiles(rows)
-    predictor.register("one", graph)
-    base = predictor.predict_raw_ms("one", 1, 1)
-    assert base == pytest.approx(6.0 + graph_overhead(predictor))
-    slow_dram = SpeedIndex.of({1: 1.0}, 6.0)  # DRAM twice as slow, compute unchanged
-    assert predictor.predict_raw_ms("one", 1, 1, speed=slow_dram) == pytest.approx(
-        2.0 + 4.0 * 2 + graph_overhead(predictor)
-    )
-    slow_cpu = SpeedIndex.of({1: 2.0}, 3.0)  # compute twice as slow, DRAM unchanged
-    assert predictor.predict_raw_ms("one", 1, 1, speed=slow_cpu) == pytest.approx(
-        2.0 * 2 + 4.0 + 2 * graph_overhead(predictor)
-    )
-
-
-def graph_overhead(predictor: CombinedOperatorPredictor) -> float:
-    return predictor.breakdown_ms("one", 1, 1)["overhead"]
