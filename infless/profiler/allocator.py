@@ -10,7 +10,10 @@ the end of a long run differed by 2x at large batches while no machine kernel mo
 is reused (measured: resnet-50 at batch 32, one thread, 0 faults and 1.86 s from the second
 forward on). Not understood yet: a lone 64 MiB tensor allocated and freed in a loop still
 faults on every page under this policy. Profiling and bench.predictor call
-it at start, so profiles and measurements share one state.
+it at start, and so does every worker before it loads its model (measured in a zygote-forked
+resnet-50 worker on one thread: 1.7-1.8 s -> 0.9-1.1 s at batch 16, 4.1-4.8 s -> 1.9-2.1 s at
+batch 32), so profiles, measurements and serving share one state. The price: a worker keeps
+the heap of its largest batch between batches (the one trim after its warm-up aside).
 
 I/O shell (ctypes into libc); a no-op returning False where mallopt is unavailable.
 """

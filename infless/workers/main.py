@@ -3,7 +3,9 @@
 Worker side (imports torch). Lifecycle: receive `LoadModel` → build the model (structure on
 the meta device, then weights: mapped from the shared store or read from the package) →
 time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
-the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores.
+the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores;
+malloc keeps freed memory for the next batch (`infless.profiler.allocator`), and the heap the
+warm-up leaves is trimmed once.
 A template process (`prepare_template`) loads a model once on one thread; instances forked
 from it take that model as is (no build, no attach) and only time their own warm-up.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
+from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
 
 if TYPE_CHECKING:
@@ -155,6 +158,8 @@ def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
 def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
     """Build and attach (or take the template's model), then time the warm-up batches."""
     import torch
+
+    keep_freed_memory()  # each batch reuses the last one's activation pages: no page faults
 
     if request.cpu_ids:
         os.sched_setaffinity(0, request.cpu_ids)
