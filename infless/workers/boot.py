@@ -21,6 +21,7 @@ from infless.batching.policy import BatchSettings, powers_of_two_up_to, settle
 from infless.clock import Clock
 from infless.config import Config
 from infless.types import FunctionSpec
+from infless.weights.store import StoreError
 from infless.workers import protocol as p
 from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle
@@ -114,7 +115,7 @@ class InstanceBooter:
                 launched = await self.templates.launch(
                     instance_id, tenant, str(package_dir), stored
                 )
-            except (ZygoteError, OSError) as exc:
+            except (ZygoteError, StoreError, OSError) as exc:
                 log.warning("no template for %s (%s); forking it from the zygote", instance_id, exc)
             else:
                 if launched is not None:

@@ -15,6 +15,7 @@ import msgspec
 
 from infless.workers.launcher import LaunchedWorker
 from infless.workers.zygote_protocol import (
+    MAX_MESSAGE_BYTES,
     ChildExited,
     Fork,
     Forked,
@@ -26,7 +27,6 @@ from infless.workers.zygote_protocol import (
     from_zygote,
 )
 
-MAX_MESSAGE_BYTES = 64 * 1024
 _EXIT_CODES_KEPT = 4096
 
 

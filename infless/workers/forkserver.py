@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infless.workers.zygote_protocol import (
+    MAX_MESSAGE_BYTES,
     ChildExited,
     Fork,
     Forked,
@@ -40,8 +41,6 @@ from infless.workers.zygote_protocol import (
     encoder,
     to_zygote,
 )
-
-MAX_MESSAGE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import msgspec
 
+MAX_MESSAGE_BYTES = 64 * 1024  # one control datagram, either way
+
 
 class Fork(msgspec.Struct, tag="fork", frozen=True):
     request_id: int
