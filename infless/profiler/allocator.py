@@ -21,7 +21,6 @@ I/O shell (ctypes into libc); a no-op returning False where mallopt is unavailab
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
@@ -30,12 +29,8 @@ NEVER_TRIM = 2**31 - 1  # bytes of free heap top kept before giving any back (in
 
 def keep_freed_memory() -> bool:
     """Make this process's malloc keep and reuse freed memory (True: applied)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+    try:  # the symbols already loaded: find_library would run ldconfig (~5 ms per start)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

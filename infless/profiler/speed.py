@@ -54,9 +54,6 @@ class SpeedIndex:
         below = [ms for c, ms in self.ref_ms if c <= cpus]
         return below[-1] if below else None
 
-    def as_dict(self) -> dict[int, float]:
-        return dict(self.ref_ms)
-
 
 def speed_factor(now: SpeedIndex | None, then: SpeedIndex | None, cpus: int) -> float:
     """How many times longer anything takes now than then at `cpus` threads (1 if unknown)."""

@@ -190,7 +190,7 @@ class TemplateCache:
         self._start_timeout_s = start_timeout_s
         self._slots: dict[TemplateKey, _Slot] = {}
         self._by_instance: dict[str, TemplateKey] = {}
-        self._forked: dict[str, str] = {}  # instance id -> the template it was forked from
+        self._forked: set[str] = set()  # instances forked from their model's template
 
     async def launch(
         self, instance_id: str, tenant: str, package_dir: str, stored: list[p.StoredTensor]
@@ -215,7 +215,7 @@ class TemplateCache:
         if not template.client.alive:
             return None
         launched = await template.client.launch(instance_id)
-        self._forked[instance_id] = key.template_id
+        self._forked.add(instance_id)
         spawn_ms = (time.perf_counter() - started) * 1000.0  # with any wait for the template
         return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None)
 
@@ -237,7 +237,7 @@ class TemplateCache:
 
     def release(self, instance_id: str) -> None:
         """`instance_id` is gone; a model left without instances loses its template."""
-        self._forked.pop(instance_id, None)
+        self._forked.discard(instance_id)
         key = self._by_instance.pop(instance_id, None)
         slot = None if key is None else self._slots.get(key)
         if key is None or slot is None:
@@ -262,7 +262,8 @@ class TemplateCache:
         return [key.template_id for key, slot in self._slots.items() if slot.start is not None]
 
     def template_of(self, instance_id: str) -> str | None:
-        return self._forked.get(instance_id)
+        key = self._by_instance.get(instance_id)
+        return key.template_id if key is not None and instance_id in self._forked else None
 
     def describe(self) -> list[dict[str, object]]:
         described = []

@@ -122,10 +122,6 @@ class ZygoteLauncher:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    @property
-    def ready(self) -> ZygoteReady | None:
-        return None if self._client is None else self._client.ready
-
     def exit_code(self, pid: int) -> int | None:
         return None if self._client is None else self._client.exit_code(pid)
 
