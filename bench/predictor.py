@@ -4,8 +4,12 @@ For each model, batch sizes {1, 2, 4, 8, 16, 32} and threads {1, 2}: the whole m
 with the weights a worker serves, is measured in this process the way operators are profiled
 (the calling thread's CPU clock, i.e. the latency on dedicated cores; mean of the fastest
 half of the repetitions; thread counts interleaved) and compared
-with the prediction without the safety offset. Missing operator profiles are measured first
-into the profile DB (run `infless profile` beforehand to keep that out of the bench).
+with the prediction without the safety offset. Every point is measured in `--passes` passes
+over all models (default 2, minutes apart) and keeps its faster pass, compared at one machine
+speed: this host has slow phases lasting minutes, and a point measured once can fall into
+one (`infless profile --remeasure` does the same for profiles). Missing operator profiles
+are measured first into the profile DB (run `infless profile` beforehand to keep that out of
+the bench).
 
 This machine's speed drifts (see `infless.profiler.speed`), so every repetition of a model
 measurement is followed by one call of the reference kernel at the same thread count, and
@@ -26,7 +30,7 @@ Prints the mean and p90 absolute percentage error per model and overall, the cos
 predicting for a newly registered model, and ends with one line of JSON (headline figures,
 plus the uncalibrated ones under "uncalibrated").
 
-    .venv/bin/python bench/predictor.py [--models a,b] [--quick] [--db PATH]
+    .venv/bin/python -m bench.predictor [--models a,b] [--quick] [--db PATH] [--passes N]
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from pathlib import Path
 from infless.models.zoo import ZOO
 from infless.profiler.allocator import keep_freed_memory
 from infless.profiler.database import ProfileDatabase
-from infless.profiler.operators import ProfilePlan
+from infless.profiler.operators import Measurement, ProfilePlan
 from infless.profiler.predictor import CombinedOperatorPredictor
 from infless.profiler.profiling import ProfileProgress
 from infless.profiler.reference import reference_kernel
@@ -103,31 +107,77 @@ def _pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
 
 
+Point = tuple[str, int]  # (model, batch)
+
+
+def _faster(kept: Measurement | None, new: Measurement) -> Measurement:
+    """The faster of two measurements of one point, compared at one machine speed when both
+    carry a reference time (as `infless profile --remeasure` keeps the faster profile)."""
+    if kept is None:
+        return new
+    if kept.ref_ms > 0 and new.ref_ms > 0:
+        return new if new.fast_ms / new.ref_ms < kept.fast_ms / kept.ref_ms else kept
+    return new if new.fast_ms < kept.fast_ms else kept
+
+
+def _measure_passes(
+    names: list[str],
+    batches: tuple[int, ...],
+    predictor: CombinedOperatorPredictor,
+    budget_s: float,
+    passes: int,
+) -> dict[Point, dict[int, Measurement]]:
+    """Every point measured `passes` times, minutes apart, each keeping its faster pass.
+
+    This machine has slow phases lasting minutes (a shared host), which a measurement in one
+    pass can fall into; contention only ever adds time, so the faster pass is the better
+    estimate of the latency on dedicated cores, as for profiles.
+    """
+    kernel = reference_kernel()
+    best: dict[Point, dict[int, Measurement]] = {}
+    for number in range(1, passes + 1):
+        started = time.perf_counter()
+        for name in names:
+            source = model_source(name)
+            model = source.build_served()
+            for batch in batches:
+                big = predictor.predict_raw_ms(name, batch, 1) > 1000.0  # fewer repetitions
+                found = measure_model_ms(
+                    model,
+                    source,
+                    batch,
+                    THREADS,
+                    budget_s=1.0 if big else budget_s,
+                    min_reps=3,
+                    reference=kernel,
+                )
+                kept = best.setdefault((name, batch), {})
+                for cpus, measurement in found.items():
+                    kept[cpus] = _faster(kept.get(cpus), measurement)
+            del model
+        print(
+            f"pass {number}/{passes} measured in {time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return best
+
+
 def _measure_all(
     names: list[str],
     batches: tuple[int, ...],
     predictors: dict[str, CombinedOperatorPredictor],
     budget_s: float,
+    passes: int = 1,
 ) -> Results:
     results = Results()
+    calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
+    measured_points = _measure_passes(names, batches, calibrated, budget_s, passes)
     header = f"{'model':<16} {'b':>3} {'c':>2} {'pred ms':>10} {'meas ms':>10} {'err %':>7}"
     print(f"{header} {'uncal %':>8} {'speed':>6} {'spread':>6} {'wall-err %':>10} {'redo':>5}")
-    calibrated, uncalibrated, max_mode = (predictors[k] for k in ("cal", "uncal", "max"))
-    kernel = reference_kernel()
     for name in names:
-        source = model_source(name)
-        model = source.build_served()
         for batch in batches:
-            big = calibrated.predict_raw_ms(name, batch, 1) > 1000.0  # fewer repetitions there
-            found = measure_model_ms(
-                model,
-                source,
-                batch,
-                THREADS,
-                budget_s=1.0 if big else budget_s,
-                min_reps=3,
-                reference=kernel,
-            )
+            found = measured_points[(name, batch)]
             now = SpeedIndex.of({c: m.ref_ms for c, m in found.items()})
             for cpus in THREADS:
                 measured = found[cpus].fast_ms
@@ -154,7 +204,6 @@ def _measure_all(
                     f"{found[cpus].redone:>3}/{found[cpus].contended}",
                     flush=True,
                 )
-        del model
     return results
 
 
@@ -217,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, default=Path("state"))
     parser.add_argument("--db", type=Path, default=None, help="default: STATE_DIR/profiles.sqlite")
     parser.add_argument("--budget-s", type=float, default=0.6, help="measuring time per point")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        help="measure every point this many times, minutes apart, keeping the faster",
+    )
     args = parser.parse_args(argv)
 
     names = [n for n in args.models.split(",") if n] or list(ZOO)
@@ -241,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     results = _measure_all(
-        names, QUICK_BATCHES if args.quick else BATCHES, predictors, args.budget_s
+        names, QUICK_BATCHES if args.quick else BATCHES, predictors, args.budget_s, args.passes
     )
     (overall, per_model), (overall_uncal, per_model_uncal) = _summarise(names, results)
     total_ms, one_ms, register_ms = _prediction_cost_ms(db_path, args.state_dir, names[0])

@@ -6,7 +6,7 @@ Tables:
                                                              p being the operator (its signature);
                                                              time_ms with its weights in the LLC,
                                                              cold_ms with them in DRAM, ref_ms the
-                                                             reference kernel's time (one thread)
+                                                             reference kernel's time (same cpus)
                                                              paired with it (the machine speed
                                                              index, 0: unknown)
   calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
@@ -74,7 +74,7 @@ class ProfileRow:
     reps: int = 0
     measured_at: float = 0.0
     cold_ms: float = 0.0  # weights out of the last-level cache too (0: same as time_ms)
-    ref_ms: float = 0.0  # the reference kernel (one thread) paired with it (0: not measured)
+    ref_ms: float = 0.0  # the reference kernel (same cpus) paired with it (0: not measured)
 
     @property
     def cold_or_warm_ms(self) -> float:

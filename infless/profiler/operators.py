@@ -10,7 +10,8 @@ mean of the fastest half of the repetitions, since contention from other process
 ever adds time (the median is kept too). A run whose inter-quartile spread is large is
 measured again, keeping the faster result. Thread counts are isolated with
 `torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
-with a call of it: the machine speed index (`speed`) at the moment it was measured. A
+with a call of it at the same thread count: the machine speed index (`speed`) at the
+moment it was measured. A
 repetition at several threads during which our threads waited for a core another process
 held (the scheduler's run-queue delay, see `contention`) is discarded and measured again,
 a bounded number of times; `Measurement.redone`/`contended` count them.
@@ -143,6 +144,25 @@ def _wake_pool() -> None:
     torch.mul(_WAKE, 1.0)
 
 
+def _time_reference(reference: Callable[[], object], count: int, clock: Clock) -> float:
+    """One timed call (ms) of the speed index's kernel at `count` threads, after an untimed
+    one that brings its data back into the caches the measured call evicted. At several
+    threads a call during which a neighbour held a core is timed again (bounded), as
+    measured repetitions are: the index is the cores' speed, not their availability."""
+    guard = RepetitionGuard()
+    reference()
+    while True:
+        delay_before = _run_delay_ms() if count > 1 else None
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        reference()
+        wall_ms = (time.perf_counter() - started) * 1000.0
+        cpu_ms = (time.thread_time() - cpu_started) * 1000.0
+        delay_after = _run_delay_ms() if delay_before is not None else None
+        waited = 0.0 if delay_before is None or delay_after is None else delay_after - delay_before
+        if guard.accept(contended(waited, wall_ms)):
+            return cpu_ms if clock == "thread" else wall_ms
+
+
 def _one_run(
     fn: Callable[[], object],
     threads: Sequence[int],
@@ -202,14 +222,8 @@ def _one_run(
             cpu_ms = cpu_s / done * 1000.0
             wall[count].append(wall_ms)
             samples[count].append(cpu_ms if clock == "thread" else wall_ms)
-            if reference is not None:  # right after, on one thread (see `speed.SpeedIndex`)
-                torch.set_num_threads(1)
-                reference()  # untimed: its data back in the caches the measured call evicted
-                ref_started, ref_cpu_started = time.perf_counter(), time.thread_time()
-                reference()
-                ref_wall = (time.perf_counter() - ref_started) * 1000.0
-                ref_cpu = (time.thread_time() - ref_cpu_started) * 1000.0
-                ref[count].append(ref_cpu if clock == "thread" else ref_wall)
+            if reference is not None:  # right after, at the same thread count
+                ref[count].append(_time_reference(reference, count, clock))
     return {
         count: summarise(samples[count], wall[count], ref[count], guards[count])
         for count in threads
@@ -236,8 +250,9 @@ def measure_threads(
     follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
     counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
     repeated once and each count keeps its faster result. With `reference` (the speed
-    index's kernel), each repetition is followed by two calls of it on one thread (the first
-    warms its data up again, the second is timed), and `Measurement.ref_ms` is
+    index's kernel), each repetition is followed by two calls of it at the same thread count
+    (the first warms its data up again, the second is timed, and timed again if a neighbour
+    held a core meanwhile), and `Measurement.ref_ms` is
     the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
     the figure kept was measured.
     """

@@ -6,9 +6,9 @@ data that fits the L2 cache. No streaming through memory: bandwidth taken by a n
 on the other core slows such a kernel far more than the small, cache-resident operators
 that are most of a model's operators, so it would misread contention as a slower machine.
 Inputs come from a seeded generator, so every process times the same arithmetic. It runs
-on one thread (see `speed.SpeedIndex`), paired with every repetition of a measurement
-(`operators.measure_threads(reference=...)`) or alone (`measure_speed`: timed like an
-operator, with a small budget).
+at the thread count of what it is paired with (see `speed.SpeedIndex`): after every
+repetition of a measurement (`operators.measure_threads(reference=...)`) or alone
+(`measure_speed`: timed like an operator at each thread count, with a small budget).
 
 Imports torch. Owns the kernel; `speed.REFERENCE_KERNEL` names it and must change with it.
 """
@@ -48,8 +48,8 @@ def measure_speed(
     kernel: Callable[[], object] | None = None,
     budget_s: float = REFERENCE_BUDGET_S,
 ) -> SpeedIndex:
-    """The speed index now for predictions at `threads`: the kernel's time on one thread."""
+    """The speed index now for predictions at `threads`: the kernel's time at each count."""
     found = measure_threads(
-        kernel or reference_kernel(), (1,), budget_s=budget_s, min_reps=5, max_reps=20
+        kernel or reference_kernel(), threads, budget_s=budget_s, min_reps=5, max_reps=20
     )
-    return SpeedIndex.of(dict.fromkeys(threads, found[1].fast_ms))
+    return SpeedIndex.of({count: m.fast_ms for count, m in found.items()})

@@ -8,7 +8,7 @@ The cure is a yardstick: a fixed reference kernel (`infless.profiler.reference`)
 right after every repetition of every operator measurement and stored with the profile
 (`ProfileRow.ref_ms`: its mean over the repetitions the profiled figure averages), and
 timed again when a prediction should hold for "now". A profiled time then scales by
-`ref_now / ref_at_profile` (the kernel on one thread, paired with the same thread count).
+`ref_now / ref_at_profile` (the kernel at the same thread count as the measurement).
 
 This corrects host drift only. The reference kernel is fixed and knows nothing of the
 models; no factor here is fitted against measured model latencies.
@@ -26,20 +26,21 @@ from infless.profiler.database import ProfileRow
 
 # Names the reference kernel; indices measured with different kernels do not compare. Change
 # it whenever `infless.profiler.reference` changes what it runs.
-REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/one-thread/v3"
+REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/same-threads/v4"
 
 
 @dataclass(frozen=True, slots=True)
 class SpeedIndex:
-    """The reference kernel's time in ms, on one thread, paired with measurements at each
-    thread count (cpus -> ms), at one moment.
+    """The reference kernel's time in ms at each thread count (cpus -> ms), at one moment.
 
     Larger is slower. `ref_ms` holds (cpus, ms) pairs, cpus ascending, every ms > 0. The
-    kernel always runs on one thread: the speed of a core is what drifts with the host.
-    Timed on two threads it would also read whether the second core is free at that
-    instant, which is contention, not speed, and which most operators do not feel: on this
-    machine, with a neighbour on the other core, the two-thread kernel ran 3-30x slower next
-    to small operators whose own two-thread times did not change.
+    kernel runs at the thread count of the measurement it is paired with, because this
+    host's cores drift apart: timed on each core in turn every 0.3 s, one core was
+    0.54-1.44x as fast as the other, and a parallel region waits for the slower one, which a
+    one-thread kernel on the calling thread's core does not see. A call during which a
+    neighbour held one of the cores is timed again (`operators`), so the index reads the
+    cores' speed, not whether they were free: untimed for contention, the two-thread kernel
+    ran 3-30x slower next to a neighbour while small operators did not.
     """
 
     ref_ms: tuple[tuple[int, float], ...]
