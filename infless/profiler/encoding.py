@@ -35,6 +35,19 @@ class _T:
     shape: tuple[int, ...]
     dtype: str
     high: int | None
+    order: tuple[int, ...] | None = None  # memory order of a permuted view (`TensorInfo`)
+
+
+def memory_order(value: torch.Tensor) -> tuple[int, ...] | None:
+    """The dims of `value` from outermost to innermost in memory, when it is a permuted view
+    of a dense tensor (e.g. a transpose); None when contiguous or not dense (a slice)."""
+    if value.dim() < 2 or value.is_contiguous():
+        return None
+    strides = value.stride()
+    order = tuple(sorted(range(value.dim()), key=lambda d: (-strides[d], d)))
+    if not value.permute(order).is_contiguous():
+        return None
+    return order
 
 
 def summarize(value: object) -> object:
@@ -43,7 +56,7 @@ def summarize(value: object) -> object:
         high = None
         if not value.is_floating_point() and value.dtype != torch.bool and value.numel() > 0:
             high = int(value.max().item()) + 1
-        return _T(tuple(int(d) for d in value.shape), dtype, high)
+        return _T(tuple(int(d) for d in value.shape), dtype, high, memory_order(value))
     if isinstance(value, torch.Size):
         return tuple(int(d) for d in value)
     if isinstance(value, list | tuple):
@@ -83,7 +96,8 @@ def _tensor_info(small: _T, large: _T) -> TensorInfo:
         b_small, b_large = TRACE_BATCHES
         shape[axis] = (large.shape[axis] - small.shape[axis]) // (b_large - b_small)
     highs = [h for h in (small.high, large.high) if h is not None]
-    return TensorInfo(tuple(shape), small.dtype, axis, max(highs) if highs else None)
+    order = small.order if small.order == large.order else None
+    return TensorInfo(tuple(shape), small.dtype, axis, max(highs) if highs else None, order)
 
 
 def encode(  # noqa: PLR0911 - one return per encoded kind

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-GRAPH_FORMAT = 1
+GRAPH_FORMAT = 2
+LOOKUP_KINDS = frozenset({"embedding", "embedding_bag"})
 
 # Cost classes: a profiled tensor op ("compute"); int/shape arithmetic or tuple indexing, which
 # costs nothing worth profiling ("python"); a tensor op that cannot be rebuilt alone ("opaque").
@@ -29,13 +30,18 @@ class TensorInfo:
 
     `shape[batch_axis]` is the size per sample (the run-time size is that times the batch);
     `batch_axis` is None for tensors that do not grow with the batch (weights, constants).
-    `int_high` bounds the values of integer tensors (exclusive), e.g. token ids.
+    `int_high` bounds the values of integer tensors (exclusive), e.g. token ids. `order` is
+    the memory order of a tensor that is a permuted view of a dense one (a transpose): its
+    dims from outermost to innermost, so `tensor.permute(order)` is contiguous; None for a
+    contiguous tensor. What an operator costs can depend on it: `contiguous()` of a
+    transposed tensor copies it, of a contiguous one does nothing.
     """
 
     shape: tuple[int, ...]
     dtype: str
     batch_axis: int | None = None
     int_high: int | None = None
+    order: tuple[int, ...] | None = None
 
     def shape_at(self, batch_size: int) -> tuple[int, ...]:
         if self.batch_axis is None:
@@ -51,18 +57,22 @@ class TensorInfo:
         return total
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "shape": list(self.shape),
             "dtype": self.dtype,
             "batch_axis": self.batch_axis,
             "int_high": self.int_high,
         }
+        if self.order is not None:  # only then: contiguous inputs keep their operator keys
+            data["order"] = list(self.order)
+        return data
 
     @staticmethod
     def from_json(data: dict[str, object]) -> TensorInfo:
         shape = data["shape"]
         axis = data.get("batch_axis")
         high = data.get("int_high")
+        order = data.get("order")
         if not isinstance(shape, list) or not isinstance(data["dtype"], str):
             raise ValueError(f"invalid tensor info {data!r}: needs shape (list) and dtype (str)")
         return TensorInfo(
@@ -70,6 +80,7 @@ class TensorInfo:
             dtype=data["dtype"],
             batch_axis=axis if isinstance(axis, int) else None,
             int_high=high if isinstance(high, int) else None,
+            order=tuple(int(d) for d in order) if isinstance(order, list) else None,
         )
 
 
@@ -87,6 +98,12 @@ class OpSignature:
     target: str
     params: str
     inputs: tuple[TensorInfo, ...]
+
+    @property
+    def is_lookup(self) -> bool:
+        """A table lookup (embedding): it reads the rows its ids pick, which differ from
+        batch to batch, so the rows it reads are out of the caches however small the model."""
+        return self.kind in LOOKUP_KINDS
 
     @property
     def key(self) -> str:

@@ -5,7 +5,11 @@ the per-call overheads no operator profile holds (nn.Module calls of container m
 lookups, the cost of switching between different operators), times (1 + offset). Operators are
 profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
 batches, out of the LLC too ("cold"); a model whose streamed weights exceed 3/4 of the LLC is
-predicted from the cold profiles, since its own operators evict each other's weights.
+predicted from the cold profiles, since its own operators evict each other's weights, and so
+are table lookups (embeddings) in any model: the rows a batch's ids pick are rarely the
+ones earlier batches left in a cache (measured: 128 random rows of a 10 MB table, 9-10 us
+in a loop on the same or 16 rotating id sets, 140 us after the LLC was swept, 90-110 us
+inside the model).
 Operator times come from the profiled batch sizes by linear interpolation (beyond the
 largest: the last slope, never negative). An operator's curve keeps what was measured, even
 where a larger batch runs faster (oneDNN switches kernels with the batch: many convolutions
@@ -158,6 +162,7 @@ class _Model:
     node_keys: Mapping[str, str]  # compute node -> op key
     overhead_ms: float
     cold: bool  # weights larger than the last-level cache: use the DRAM-weight profiles
+    cold_nodes: frozenset[str]  # nodes predicted from the DRAM-weight profiles
     grid: tuple[int, ...]  # every batch size some operator was profiled at, ascending
     kinds: Mapping[str, str]  # node -> operator kind
 
@@ -209,10 +214,20 @@ class CombinedOperatorPredictor:
             + len(keys) * self.calibration.op_switch_us
         )
         cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
+        cold_nodes = frozenset(
+            n.name for n in graph.nodes if n.name in keys and (cold or n.signature.is_lookup)
+        )
         grid = sorted({b for k in set(keys.values()) for b in self._tables[(k, 0)].grid})
         kinds = {n.name: n.signature.kind for n in graph.nodes}
         self._models[model_key] = _Model(
-            graph, decompose(graph), keys, overhead_us / 1000.0, cold, tuple(grid), kinds
+            graph,
+            decompose(graph),
+            keys,
+            overhead_us / 1000.0,
+            cold,
+            cold_nodes,
+            tuple(grid),
+            kinds,
         )
 
     def unregister(self, model_key: str) -> None:
@@ -264,12 +279,12 @@ class CombinedOperatorPredictor:
         factor: Callable[[int], float],
     ) -> float:
         """The model's combined operator times plus overheads at exactly `batch_size`."""
-        tables = self._cold_tables if model.cold else self._tables
 
         def op_cost(name: str) -> float:
             key = model.node_keys.get(name)
             if key is None:
                 return 0.0
+            tables = self._cold_tables if name in model.cold_nodes else self._tables
             table = tables.get((key, gpu_pct))
             if table is None:
                 raise MissingProfile(
@@ -311,7 +326,7 @@ class CombinedOperatorPredictor:
         for node in model.graph.nodes:
             key = model.node_keys.get(node.name)
             if key is not None:
-                tables = self._cold_tables if model.cold else self._tables
+                tables = self._cold_tables if node.name in model.cold_nodes else self._tables
                 t = tables[(key, gpu_pct)].at(batch_size, cpus, factor)
                 totals[node.signature.kind] = totals.get(node.signature.kind, 0.0) + t
         return totals

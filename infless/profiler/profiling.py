@@ -2,7 +2,8 @@
 
 Operators are rebuilt alone from their signatures (`targets.build_operator`) with their
 weights cycled through copies, so they come from where a model finds them: out of L2 but in
-the last-level cache ("warm"), and at small batches out of the LLC too ("cold"). Each
+the last-level cache ("warm"), and at small batches out of the LLC too ("cold"; table
+lookups at every batch, see `OpSignature.is_lookup`). Each
 operator's rows are committed together, so an interrupted run resumes where it stopped.
 With a reference kernel, every row carries the machine speed index paired with its
 measurement (`ProfileRow.ref_ms`).
@@ -32,6 +33,7 @@ from infless.profiler.targets import build_operator
 
 MIN_COLD_WEIGHT_BYTES = 64 << 10  # smaller weights cost the same wherever they are
 MAX_COLD_BATCH = 4  # beyond, arithmetic dwarfs reading the weights once: cold = warm
+# (except for lookups, which read rows, not the whole table: their cold time is measured always)
 
 
 @dataclass
@@ -195,7 +197,9 @@ def _profile_one(
         warm_op = build_operator(signature, batch, rotate_bytes=warm_bytes)
         warm = measure_threads(warm_op.run, threads, **kwargs)
         cold = warm
-        if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and batch <= MAX_COLD_BATCH:
+        if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and (
+            batch <= MAX_COLD_BATCH or signature.is_lookup
+        ):
             del warm_op
             cold = measure_threads(
                 build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs

@@ -23,6 +23,7 @@ from infless.profiler.graph import OpSignature, TensorInfo
 _FUNCTION_MODULES = ("torch", "_operator", "operator", "math")
 _BUILTINS = {"getattr", "len", "max", "min", "abs"}
 MAX_COPIES = 64
+INDEX_VARIANTS = 16  # sets of token ids an operator with integer inputs cycles through
 
 
 class UnresolvableTarget(Exception):
@@ -118,7 +119,17 @@ def decode(  # noqa: PLR0911 - one return per encoded kind
 
 
 def make_tensor(info: TensorInfo, batch_size: int, gen: torch.Generator) -> torch.Tensor:
+    """A random tensor as `info` describes it at `batch_size`, in its memory order."""
     shape = info.shape_at(batch_size)
+    order = info.order
+    if order is not None and sorted(order) == list(range(len(shape))):
+        dense = make_tensor(
+            TensorInfo(tuple(shape[d] for d in order), info.dtype, int_high=info.int_high),
+            1,
+            gen,
+        )
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        return dense.permute(inverse)
     dtype = getattr(torch, info.dtype)
     if dtype.is_floating_point:
         return torch.randn(shape, generator=gen).to(dtype)
@@ -140,6 +151,12 @@ def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _is_index(info: TensorInfo) -> bool:
+    """An integer tensor: ids or indices, whose values choose what the operator reads."""
+    dtype = getattr(torch, info.dtype)
+    return not dtype.is_floating_point and dtype != torch.bool
+
+
 def build_operator(
     signature: OpSignature, batch_size: int, *, rotate_bytes: int = 0
 ) -> BuiltOperator:
@@ -147,49 +164,66 @@ def build_operator(
 
     With `rotate_bytes`, enough copies of its weights to fill that many bytes are made and
     used in turn, so each call finds its weights out of the faster caches, as inside a model
-    whose other operators ran in between.
+    whose other operators ran in between. Integer inputs that grow with the batch (token ids)
+    change from call to call (`INDEX_VARIANTS` sets), as they do from batch to batch: a
+    lookup repeated on the same ids would find its rows in L1/L2, a model's lookups do not.
     """
     is_module = signature.target.startswith("module:")
     cls = resolve_module_class(signature.target) if is_module else None
     func = None if is_module else resolve_function(signature.target)
     params = json.loads(signature.params)
+    inputs = signature.inputs
     gen = torch.Generator().manual_seed(0)
-    shared = {
-        i: make_tensor(info, batch_size, gen)
-        for i, info in enumerate(signature.inputs)
-        if info.batch_axis is not None
-    }
+    batched = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
+               if info.batch_axis is not None}  # fmt: skip
+    indices = [i for i in batched if _is_index(inputs[i])]
+    batch_sets = [batched] + [
+        {**batched, **{i: make_tensor(inputs[i], batch_size, gen) for i in indices}}
+        for _ in range(INDEX_VARIANTS - 1 if indices else 0)
+    ]
 
-    def instance() -> tuple[Callable[[], object], int]:
-        own = {
-            i: make_tensor(info, batch_size, gen)
-            for i, info in enumerate(signature.inputs)
-            if i not in shared
-        }
-        tensors = [shared[i] if i in shared else own[i] for i in range(len(signature.inputs))]
+    def weights() -> tuple[dict[int, torch.Tensor], nn.Module | None]:
+        own = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
+               if i not in batched}  # fmt: skip
+        if cls is None:
+            return own, None
+        init = params.get("init", {})
+        if not isinstance(init, dict):
+            raise UnresolvableTarget(f"{signature.kind}: malformed constructor arguments")
+        return own, cls(**{k: decode(v, [], batch_size) for k, v in init.items()}).eval()
+
+    def bind(
+        batch_inputs: dict[int, torch.Tensor],
+        own: dict[int, torch.Tensor],
+        module: nn.Module | None,
+    ) -> Callable[[], object]:
+        tensors = [batch_inputs[i] if i in batch_inputs else own[i] for i in range(len(inputs))]
         call = decode(params.get("call", {"args": [], "kwargs": {}}), tensors, batch_size)
         args = call.get("args", ()) if isinstance(call, dict) else None
         kwargs = call.get("kwargs", {}) if isinstance(call, dict) else None
         if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
             raise UnresolvableTarget(f"{signature.kind}: malformed call arguments")
-        weight_bytes = _tensor_bytes(own.values())
-        if cls is not None:
-            init = params.get("init", {})
-            if not isinstance(init, dict):
-                raise UnresolvableTarget(f"{signature.kind}: malformed constructor arguments")
-            module = cls(**{k: decode(v, [], batch_size) for k, v in init.items()}).eval()
-            weight_bytes += _tensor_bytes([*module.parameters(), *module.buffers()])
-            return (lambda: module(*args, **kwargs)), weight_bytes
+        if module is not None:
+            return lambda: module(*args, **kwargs)
         assert func is not None
-        return (lambda: func(*args, **kwargs)), weight_bytes
+        return lambda: func(*args, **kwargs)
 
-    first, weight_bytes = instance()
+    first = weights()
+    own, module = first
+    weight_bytes = _tensor_bytes(own.values())
+    if module is not None:
+        weight_bytes += _tensor_bytes([*module.parameters(), *module.buffers()])
     copies = 1
     if rotate_bytes > 0 and weight_bytes > 0:
         copies = max(1, min(MAX_COPIES, math.ceil(rotate_bytes / weight_bytes)))
-    if copies == 1:
-        return BuiltOperator(first, weight_bytes, 1)
-    calls = itertools.cycle([first, *(instance()[0] for _ in range(copies - 1))])
+    weight_sets = [first, *(weights() for _ in range(copies - 1))]
+    variants = [
+        bind(batch_sets[k % len(batch_sets)], *weight_sets[k % copies])
+        for k in range(max(copies, len(batch_sets)))
+    ]
+    if len(variants) == 1:
+        return BuiltOperator(variants[0], weight_bytes, 1)
+    calls = itertools.cycle(variants)
 
     def run_next() -> object:
         return next(calls)()

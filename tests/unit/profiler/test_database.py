@@ -7,12 +7,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from torch import nn
 
+from infless.profiler import profiling
 from infless.profiler.database import SCHEMA_VERSION, ProfileDatabase, ProfileRow
+from infless.profiler.extract import extract_graph
 from infless.profiler.graph import OpSignature, TensorInfo, canonical_params
 from infless.profiler.operators import Measurement, ProfilePlan
-from infless.profiler.profiling import ProfileProgress, profile_row, profile_signatures
+from infless.profiler.profiling import (
+    MAX_COLD_BATCH,
+    ProfileProgress,
+    profile_row,
+    profile_signatures,
+)
 from infless.profiler.speed import REFERENCE_KERNEL
+from infless.profiler.targets import BuiltOperator, build_operator
+from infless.types import TensorSpec
 
 
 def _relu(width: int) -> OpSignature:
@@ -197,3 +207,25 @@ def test_a_cold_figure_is_brought_to_the_warm_figures_machine_speed() -> None:
     assert row == ProfileRow("k", 4, 2, 0, 2.0, 1.9, 0.01, 5, 7.0, 3.0, 1.0)
     unpaired = profile_row("k", 4, 2, replace(warm, ref_ms=0.0), cold, measured_at=7.0)
     assert (unpaired.cold_ms, unpaired.ref_ms) == (6.0, 0.0)
+
+
+def test_lookups_are_measured_out_of_the_caches_at_every_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above MAX_COLD_BATCH only lookups get a cold measurement: they read the rows their ids
+    pick, not the whole table, so arithmetic never dwarfs reading them."""
+    model = nn.Sequential(nn.Embedding(4096, 64), nn.Flatten(), nn.Linear(512, 256))
+    graph = extract_graph(model, (TensorSpec("ids", "int64", (8,)),), model_key="lookup")
+    signatures = [n.signature for n in graph.nodes if n.signature.kind != "flatten"]
+    rotations: dict[str, list[int]] = {}
+    real = build_operator
+
+    def spy(signature: OpSignature, batch: int, *, rotate_bytes: int = 0) -> BuiltOperator:
+        rotations.setdefault(signature.kind, []).append(rotate_bytes)
+        return real(signature, batch, rotate_bytes=rotate_bytes)
+
+    monkeypatch.setattr(profiling, "build_operator", spy)
+    with ProfileDatabase(tmp_path / "p.sqlite") as db:
+        profile_signatures(db, signatures, replace(TINY, batches=(2 * MAX_COLD_BATCH,)))
+    warm_bytes, cold_bytes = profiling._rotation_bytes()
+    assert rotations == {"embedding": [warm_bytes, cold_bytes], "linear": [warm_bytes]}

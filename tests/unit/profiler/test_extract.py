@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import torch
 from torch import nn
 
+from infless.profiler.encoding import memory_order
 from infless.profiler.extract import extract_graph
-from infless.profiler.graph import OperatorGraph
+from infless.profiler.graph import OperatorGraph, TensorInfo
 from infless.profiler.structure import Parallel, count_parallel, decompose
-from infless.profiler.targets import build_operator
+from infless.profiler.targets import build_operator, make_tensor
 from infless.types import TensorSpec
 
 IMAGE = (TensorSpec("image", "float32", (3, 8, 8)),)
@@ -143,3 +145,57 @@ def test_integer_inputs_keep_their_value_range() -> None:
     assert embedding.inputs[0].dtype == "int64"
     assert embedding.inputs[0].int_high is not None
     assert embedding.inputs[0].int_high <= 50
+
+
+class Transposing(nn.Module):
+    """Embeddings -> a transposed view made contiguous (a copy) -> a 1-D convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(50, 8)
+        self.conv = nn.Conv1d(8, 4, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.conv(self.embedding(ids).transpose(1, 2).contiguous())
+        return out
+
+
+def test_a_transposed_input_is_rebuilt_in_its_memory_order() -> None:
+    graph = extract_graph(Transposing(), (TensorSpec("ids", "int64", (6,)),), model_key="t")
+    by_kind = {n.signature.kind: n.signature for n in graph.nodes}
+    transposed = by_kind["contiguous"].inputs[0]
+    assert transposed.shape == (1, 8, 6)
+    assert transposed.order == (0, 2, 1)  # memory: batch, then the 6 positions, then the 8 dims
+    assert by_kind["conv1d"].inputs[0].order is None  # the copy is contiguous
+    with torch.inference_mode():
+        copied = build_operator(by_kind["contiguous"], 3).run()
+    assert isinstance(copied, torch.Tensor)
+    assert copied.shape == (3, 8, 6)
+    rebuilt = make_tensor(transposed, 3, torch.Generator().manual_seed(0))
+    assert rebuilt.stride() == torch.zeros(3, 6, 8).transpose(1, 2).stride()
+    assert OperatorGraph.from_json(graph.to_json()) == graph
+
+
+def test_contiguous_inputs_keep_the_operator_keys_they_had() -> None:
+    info = TensorInfo((1, 8, 6), "float32", 0)
+    assert "order" not in info.to_json()  # so profiles keyed before layouts were recorded hold
+    assert TensorInfo.from_json(replace(info, order=(0, 2, 1)).to_json()).order == (0, 2, 1)
+
+
+def test_slices_are_not_taken_for_permuted_tensors() -> None:
+    x = torch.zeros(2, 5, 7)
+    assert memory_order(x) is None
+    assert memory_order(x[:, -1]) is None  # a slice: not dense, rebuilt contiguous
+    assert memory_order(x.permute(2, 0, 1)) == (1, 2, 0)
+
+
+def test_a_lookup_reads_other_ids_on_every_call() -> None:
+    graph = extract_graph(Transposing(), (TensorSpec("ids", "int64", (6,)),), model_key="t")
+    lookup = next(n for n in graph.nodes if n.signature.kind == "embedding").signature
+    assert lookup.is_lookup
+    built = build_operator(lookup, 4)
+    with torch.inference_mode():
+        outputs = [built.run() for _ in range(3)]
+    tensors = [o for o in outputs if isinstance(o, torch.Tensor) and o.shape == (4, 6, 8)]
+    assert len(tensors) == 3
+    assert not torch.equal(tensors[0], tensors[1])  # one table, other rows

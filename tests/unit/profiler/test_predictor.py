@@ -191,3 +191,18 @@ def test_models_larger_than_the_cache_use_the_cold_weight_profiles() -> None:
     assert predictor.predict_raw_ms("big", 4, 1) == pytest.approx(
         2 * predictor.predict_raw_ms("small", 4, 1)
     )
+
+
+def test_table_lookups_are_predicted_from_their_cold_profiles_in_any_model() -> None:
+    lookup = OpSignature(
+        "embedding", "function:torch.embedding", "{}", (TensorInfo((1, 4), "int64", 0, 9),)
+    )
+    assert lookup.is_lookup
+    assert not _sig("linear").is_lookup
+    predictor = CombinedOperatorPredictor(offset_pct=0.0)
+    for sig in (lookup, _sig("linear")):
+        predictor.add_profiles([ProfileRow(sig.key, 1, 1, 0, 1.0, cold_ms=5.0)])
+    nodes = (OpNode("ids", lookup, ()), OpNode("dense", _sig("linear"), ("ids",)))
+    graph = OperatorGraph("small", nodes, ("dense",), "fx", weight_bytes=1024)
+    predictor.register("small", graph)  # its weights fit the caches: warm, but the rows do not
+    assert predictor.predict_raw_ms("small", 1, 1) == pytest.approx(5.0 + 1.0)
