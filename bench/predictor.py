@@ -131,13 +131,15 @@ def _measure_passes(
 
     This machine has slow phases lasting minutes (a shared host), which a measurement in one
     pass can fall into; contention only ever adds time, so the faster pass is the better
-    estimate of the latency on dedicated cores, as for profiles.
+    estimate of the latency on dedicated cores, as for profiles. Each pass starts at another
+    model, so no model is measured at the same point of every pass.
     """
     kernel = reference_kernel()
     best: dict[Point, dict[int, Measurement]] = {}
     for number in range(1, passes + 1):
         started = time.perf_counter()
-        for name in names:
+        shift = (number - 1) * len(names) // passes  # each pass starts elsewhere in the list
+        for name in names[shift:] + names[:shift]:
             source = model_source(name)
             model = source.build_served()
             for batch in batches:

@@ -3,18 +3,19 @@
 Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
 allocations), then repetitions of an inner loop long enough to beat timer resolution, thread
 counts interleaved, timed on the calling thread's CPU clock (the time a core actually ran it,
-i.e. its latency on dedicated cores; the wall clock is recorded too), with the intra-op
-thread pool woken up before each repetition at several threads, as a model's previous
-operator leaves it. The figure kept is a trimmed mean trimmed on the slow side only: the
-mean of the fastest half of the repetitions, since contention from other processes only
-ever adds time (the median is kept too). A run whose inter-quartile spread is large is
-measured again, keeping the faster result. Thread counts are isolated with
+i.e. its latency on dedicated cores; the wall clock is recorded too). Before each repetition
+the intra-op thread pool is woken up at several threads, as a model's previous operator
+leaves it, and a short call (`REWARM_BELOW_S`) runs once untimed, so the repetition times it
+warm, as it runs back to back. The figure kept is a trimmed mean trimmed on the slow side
+only: the mean of the fastest half of the repetitions, since contention from other
+processes only ever adds time (the median is kept too). A run whose inter-quartile spread
+is large is measured again, keeping the faster result. Thread counts are isolated with
 `torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
 with a call of it at the same thread count: the machine speed index (`speed`) at the
-moment it was measured. A
-repetition at several threads during which our threads waited for a core another process
-held (the scheduler's run-queue delay, see `contention`) is discarded and measured again,
-a bounded number of times; `Measurement.redone`/`contended` count them.
+moment it was measured. A repetition at several threads during which our threads waited for
+a core another process held (the scheduler's run-queue delay, see `contention`) is
+discarded and measured again, a bounded number of times; `Measurement.redone`/`contended`
+count them.
 Per-call overheads that no operator profile contains (an nn.Module call, a shape lookup,
 switching operators) are calibrated once per database. A profiling run over a database is
 `profiling`'s.
@@ -41,6 +42,12 @@ from infless.profiler.database import Config, ProfileDatabase
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 Clock = Literal["thread", "wall"]
+# Below this, each repetition starts with one untimed call: what ran in between (the other
+# thread count, the reference kernel) evicted the call's data, and a repetition of a few
+# calls would time one cold call in a few (measured: mnist at b1/b8 5-12% slower without it,
+# dssm at b4 and resnet-20-cifar at b2 about 5%).
+# Longer calls keep their timed calls cold-started: the difference is small, the cost not.
+REWARM_BELOW_S = 0.01
 CALIBRATION_KEYS = ("module_call_us", "python_op_us", "op_switch_us", "llc_bytes")
 
 
@@ -193,12 +200,15 @@ def _one_run(
     wall: dict[int, list[float]] = {count: [] for count in threads}
     ref: dict[int, list[float]] = {count: [] for count in threads}
     guards = {count: RepetitionGuard() for count in threads}
+    rewarm = estimate_s < REWARM_BELOW_S
     for rep in range(reps):
         # interleaved, alternating order: a burst of contention hits every thread count alike
         for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
             torch.set_num_threads(count)
             while True:  # until a repetition no neighbour interfered with, or retries run out
-                if count > 1:
+                if rewarm:  # untimed: the caches as the timed calls leave them for each other
+                    fn()
+                elif count > 1:
                     _wake_pool()
                 delay_before = _run_delay_ms() if count > 1 else None
                 done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
