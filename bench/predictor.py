@@ -5,7 +5,7 @@ with the weights a worker serves, is measured in this process the way operators 
 (the calling thread's CPU clock, i.e. the latency on dedicated cores; mean of the fastest
 half of the repetitions; thread counts interleaved) and compared
 with the prediction without the safety offset. Every point is measured in `--passes` passes
-over all models (default 2, minutes apart) and keeps its faster pass, compared at one machine
+over all models (default 3, minutes apart) and keeps its faster pass, compared at one machine
 speed: this host has slow phases lasting minutes, and a point measured once can fall into
 one (`infless profile --remeasure` does the same for profiles). Missing operator profiles
 are measured first into the profile DB (run `infless profile` beforehand to keep that out of
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--passes",
         type=int,
-        default=2,
+        default=3,
         help="measure every point this many times, minutes apart, keeping the faster",
     )
     args = parser.parse_args(argv)
