@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         help="measure every point this many times, minutes apart, keeping the faster",
     )
     args = parser.parse_args(argv)
+    if args.passes < 1:
+        parser.error(f"--passes {args.passes}: at least one pass is needed to measure anything")
 
     names = [n for n in args.models.split(",") if n] or list(ZOO)
     allocator = keep_freed_memory()  # as `infless profile` does: no page faults per forward
@@ -315,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "model repetitions at several threads that ran under contention (a neighbour held a "
-        f"core, per the scheduler): {results.redone} redone, {results.contended} kept "
-        "(retries ran out)"
+        f"core, per the scheduler), in the passes kept: {results.redone} redone, "
+        f"{results.contended} kept (retries ran out)"
     )
     uncalibrated = {
         "overall_mean_abs_pct_error": round(overall_uncal, 2),
