@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def cached_graph(state_dir: Path, model_key: str) -> OperatorGraph | None:
-    """The newest cached graph of `model_key` (`<key>-<16 hex>.json`), if any."""
+    """The newest cached graph of `model_key` (`<key>-<16 hex>.json`) in this infless's graph
+    format, if any (graphs an older infless cached are left for `infless profile` to redo)."""
     pattern = re.compile(rf"^{re.escape(model_key)}-[0-9a-f]{{16}}\.json$")
     directory = state_dir / "graphs"
     if not directory.is_dir():
@@ -30,9 +31,12 @@ def cached_graph(state_dir: Path, model_key: str) -> OperatorGraph | None:
     found = sorted(
         (p for p in directory.iterdir() if pattern.match(p.name)), key=lambda p: p.stat().st_mtime
     )
-    if not found:
-        return None
-    return OperatorGraph.from_json(found[-1].read_text(encoding="utf-8"))
+    for path in reversed(found):
+        try:
+            return OperatorGraph.from_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            log.info("%s: not a graph of this infless's format; skipped", path)
+    return None
 
 
 def load_profiled_predictor(

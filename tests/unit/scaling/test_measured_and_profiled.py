@@ -59,6 +59,9 @@ def test_profiles_and_cached_graphs_in_a_state_dir_become_predictions(tmp_path: 
         [ProfileRow(signature.key, b, c, 0, 1.0 * b / c) for b in (1, 2, 4) for c in (1, 2)],
     )
     assert cached_graph(tmp_path, "tiny") is not None
+    # an older infless's graph, cached later, is skipped rather than failing the predictor
+    (tmp_path / "graphs" / "tiny-fedcba9876543210.json").write_text('{"format": 0}')
+    assert cached_graph(tmp_path, "tiny") == graph
     predictor = load_profiled_predictor(tmp_path, ["tiny", "unprofiled"])
     assert predictor is not None
     one = predictor.predict_latency_ms("tiny", 1, 1)
