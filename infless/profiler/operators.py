@@ -151,6 +151,15 @@ def _wake_pool() -> None:
     torch.mul(_WAKE, 1.0)
 
 
+def _waited_since(before_ms: float | None) -> float:
+    """How long (ms) our threads have waited for a core since `_run_delay_ms()` read
+    `before_ms` (0 when it was not read, e.g. at one thread, or cannot be read)."""
+    if before_ms is None:
+        return 0.0
+    after_ms = _run_delay_ms()
+    return 0.0 if after_ms is None else after_ms - before_ms
+
+
 def _time_reference(reference: Callable[[], object], count: int, clock: Clock) -> float:
     """One timed call (ms) of the speed index's kernel at `count` threads, after an untimed
     one that brings its data back into the caches the measured call evicted. At several
@@ -164,9 +173,7 @@ def _time_reference(reference: Callable[[], object], count: int, clock: Clock) -
         reference()
         wall_ms = (time.perf_counter() - started) * 1000.0
         cpu_ms = (time.thread_time() - cpu_started) * 1000.0
-        delay_after = _run_delay_ms() if delay_before is not None else None
-        waited = 0.0 if delay_before is None or delay_after is None else delay_after - delay_before
-        if guard.accept(contended(waited, wall_ms)):
+        if guard.accept(contended(_waited_since(delay_before), wall_ms)):
             return cpu_ms if clock == "thread" else wall_ms
 
 
@@ -219,13 +226,8 @@ def _one_run(
                         break
                 elapsed_s = time.perf_counter() - started
                 cpu_s = time.thread_time() - cpu_started
-                delay_after = _run_delay_ms() if delay_before is not None else None
-                # one thread: its CPU clock already leaves out waiting for a core
-                waited = (
-                    0.0
-                    if delay_before is None or delay_after is None
-                    else delay_after - delay_before
-                )
+                # one thread: its CPU clock already leaves out waiting for a core (not read)
+                waited = _waited_since(delay_before)
                 if guards[count].accept(contended(waited, elapsed_s * 1000.0)):
                     break
             wall_ms = elapsed_s / done * 1000.0

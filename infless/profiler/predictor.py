@@ -161,7 +161,6 @@ class _Model:
     structure: Block
     node_keys: Mapping[str, str]  # compute node -> op key
     overhead_ms: float
-    cold: bool  # weights larger than the last-level cache: use the DRAM-weight profiles
     cold_nodes: frozenset[str]  # nodes predicted from the DRAM-weight profiles
     grid: tuple[int, ...]  # every batch size some operator was profiled at, ascending
     kinds: Mapping[str, str]  # node -> operator kind
@@ -213,6 +212,7 @@ class CombinedOperatorPredictor:
             + python_ops * self.calibration.python_op_us
             + len(keys) * self.calibration.op_switch_us
         )
+        # weights larger than the last-level cache: every node from the DRAM-weight profiles
         cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
         cold_nodes = frozenset(
             n.name for n in graph.nodes if n.name in keys and (cold or n.signature.is_lookup)
@@ -224,7 +224,6 @@ class CombinedOperatorPredictor:
             decompose(graph),
             keys,
             overhead_us / 1000.0,
-            cold,
             cold_nodes,
             tuple(grid),
             kinds,
