@@ -3,13 +3,13 @@
 For each model, batch sizes {1, 2, 4, 8, 16, 32} and threads {1, 2}: the whole model's forward,
 with the weights a worker serves, is measured in this process the way operators are profiled
 (the calling thread's CPU clock, i.e. the latency on dedicated cores; mean of the fastest
-half of the repetitions; thread counts interleaved) and compared
-with the prediction without the safety offset. Every point is measured in `--passes` passes
-over all models (default 3, minutes apart) and keeps its faster pass, compared at one machine
-speed: this host has slow phases lasting minutes, and a point measured once can fall into
-one (`infless profile --remeasure` does the same for profiles). Missing operator profiles
-are measured first into the profile DB (run `infless profile` beforehand to keep that out of
-the bench).
+half of the repetitions; each thread count in a block of its own, as a worker runs at one)
+and compared with the prediction without the safety offset. Every point is measured in
+`--passes` passes over all models (default 3, minutes apart) and keeps its faster pass,
+compared at one machine speed: this host has slow phases lasting minutes, and a point
+measured once can fall into one (`infless profile --remeasure` does the same for
+profiles). Missing operator profiles are measured first into the profile DB (run
+`infless profile` beforehand to keep that out of the bench).
 
 This machine's speed drifts (see `infless.profiler.speed`), so every repetition of a model
 measurement is followed by one call of the reference kernel at the same thread count, and

@@ -36,10 +36,16 @@ log = logging.getLogger(__name__)
 
 
 def example_inputs(
-    specs: Sequence[TensorSpec], batch_size: int, *, int_high: int = 2, dynamic_len: int = 32
+    specs: Sequence[TensorSpec],
+    batch_size: int,
+    *,
+    int_high: int = 2,
+    dynamic_len: int = 32,
+    variant: int = 0,
 ) -> list[torch.Tensor]:
-    """Random inputs for a signature (batch first); -1 dims become `dynamic_len`."""
-    gen = torch.Generator().manual_seed(batch_size)
+    """Random inputs for a signature (batch first); -1 dims become `dynamic_len`. Each
+    `variant` draws other values."""
+    gen = torch.Generator().manual_seed(batch_size + variant * 1_000_003)  # seeds: 32 bits
     tensors = []
     for spec in specs:
         shape = (batch_size, *(dynamic_len if d < 0 else d for d in spec.shape))

@@ -1,15 +1,16 @@
 """Timing operators on this server: repetitions, clocks, thread counts, per-call overheads.
 
 Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
-allocations), then repetitions of an inner loop long enough to beat timer resolution, thread
-counts interleaved, timed on the calling thread's CPU clock (the time a core actually ran it,
+allocations) and a few milliseconds of settling, then repetitions of an inner loop long
+enough to beat timer resolution, each thread count in a block of its own (as a worker runs
+at one count), timed on the calling thread's CPU clock (the time a core actually ran it,
 i.e. its latency on dedicated cores; the wall clock is recorded too). Before each repetition
 the intra-op thread pool is woken up at several threads, as a model's previous operator
 leaves it, and a short call (`REWARM_BELOW_S`) runs once untimed, so the repetition times it
 warm, as it runs back to back. The figure kept is a trimmed mean trimmed on the slow side
 only: the mean of the fastest half of the repetitions, since contention from other
 processes only ever adds time (the median is kept too). A run whose inter-quartile spread
-is large is measured again, keeping the faster result. Thread counts are isolated with
+is large is measured again, keeping the faster result. Thread counts are set with
 `torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
 with a call of it at the same thread count: the machine speed index (`speed`) at the
 moment it was measured. A repetition at several threads during which our threads waited for
@@ -48,7 +49,16 @@ Clock = Literal["thread", "wall"]
 # dssm at b4 and resnet-20-cifar at b2 about 5%).
 # Longer calls keep their timed calls cold-started: the difference is small, the cost not.
 REWARM_BELOW_S = 0.01
-CALIBRATION_KEYS = ("module_call_us", "python_op_us", "op_switch_us", "llc_bytes")
+SETTLE_S = 0.005  # untimed calls after switching thread counts, before timing (see below)
+CALIBRATION_KEYS = (
+    "module_call_us",
+    "python_op_us",
+    "op_switch_us",
+    "llc_bytes",
+    "llc_effective_bytes",
+)
+KEEPS_SPEED = 0.9  # a working set "stays in the cache" while it streams at this share of the
+# speed of the smallest one tried (see `effective_llc_bytes`)
 
 
 def available_cpus() -> int:
@@ -144,7 +154,7 @@ def _wake_pool() -> None:
 
     Inside a model, each operator's parallel region follows the previous operator's within
     microseconds and finds the pool's threads awake; an operator timed alone right after
-    something else (another thread count's repetition, the reference kernel) would pay for
+    something else (the reference kernel) would pay for
     waking them on each repetition instead: tens of microseconds, a large share of a
     small-batch operator's time at several threads.
     """
@@ -177,69 +187,76 @@ def _time_reference(reference: Callable[[], object], count: int, clock: Clock) -
             return cpu_ms if clock == "thread" else wall_ms
 
 
-def _one_run(
+def _settled_estimate(fn: Callable[[], object], count: int) -> float:
+    """Switch to `count` threads, warm `fn` up and settle; its time per call (s), estimated.
+
+    The first call chooses kernels and allocates. Then short calls run untimed for
+    `SETTLE_S`: right after this process ran at another thread count, a small model runs
+    slower for a few milliseconds (measured: mnist at b8 on one thread, 15 % slower for
+    3-6 ms after a two-thread run), which a worker, fixed at one count, never sees.
+    """
+    torch.set_num_threads(count)
+    started = time.perf_counter()
+    fn()
+    estimate_s = time.perf_counter() - started
+    if estimate_s < 0.05:  # big calls: the warm-up will do
+        settle_until = time.perf_counter() + SETTLE_S
+        while True:
+            started = time.perf_counter()
+            fn()
+            now = time.perf_counter()
+            estimate_s = min(estimate_s, now - started)
+            if now >= settle_until:
+                break
+    return max(estimate_s, 1e-7)
+
+
+def _run_at(
     fn: Callable[[], object],
-    threads: Sequence[int],
+    count: int,
     budget_s: float,
     min_reps: int,
     max_reps: int,
     clock: Clock,
     reference: Callable[[], object] | None = None,
-) -> dict[int, Measurement]:
-    warmup_s = []
-    for count in threads:  # warm-up at every thread count (kernel choice, allocations)
-        torch.set_num_threads(count)
-        started = time.perf_counter()
-        fn()
-        warmup_s.append(time.perf_counter() - started)
-    estimate_s = min(warmup_s)
-    if estimate_s < 0.05:  # small operators: time a warm call (big ones: the warm-up will do)
-        torch.set_num_threads(threads[0])
-        started = time.perf_counter()
-        fn()
-        estimate_s = time.perf_counter() - started
-    estimate_s = max(estimate_s, 1e-7)
+) -> Measurement:
+    """Repetitions of `fn()` at `count` threads, after `_settled_estimate`."""
+    estimate_s = _settled_estimate(fn, count)
     inner = max(1, math.ceil(0.001 / estimate_s))  # each repetition lasts >= ~1 ms
     floor = 3 if estimate_s > 0.1 else min_reps  # big operators: fewer repetitions
     reps = max(floor, min(max_reps, int(budget_s / (estimate_s * inner))))
     cap_s = 5 * estimate_s * inner + 0.005
-    samples: dict[int, list[float]] = {count: [] for count in threads}
-    wall: dict[int, list[float]] = {count: [] for count in threads}
-    ref: dict[int, list[float]] = {count: [] for count in threads}
-    guards = {count: RepetitionGuard() for count in threads}
+    samples: list[float] = []
+    wall: list[float] = []
+    ref: list[float] = []
+    guard = RepetitionGuard()
     rewarm = estimate_s < REWARM_BELOW_S
-    for rep in range(reps):
-        # interleaved, alternating order: a burst of contention hits every thread count alike
-        for count in threads if rep % 2 == 0 else tuple(reversed(threads)):
-            torch.set_num_threads(count)
-            while True:  # until a repetition no neighbour interfered with, or retries run out
-                if rewarm:  # untimed: the caches as the timed calls leave them for each other
-                    fn()
-                elif count > 1:
-                    _wake_pool()
-                delay_before = _run_delay_ms() if count > 1 else None
-                done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
-                while done < inner:  # cut short when contention makes a repetition drag on
-                    fn()
-                    done += 1
-                    if done % 8 == 0 and time.perf_counter() - started > cap_s:
-                        break
-                elapsed_s = time.perf_counter() - started
-                cpu_s = time.thread_time() - cpu_started
-                # one thread: its CPU clock already leaves out waiting for a core (not read)
-                waited = _waited_since(delay_before)
-                if guards[count].accept(contended(waited, elapsed_s * 1000.0)):
+    for _ in range(reps):
+        while True:  # until a repetition no neighbour interfered with, or retries run out
+            if rewarm:  # untimed: the caches as the timed calls leave them for each other
+                fn()
+            elif count > 1:
+                _wake_pool()
+            delay_before = _run_delay_ms() if count > 1 else None
+            done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
+            while done < inner:  # cut short when contention makes a repetition drag on
+                fn()
+                done += 1
+                if done % 8 == 0 and time.perf_counter() - started > cap_s:
                     break
-            wall_ms = elapsed_s / done * 1000.0
-            cpu_ms = cpu_s / done * 1000.0
-            wall[count].append(wall_ms)
-            samples[count].append(cpu_ms if clock == "thread" else wall_ms)
-            if reference is not None:  # right after, at the same thread count
-                ref[count].append(_time_reference(reference, count, clock))
-    return {
-        count: summarise(samples[count], wall[count], ref[count], guards[count])
-        for count in threads
-    }
+            elapsed_s = time.perf_counter() - started
+            cpu_s = time.thread_time() - cpu_started
+            # one thread: its CPU clock already leaves out waiting for a core (not read)
+            waited = _waited_since(delay_before)
+            if guard.accept(contended(waited, elapsed_s * 1000.0)):
+                break
+        wall_ms = elapsed_s / done * 1000.0
+        cpu_ms = cpu_s / done * 1000.0
+        wall.append(wall_ms)
+        samples.append(cpu_ms if clock == "thread" else wall_ms)
+        if reference is not None:  # right after, at the same thread count
+            ref.append(_time_reference(reference, count, clock))
+    return summarise(samples, wall, ref, guard)
 
 
 def measure_threads(
@@ -260,33 +277,34 @@ def measure_threads(
     latency the call would have with dedicated cores (what an instance's cpuset gives it);
     the calling thread works in every parallel region, so with several threads it still
     follows the wall clock of an unshared run. `clock="wall"` times the wall clock. Thread
-    counts are measured interleaved; if any spread exceeds `max_spread` the whole run is
-    repeated once and each count keeps its faster result. With `reference` (the speed
-    index's kernel), each repetition is followed by two calls of it at the same thread count
-    (the first warms its data up again, the second is timed, and timed again if a neighbour
-    held a core meanwhile), and `Measurement.ref_ms` is
-    the timed call's mean over the repetitions `fast_ms` averages: the machine's speed while
-    the figure kept was measured.
+    counts are measured one after another, each in a block of its own after settling, as a
+    worker runs at one count (switching counts back and forth slows small calls down, see
+    `_settled_estimate`); a count whose spread exceeds `max_spread` is measured again,
+    keeping the faster result. With `reference` (the speed index's kernel), each repetition
+    is followed by two calls of it at the same thread count (the first warms its data up
+    again, the second is timed, and timed again if a neighbour held a core meanwhile), and
+    `Measurement.ref_ms` is the timed call's mean over the repetitions `fast_ms` averages:
+    the machine's speed while the figure kept was measured.
     """
     if not threads:
         raise ValueError("measure_threads needs at least one thread count")
     previous = torch.get_num_threads()
+    found: dict[int, Measurement] = {}
     try:
         with torch.inference_mode():
-            best = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
-            if any(m.spread > max_spread for m in best.values()):
-                again = _one_run(fn, threads, budget_s, min_reps, max_reps, clock, reference)
-                best = {
-                    c: replace(
-                        min(best[c], again[c], key=lambda m: m.fast_ms),
-                        redone=best[c].redone + again[c].redone,
-                        contended=best[c].contended + again[c].contended,
+            for count in threads:
+                best = _run_at(fn, count, budget_s, min_reps, max_reps, clock, reference)
+                if best.spread > max_spread:
+                    again = _run_at(fn, count, budget_s, min_reps, max_reps, clock, reference)
+                    best = replace(
+                        min(best, again, key=lambda m: m.fast_ms),
+                        redone=best.redone + again.redone,
+                        contended=best.contended + again.contended,
                     )
-                    for c in threads
-                }
+                found[count] = best
     finally:
         torch.set_num_threads(previous)
-    return best
+    return found
 
 
 def measure(
@@ -337,12 +355,56 @@ def calibrate() -> dict[str, float]:
     alone_ms = sum(measure(op, threads=1, budget_s=0.05).min_ms for op in chain)
     chain_ms = measure(run_chain, threads=1, budget_s=0.2).min_ms
     switch_ms = max(0.0, (chain_ms - alone_ms) / len(chain))
+    llc = cache_bytes(3, 32 << 20)
     return {
         "module_call_us": module_ms * 1000.0,
         "python_op_us": python_ms * 1000.0,
         "op_switch_us": switch_ms * 1000.0,
-        "llc_bytes": float(cache_bytes(3, 32 << 20)),
+        "llc_bytes": float(llc),
+        "llc_effective_bytes": float(effective_llc_bytes(llc)),
     }
+
+
+def largest_kept(sizes: Sequence[int], seconds_per_byte: Sequence[float]) -> int:
+    """The largest of ascending working-set `sizes` up to which every one streams at
+    `KEEPS_SPEED` of the smallest's speed or better (pure)."""
+    if not sizes or len(sizes) != len(seconds_per_byte):
+        raise ValueError("largest_kept needs one time per size, and at least one size")
+    kept = sizes[0]
+    for size, cost in zip(sizes[1:], seconds_per_byte[1:], strict=True):
+        if cost * KEEPS_SPEED > seconds_per_byte[0]:
+            break
+        kept = size
+    return kept
+
+
+def effective_llc_bytes(llc_bytes: int, rounds: int = 3) -> int:
+    """How much of the last-level cache a working set keeps on this host, measured.
+
+    The LLC is shared with every other process on the socket (on a cloud host, other
+    tenants), so a model's weights are evicted between two forwards long before they fill
+    it. A buffer of 1/8 ... 8/8 of the LLC is summed over and over, as a model streams its
+    weights forward after forward (the fastest sum counts, and the fastest of `rounds`
+    sweeps, so a burst of contention does not decide), and the largest that still streams
+    at `KEEPS_SPEED` of the smallest's speed is the effective size (measured here: a 32 MB
+    LLC, 77-80 GB/s up to 12 MB, 69 at 16 MB, 47 at 24 MB, 36-39 from 32 MB on).
+    """
+    sizes = [llc_bytes * k // 8 for k in range(1, 9)]
+    best = [math.inf] * len(sizes)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(rounds):
+            for i, size in enumerate(sizes):
+                buffer = torch.ones(max(1, size // 4))
+                for repetition in range(7):
+                    started = time.perf_counter()
+                    buffer.sum()
+                    if repetition >= 2:  # the first ones bring it into the caches
+                        best[i] = min(best[i], (time.perf_counter() - started) / size)
+    finally:
+        torch.set_num_threads(previous)
+    return largest_kept(sizes, best)
 
 
 def ensure_calibration(db: ProfileDatabase, *, force: bool = False) -> dict[str, float]:

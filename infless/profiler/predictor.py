@@ -4,9 +4,11 @@ A model's latency at <b, c, g> is its graph's chain/branch combination of operat
 the per-call overheads no operator profile holds (nn.Module calls of container modules, shape
 lookups, the cost of switching between different operators), times (1 + offset). Operators are
 profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
-batches, out of the LLC too ("cold"); a model whose streamed weights exceed 3/4 of the LLC is
-predicted from the cold profiles, since its own operators evict each other's weights, and so
-are table lookups (embeddings) in any model: the rows a batch's ids pick are rarely the
+batches, out of the LLC too ("cold"); a model whose streamed weights exceed what a working
+set keeps of the LLC on this host (measured by `operators.effective_llc_bytes`: the LLC is
+shared with other processes and tenants) is predicted from the cold profiles, since its own
+operators and its neighbours evict its weights between forwards, and so are table lookups
+(embeddings) in any model: the rows a batch's ids pick are rarely the
 ones earlier batches left in a cache (measured: 128 random rows of a 10 MB table, 9-10 us
 in a loop on the same or 16 rotating id sets, 140 us after the LLC was swept, 90-110 us
 inside dssm, timed node by node).
@@ -46,7 +48,7 @@ from infless.profiler.speed import SpeedIndex, normalise, speed_factor
 from infless.profiler.structure import Block, BranchMode, block_cost, decompose
 
 DEFAULT_OFFSET_PCT = 10.0  # INFless §3.3: "increase the prediction offset by 10%"
-COLD_FRACTION = 0.75  # weights above this share of the LLC are evicted between uses
+COLD_FRACTION = 0.75  # without a measured effective LLC: weights above this share are evicted
 
 
 class LatencyPredictor(Protocol):
@@ -144,6 +146,7 @@ class Calibration:
     python_op_us: float = 0.0
     op_switch_us: float = 0.0
     llc_bytes: float = float(32 << 20)
+    llc_effective_bytes: float = 0.0  # what a working set keeps of the LLC here (0: unknown)
 
     @staticmethod
     def of(values: Mapping[str, float]) -> Calibration:
@@ -152,7 +155,14 @@ class Calibration:
             values.get("python_op_us", 0.0),
             values.get("op_switch_us", 0.0),
             values.get("llc_bytes", float(32 << 20)),
+            values.get("llc_effective_bytes", 0.0),
         )
+
+    @property
+    def cold_above_bytes(self) -> float:
+        """Weights above this are evicted between two forwards: the effective LLC, measured,
+        else `COLD_FRACTION` of the LLC's nominal size."""
+        return self.llc_effective_bytes or COLD_FRACTION * self.llc_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +222,8 @@ class CombinedOperatorPredictor:
             + python_ops * self.calibration.python_op_us
             + len(keys) * self.calibration.op_switch_us
         )
-        # weights larger than the last-level cache: every node from the DRAM-weight profiles
-        cold = graph.weight_bytes > COLD_FRACTION * self.calibration.llc_bytes
+        # weights larger than the cache keeps: every node from the DRAM-weight profiles
+        cold = graph.weight_bytes > self.calibration.cold_above_bytes
         cold_nodes = frozenset(
             n.name for n in graph.nodes if n.name in keys and (cold or n.signature.is_lookup)
         )

@@ -3,7 +3,8 @@
 Operators are rebuilt alone from their signatures (`targets.build_operator`) with their
 weights cycled through copies, so they come from where a model finds them: out of L2 but in
 the last-level cache ("warm"), and at small batches out of the LLC too ("cold"; table
-lookups at every batch, see `OpSignature.is_lookup`). Each
+lookups at every batch, see `OpSignature.is_lookup`). Their inputs cycle through copies out
+of L2 too, as a model hands each operator a new tensor on every call. Each
 operator's rows are committed together, so an interrupted run resumes where it stopped.
 With a reference kernel, every row carries the machine speed index paired with its
 measurement (`ProfileRow.ref_ms`).
@@ -147,7 +148,7 @@ def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[P
     return merged
 
 
-def _rotation_bytes() -> tuple[int, int]:
+def rotation_bytes() -> tuple[int, int]:
     """Weight bytes to cycle through: (out of L2 but in the LLC, out of the LLC too)."""
     l2, llc = cache_bytes(2, 1 << 20), cache_bytes(3, 32 << 20)
     return max(8 * l2, 4 << 20), 2 * llc
@@ -183,7 +184,7 @@ def _profile_one(
     reference: Callable[[], object] | None = None,
 ) -> tuple[list[ProfileRow], int, int]:
     """The rows, and how many repetitions were redone / kept although contended."""
-    warm_bytes, cold_bytes = _rotation_bytes()
+    warm_bytes, cold_bytes = rotation_bytes()
     rows: list[ProfileRow] = []
     redone = kept = 0
     for batch in sorted({b for b, _, _ in configs}):
@@ -194,16 +195,19 @@ def _profile_one(
             "max_reps": plan.max_reps,
             "reference": reference,
         }
-        warm_op = build_operator(signature, batch, rotate_bytes=warm_bytes)
+        warm_op = build_operator(
+            signature, batch, rotate_bytes=warm_bytes, rotate_input_bytes=warm_bytes
+        )
         warm = measure_threads(warm_op.run, threads, **kwargs)
         cold = warm
         if warm_op.weight_bytes >= MIN_COLD_WEIGHT_BYTES and (
             batch <= MAX_COLD_BATCH or signature.is_lookup
         ):
             del warm_op
-            cold = measure_threads(
-                build_operator(signature, batch, rotate_bytes=cold_bytes).run, threads, **kwargs
+            cold_op = build_operator(
+                signature, batch, rotate_bytes=cold_bytes, rotate_input_bytes=warm_bytes
             )
+            cold = measure_threads(cold_op.run, threads, **kwargs)
         now = time.time()
         rows.extend(
             profile_row(signature.key, batch, cpus, m, cold[cpus], now) for cpus, m in warm.items()

@@ -15,6 +15,7 @@ Imports torch lazily (inside functions), so reading cached graphs stays cheap.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -221,19 +222,31 @@ def measure_model_ms(
     min_reps: int = 3,
     reference: Callable[[], object] | None = None,
 ) -> dict[int, Measurement]:
-    """Measured batch latency of the whole model's forward at each thread count (interleaved).
+    """Measured batch latency of the whole model's forward at each thread count (one block each).
 
+    Each call takes the next of several input sets, as a served model gets new requests:
+    they fill the bytes operators' inputs are profiled with (`profiling.rotation_bytes`),
+    and their values differ (one input in a loop lets the branch predictor learn
+    data-dependent branches, see `targets.build_operator`).
     With `reference` (`reference.reference_kernel()`), each repetition is paired with a call
     of the speed index's kernel (`Measurement.ref_ms`).
     """
     from infless.profiler.extract import example_inputs
     from infless.profiler.operators import measure_threads
+    from infless.profiler.profiling import rotation_bytes
+    from infless.profiler.targets import copies_to_fill
 
     vocab = [getattr(m, "num_embeddings", 0) for m in model.modules()]
     int_high = min([v for v in vocab if isinstance(v, int) and v > 0], default=2)
-    inputs = example_inputs(source.manifest.input_specs, batch_size, int_high=int_high)
+    specs = source.manifest.input_specs
+    first = example_inputs(specs, batch_size, int_high=int_high)
+    copies = copies_to_fill(rotation_bytes()[0], sum(t.numel() * t.element_size() for t in first))
+    input_sets = itertools.cycle(
+        [first, *(example_inputs(specs, batch_size, int_high=int_high, variant=v)
+                  for v in range(1, copies))]
+    )  # fmt: skip
     return measure_threads(
-        lambda: model(*inputs),
+        lambda: model(*next(input_sets)),
         threads,
         budget_s=budget_s,
         min_reps=min_reps,

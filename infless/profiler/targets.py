@@ -151,6 +151,13 @@ def _tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def copies_to_fill(rotate_bytes: int, one_copy_bytes: int) -> int:
+    """How many copies of `one_copy_bytes` fill `rotate_bytes` (1 to MAX_COPIES)."""
+    if rotate_bytes <= 0 or one_copy_bytes <= 0:
+        return 1
+    return max(1, min(MAX_COPIES, math.ceil(rotate_bytes / one_copy_bytes)))
+
+
 def _is_index(info: TensorInfo) -> bool:
     """An integer tensor: ids or indices, whose values choose what the operator reads."""
     dtype = getattr(torch, info.dtype)
@@ -158,15 +165,22 @@ def _is_index(info: TensorInfo) -> bool:
 
 
 def build_operator(
-    signature: OpSignature, batch_size: int, *, rotate_bytes: int = 0
+    signature: OpSignature, batch_size: int, *, rotate_bytes: int = 0, rotate_input_bytes: int = 0
 ) -> BuiltOperator:
     """The operator at `batch_size` on random inputs.
 
     With `rotate_bytes`, enough copies of its weights to fill that many bytes are made and
     used in turn, so each call finds its weights out of the faster caches, as inside a model
-    whose other operators ran in between. Integer inputs that grow with the batch (token ids)
-    change from call to call (`INDEX_VARIANTS` sets), as they do from batch to batch: a
-    lookup repeated on the same ids would find its rows in L1/L2, a model's lookups do not.
+    whose other operators ran in between. With `rotate_input_bytes`, its batched inputs
+    (activations) cycle through copies filling that many bytes the same way, each with
+    other values: inside a model an operator's input is a new tensor on every call, and a
+    served model's inputs change from request to request. One input in a loop would be read
+    from L1/L2 and would let the branch predictor learn its data-dependent branches (a 2x2
+    max pool over 8x8x24x24 random maps: 53 us on one input, 140-170 us on 2-64 different
+    ones in turn; mnist at b4 on one thread: 27-33 % slower on new images than on one).
+    Integer inputs that grow with the batch (token ids) change from call to call too
+    (`INDEX_VARIANTS` sets at least): a lookup repeated on the same ids would find its rows
+    in L1/L2, a model's lookups do not.
     """
     is_module = signature.target.startswith("module:")
     cls = resolve_module_class(signature.target) if is_module else None
@@ -177,10 +191,12 @@ def build_operator(
     batched = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
                if info.batch_axis is not None}  # fmt: skip
     indices = [i for i in batched if _is_index(inputs[i])]
+    input_copies = copies_to_fill(rotate_input_bytes, _tensor_bytes(batched.values()))
     batch_sets = [batched] + [
-        {**batched, **{i: make_tensor(inputs[i], batch_size, gen) for i in indices}}
-        for _ in range(INDEX_VARIANTS - 1 if indices else 0)
-    ]
+        {**batched, **{i: make_tensor(inputs[i], batch_size, gen)
+                       for i in (batched if k < input_copies else indices)}}
+        for k in range(1, max(input_copies, INDEX_VARIANTS if indices else 1))
+    ]  # fmt: skip
 
     def weights() -> tuple[dict[int, torch.Tensor], nn.Module | None]:
         own = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
@@ -213,9 +229,7 @@ def build_operator(
     weight_bytes = _tensor_bytes(own.values())
     if module is not None:
         weight_bytes += _tensor_bytes([*module.parameters(), *module.buffers()])
-    copies = 1
-    if rotate_bytes > 0 and weight_bytes > 0:
-        copies = max(1, min(MAX_COPIES, math.ceil(rotate_bytes / weight_bytes)))
+    copies = copies_to_fill(rotate_bytes, weight_bytes)
     weight_sets = [first, *(weights() for _ in range(copies - 1))]
     variants = [
         bind(batch_sets[k % len(batch_sets)], *weight_sets[k % copies])

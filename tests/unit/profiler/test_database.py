@@ -64,6 +64,7 @@ def test_profiling_resumes_where_it_stopped(tmp_path: Path) -> None:
             "python_op_us",
             "op_switch_us",
             "llc_bytes",
+            "llc_effective_bytes",
         }
     lines: list[str] = []
     bigger = ProfilePlan(batches=(1, 2, 4), threads=(1,), budget_s=0.005, min_reps=3, max_reps=3)
@@ -217,15 +218,20 @@ def test_lookups_are_measured_out_of_the_caches_at_every_batch(
     model = nn.Sequential(nn.Embedding(4096, 64), nn.Flatten(), nn.Linear(512, 256))
     graph = extract_graph(model, (TensorSpec("ids", "int64", (8,)),), model_key="lookup")
     signatures = [n.signature for n in graph.nodes if n.signature.kind != "flatten"]
-    rotations: dict[str, list[int]] = {}
+    rotations: dict[str, list[tuple[int, int]]] = {}
     real = build_operator
 
-    def spy(signature: OpSignature, batch: int, *, rotate_bytes: int = 0) -> BuiltOperator:
-        rotations.setdefault(signature.kind, []).append(rotate_bytes)
-        return real(signature, batch, rotate_bytes=rotate_bytes)
+    def spy(
+        signature: OpSignature, batch: int, *, rotate_bytes: int = 0, rotate_input_bytes: int = 0
+    ) -> BuiltOperator:
+        rotations.setdefault(signature.kind, []).append((rotate_bytes, rotate_input_bytes))
+        return real(
+            signature, batch, rotate_bytes=rotate_bytes, rotate_input_bytes=rotate_input_bytes
+        )
 
     monkeypatch.setattr(profiling, "build_operator", spy)
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         profile_signatures(db, signatures, replace(TINY, batches=(2 * MAX_COLD_BATCH,)))
-    warm_bytes, cold_bytes = profiling._rotation_bytes()
-    assert rotations == {"embedding": [warm_bytes, cold_bytes], "linear": [warm_bytes]}
+    warm, cold = profiling.rotation_bytes()
+    # the weights out of L2, then (lookups) out of the LLC; the inputs out of L2 in both
+    assert rotations == {"embedding": [(warm, warm), (cold, warm)], "linear": [(warm, warm)]}

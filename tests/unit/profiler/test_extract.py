@@ -110,6 +110,28 @@ def test_a_signature_rebuilds_its_operator_at_any_batch_size() -> None:
     assert shapes == {(3, 4, 8, 8)}
 
 
+def test_inputs_cycle_through_copies_holding_other_values() -> None:
+    graph = extract_graph(Residual(), IMAGE, model_key="residual")
+    view = next(n for n in graph.nodes if n.name == "view").signature  # returns its input
+    one_input = 5 * 4 * 8 * 8 * 4
+    built = build_operator(view, 5, rotate_input_bytes=3 * one_input)
+    with torch.inference_mode():
+        outputs = [built.run() for _ in range(4)]
+    tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+    assert len(tensors) == 4
+    addresses = [t.data_ptr() for t in tensors]
+    assert len(set(addresses[:3])) == 3
+    assert addresses[3] == addresses[0]
+    assert not torch.equal(tensors[0], tensors[1])  # new data, as a served model gets
+    assert torch.equal(tensors[3], tensors[0])
+    reused = build_operator(view, 5)
+    with torch.inference_mode():
+        first, second = reused.run(), reused.run()
+    assert isinstance(first, torch.Tensor)
+    assert isinstance(second, torch.Tensor)
+    assert first.data_ptr() == second.data_ptr()
+
+
 def test_models_fx_cannot_trace_fall_back_to_the_dispatch_tracer() -> None:
     spec = (TensorSpec("x", "float32", (6,)),)
     graph = extract_graph(DataDependent(), spec, model_key="dd")

@@ -193,6 +193,24 @@ def test_models_larger_than_the_cache_use_the_cold_weight_profiles() -> None:
     )
 
 
+def test_the_measured_effective_cache_decides_which_models_are_cold() -> None:
+    nominal = Calibration(llc_bytes=16_000.0)  # nothing measured: 3/4 of it
+    assert nominal.cold_above_bytes == pytest.approx(12_000.0)
+    measured = replace(nominal, llc_effective_bytes=4_000.0)
+    assert measured.cold_above_bytes == pytest.approx(4_000.0)
+    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=measured)
+    for kind in "abcd":
+        rows = _rows(kind, _linear_table(1.0))
+        predictor.add_profiles(replace(r, cold_ms=3 * r.time_ms) for r in rows)
+    fits = replace(_diamond(), model_key="fits", weight_bytes=3_000)
+    evicted = replace(_diamond(), model_key="evicted", weight_bytes=5_000)  # < 3/4 of 16 kB
+    predictor.register("fits", fits)
+    predictor.register("evicted", evicted)
+    assert predictor.predict_raw_ms("evicted", 2, 1) == pytest.approx(
+        3 * predictor.predict_raw_ms("fits", 2, 1)
+    )
+
+
 def test_table_lookups_are_predicted_from_their_cold_profiles_in_any_model() -> None:
     lookup = OpSignature(
         "embedding", "function:torch.embedding", "{}", (TensorInfo((1, 4), "int64", 0, 9),)
