@@ -49,7 +49,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
             "--quick", action="store_true", help="only the operators NAMES need (not the whole zoo)"
         )
         parser.add_argument(
-            "--recalibrate", action="store_true", help="measure the per-call overheads again"
+            "--recalibrate",
+            action="store_true",
+            help="measure the per-call overheads and the effective cache size again",
         )
         parser.add_argument(
             "--remeasure",
@@ -106,8 +108,9 @@ def _log(line: str) -> None:
 
 def _run_profile(args: argparse.Namespace) -> int:
     from infless.models.zoo import ZOO
+    from infless.profiler.calibration import ensure_calibration
     from infless.profiler.database import ProfileDatabase
-    from infless.profiler.operators import ProfilePlan, ensure_calibration
+    from infless.profiler.operators import ProfilePlan
     from infless.profiler.profiling import ProfileProgress
     from infless.profiler.service import default_db_path, ensure_profiles, graph_for, model_source
 

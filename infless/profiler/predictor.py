@@ -5,7 +5,7 @@ the per-call overheads no operator profile holds (nn.Module calls of container m
 lookups, the cost of switching between different operators), times (1 + offset). Operators are
 profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
 batches, out of the LLC too ("cold"); a model whose streamed weights exceed what a working
-set keeps of the LLC on this host (measured by `operators.effective_llc_bytes`: the LLC is
+set keeps of the LLC on this host (measured by `calibration.effective_llc_bytes`: the LLC is
 shared with other processes and tenants) is predicted from the cold profiles, since its own
 operators and its neighbours evict its weights between forwards, and so are table lookups
 (embeddings) in any model: the rows a batch's ids pick are rarely the
@@ -140,7 +140,7 @@ class OpTable:
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """Per-call overheads in microseconds, measured by `operators.calibrate`."""
+    """Per-call overheads in microseconds, measured by `calibration.calibrate`."""
 
     module_call_us: float = 0.0
     python_op_us: float = 0.0

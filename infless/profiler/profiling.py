@@ -20,15 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from infless.profiler.calibration import cache_bytes, ensure_calibration
 from infless.profiler.database import Config, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OperatorGraph, OpSignature
-from infless.profiler.operators import (
-    Measurement,
-    ProfilePlan,
-    cache_bytes,
-    ensure_calibration,
-    measure_threads,
-)
+from infless.profiler.operators import Measurement, ProfilePlan, measure_threads
 from infless.profiler.speed import REFERENCE_KERNEL, rescale
 from infless.profiler.targets import build_operator
 

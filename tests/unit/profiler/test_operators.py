@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from infless.profiler import operators
+from infless.profiler import calibration, operators
 from infless.profiler.service import measure_model_ms, model_source
 
 
@@ -66,15 +66,15 @@ def test_a_model_is_measured_on_changing_inputs_of_its_batch_shape() -> None:
 def test_the_cache_keeps_the_largest_working_set_still_streaming_near_full_speed() -> None:
     sizes = [4, 8, 12, 16, 24, 32]
     per_byte = [1.0, 1.04, 1.1, 1.2, 1.6, 2.0]  # 1/0.9 = 1.11: up to 12 stays "kept"
-    assert operators.largest_kept(sizes, per_byte) == 12
+    assert calibration.largest_kept(sizes, per_byte) == 12
     # a later fast size does not count once one has fallen off
-    assert operators.largest_kept(sizes, [1.0, 1.5, 1.0, 1.0, 1.0, 1.0]) == 4
-    assert operators.largest_kept([4], [1.0]) == 4
+    assert calibration.largest_kept(sizes, [1.0, 1.5, 1.0, 1.0, 1.0, 1.0]) == 4
+    assert calibration.largest_kept([4], [1.0]) == 4
     with pytest.raises(ValueError, match="one time per size"):
-        operators.largest_kept(sizes, per_byte[:2])
+        calibration.largest_kept(sizes, per_byte[:2])
 
 
 def test_the_effective_cache_is_one_of_the_sizes_tried_up_to_the_nominal_one() -> None:
     llc = 8 << 20
-    found = operators.effective_llc_bytes(llc, rounds=1)
+    found = calibration.effective_llc_bytes(llc, rounds=1)
     assert found in {llc * k // 8 for k in range(1, 9)}
