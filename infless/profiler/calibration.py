@@ -49,7 +49,9 @@ def _switch_chain() -> list[Callable[[], object]]:
 
 
 def calibrate() -> dict[str, float]:
-    """Per-call overheads (microseconds) that no operator profile contains.
+    """Per-call overheads (microseconds) that no operator profile contains, and the
+    last-level cache's size: nominal (`llc_bytes`) and kept by a working set here
+    (`llc_effective_bytes`, see `effective_llc_bytes`).
 
     module_call_us: an nn.Module call around no work (container modules in a forward).
     python_op_us: a shape lookup (the "python" nodes of a graph).
