@@ -41,8 +41,8 @@ from infless.profiler.database import Config
 
 POWERS_OF_TWO_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 Clock = Literal["thread", "wall"]
-# Below this, each repetition starts with one untimed call: what ran in between (the other
-# thread count, the reference kernel) evicted the call's data, and a repetition of a few
+# Below this, each repetition starts with one untimed call: what ran in between (the
+# reference kernel) evicted the call's data, and a repetition of a few
 # calls would time one cold call in a few (measured: mnist at b1/b8 5-12% slower without it,
 # dssm at b4 and resnet-20-cifar at b2 about 5%).
 # Longer calls keep their timed calls cold-started: the difference is small, the cost not.
@@ -143,9 +143,9 @@ def _wake_pool() -> None:
 
     Inside a model, each operator's parallel region follows the previous operator's within
     microseconds and finds the pool's threads awake; an operator timed alone right after
-    something else (the reference kernel) would pay for
-    waking them on each repetition instead: tens of microseconds, a large share of a
-    small-batch operator's time at several threads.
+    something else (the reference kernel) would pay for waking them on each repetition
+    instead: tens of microseconds, a large share of a small-batch operator's time at several
+    threads.
     """
     torch.mul(_WAKE, 1.0)
 

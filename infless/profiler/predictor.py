@@ -8,10 +8,10 @@ batches, out of the LLC too ("cold"); a model whose streamed weights exceed what
 set keeps of the LLC on this host (measured by `calibration.effective_llc_bytes`: the LLC is
 shared with other processes and tenants) is predicted from the cold profiles, since its own
 operators and its neighbours evict its weights between forwards, and so are table lookups
-(embeddings) in any model: the rows a batch's ids pick are rarely the
-ones earlier batches left in a cache (measured: 128 random rows of a 10 MB table, 9-10 us
-in a loop on the same or 16 rotating id sets, 140 us after the LLC was swept, 90-110 us
-inside dssm, timed node by node).
+(embeddings) in any model: the rows a batch's ids pick are rarely the ones earlier batches
+left in a cache (measured: 128 random rows of a 10 MB table, 9-10 us in a loop on the same
+or 16 rotating id sets, 140 us after the LLC was swept, 90-110 us inside dssm, timed node
+by node).
 Operator times come from the profiled batch sizes by linear interpolation (beyond the
 largest: the last slope, never negative). An operator's curve keeps what was measured, even
 where a larger batch runs faster (oneDNN switches kernels with the batch: many convolutions

@@ -4,8 +4,8 @@ Operators are rebuilt alone from their signatures (`targets.build_operator`) wit
 weights cycled through copies, so they come from where a model finds them: out of L2 but in
 the last-level cache ("warm"), and at small batches out of the LLC too ("cold"; table
 lookups at every batch, see `OpSignature.is_lookup`). Their inputs cycle through copies out
-of L2 too, as a model hands each operator a new tensor on every call. Each
-operator's rows are committed together, so an interrupted run resumes where it stopped.
+of L2 too, as a model hands each operator a new tensor on every call. Each operator's rows
+are committed together, so an interrupted run resumes where it stopped.
 With a reference kernel, every row carries the machine speed index paired with its
 measurement (`ProfileRow.ref_ms`).
 
@@ -144,7 +144,8 @@ def _keep_faster(old: Sequence[ProfileRow], new: Sequence[ProfileRow]) -> list[P
 
 
 def rotation_bytes() -> tuple[int, int]:
-    """Weight bytes to cycle through: (out of L2 but in the LLC, out of the LLC too)."""
+    """Bytes to cycle copies through: (out of L2 but in the LLC, out of the LLC too). Weights
+    take either; inputs (activations), and a whole model's inputs, the first."""
     l2, llc = cache_bytes(2, 1 << 20), cache_bytes(3, 32 << 20)
     return max(8 * l2, 4 << 20), 2 * llc
 
@@ -203,6 +204,7 @@ def _profile_one(
                 signature, batch, rotate_bytes=cold_bytes, rotate_input_bytes=warm_bytes
             )
             cold = measure_threads(cold_op.run, threads, **kwargs)
+            del cold_op  # its copies fill twice the LLC: not kept while the next batch is built
         now = time.time()
         rows.extend(
             profile_row(signature.key, batch, cpus, m, cold[cpus], now) for cpus, m in warm.items()

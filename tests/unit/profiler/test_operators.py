@@ -37,7 +37,9 @@ def test_short_calls_settle_before_the_first_timed_repetition(
             while time.perf_counter() < end:
                 pass
 
-        operators.measure_threads(one_ms, (1,), budget_s=0.0, min_reps=2, max_reps=2)
+        operators.measure_threads(
+            one_ms, (1,), budget_s=0.0, min_reps=2, max_reps=2, max_spread=float("inf")
+        )  # never measured again: the count is of one run
         return count
 
     unsettled = calls_with(0.0)  # warm-up, the estimate, and each repetition's calls
