@@ -62,7 +62,10 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     else:
         parser.add_argument("name", metavar="NAME", help="a zoo model or a function package dir")
         parser.add_argument(
-            "--measure", action="store_true", help="also measure the model at each configuration"
+            "--measure",
+            action="store_true",
+            help="also measure the model at each configuration, each paired with the reference "
+            "kernel and predicted for the machine's speed while it was measured",
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
         parser.add_argument(
@@ -150,6 +153,8 @@ def _run_profile(args: argparse.Namespace) -> int:
 def _run_predict(args: argparse.Namespace) -> int:
     from infless.profiler.database import ProfileDatabase
     from infless.profiler.operators import ProfilePlan
+    from infless.profiler.profiling import check_reference_kernel
+    from infless.profiler.reference import reference_kernel
     from infless.profiler.service import (
         build_predictor,
         default_db_path,
@@ -158,6 +163,7 @@ def _run_predict(args: argparse.Namespace) -> int:
         measure_speed_now,
         model_source,
     )
+    from infless.profiler.speed import SpeedIndex
 
     batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
     plan = ProfilePlan.for_machine(args.max_threads, budget_s=args.budget_ms / 1000.0)
@@ -173,12 +179,21 @@ def _run_predict(args: argparse.Namespace) -> int:
         )
         if args.speed_now:
             predictor.speed_now = measure_speed_now(db, plan.threads)
+        if args.measure:
+            check_reference_kernel(db)  # measurements are paired with the same kernel
     cells = []
     model = source.build_served() if args.measure else None
+    kernel = reference_kernel() if model is not None else None
     for batch in batches:
-        measured = measure_model_ms(model, source, batch, plan.threads) if model is not None else {}
+        measured = (
+            measure_model_ms(model, source, batch, plan.threads, reference=kernel)
+            if model is not None
+            else {}
+        )
+        # a measured cell is predicted for the machine's speed while it was measured
+        speed = SpeedIndex.of({c: m.ref_ms for c, m in measured.items()}) if measured else None
         for cpus in plan.threads:
-            raw = predictor.predict_raw_ms(source.key, batch, cpus)
+            raw = predictor.predict_raw_ms(source.key, batch, cpus, speed=speed)
             cell: dict[str, object] = {
                 "batch": batch,
                 "cpus": cpus,

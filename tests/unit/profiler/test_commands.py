@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,24 @@ def test_configure_does_not_import_torch_itself() -> None:
     assert "import torch" not in header
     imports = [line for line in header.splitlines() if line.startswith(("import", "from"))]
     assert all("torch" not in line and "extract" not in line for line in imports)
+
+
+def test_predict_measure_pairs_each_cell_with_the_machine_speed_while_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infless.cli import main
+
+    argv = ["predict", "mnist", "--state-dir", str(tmp_path), "--batches", "1,2"]
+    argv += ["--max-threads", "1", "--budget-ms", "5", "--json"]
+    assert main([*argv, "--measure"]) == 0
+    measured = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cells"]
+    assert main(argv) == 0  # same database, nothing measured: the profiles' typical speed
+    typical = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cells"]
+    assert [c["batch"] for c in measured] == [1, 2]
+    for cell, at_typical in zip(measured, typical, strict=True):
+        assert cell["measured_ms"] > 0
+        assert cell["error_pct"] == pytest.approx(
+            100.0 * (cell["predicted_raw_ms"] - cell["measured_ms"]) / cell["measured_ms"]
+        )
+        # predicted for the speed measured with it, which is never exactly the typical one
+        assert cell["predicted_raw_ms"] != at_typical["predicted_raw_ms"]
