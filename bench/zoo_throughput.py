@@ -17,6 +17,7 @@ import time
 import torch
 
 from infless.models.build import build_seeded_module
+from infless.models.kernels import prefer_onednn
 from infless.models.zoo import ZOO, zoo_entry
 
 DEFAULT_MODELS = ("textcnn-69", "resnet-20-cifar", "mnist")
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':16s} {'threads':>7s} {'batch':>5s} {'items/s':>10s} {'vs b1/t1':>9s}")
     for name in args.models:
         module = build_seeded_module(ZOO[name])
+        prefer_onednn(module)  # the kernels a worker runs
         figures: dict[str, float] = {}
         for threads in THREAD_COUNTS:
             torch.set_num_threads(threads)

@@ -20,6 +20,7 @@ from safetensors import safe_open
 from torch import nn
 
 from infless.errors import UnknownModel
+from infless.models.kernels import prefer_onednn
 from infless.models.package import PackageManifest, load_manifest
 from infless.models.zoo import BUILDERS, ZOO
 
@@ -124,7 +125,10 @@ def load_package_weights(package_dir: Path, manifest: PackageManifest) -> dict[s
 
 
 def attach_weights(module: nn.Module, state: Mapping[str, torch.Tensor], name: str) -> nn.Module:
-    """Attach `state` to a (meta-built) module by assignment; every tensor must be covered."""
+    """Attach `state` to a (meta-built) module by assignment; every tensor must be covered.
+
+    The module comes back in eval mode with the kernels a worker serves (`prefer_onednn`).
+    """
     try:
         module.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
@@ -135,6 +139,7 @@ def attach_weights(module: nn.Module, state: Mapping[str, torch.Tensor], name: s
             f"package {name!r}: tensors {', '.join(leftovers[:5])} are not in the state dict "
             "(non-persistent buffers cannot be restored on a meta-built module)"
         )
+    prefer_onednn(module)
     return module.eval()
 
 

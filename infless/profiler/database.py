@@ -26,9 +26,20 @@ from pathlib import Path
 
 from infless.profiler.graph import OpSignature
 
-SCHEMA_VERSION = "4"  # 3: times on the calling thread's CPU clock; 4: + profiles.ref_ms
+# 3: times on the calling thread's CPU clock; 4: + profiles.ref_ms; 5: stride-1 1x1
+# convolutions run on oneDNN at every batch (`infless.models.kernels`)
+SCHEMA_VERSION = "5"
 MIGRATIONS = {  # from version: statements that bring it to the next one
     "3": ["ALTER TABLE profiles ADD COLUMN ref_ms REAL NOT NULL DEFAULT 0"],
+    # measured on PyTorch's native kernel (one thread, below batch 16): profiled again
+    "4": [
+        """DELETE FROM profiles WHERE op_key IN (
+            SELECT op_key FROM operators
+            WHERE json_extract(signature_json, '$.target') = 'module:torch.nn.modules.conv.Conv2d'
+            AND json_extract(signature_json, '$.params') ->> '$.init.kernel_size.tuple' = '[1,1]'
+            AND json_extract(signature_json, '$.params') ->> '$.init.stride.tuple' = '[1,1]'
+            AND json_extract(signature_json, '$.params') ->> '$.init.dilation.tuple' = '[1,1]')"""
+    ],
 }
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operators (

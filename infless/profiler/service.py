@@ -70,7 +70,7 @@ class ModelSource:
         return build_module(self.manifest, device="cpu")
 
     def build_served(self) -> nn.Module:
-        """The model with the weights a worker serves (for measuring latency).
+        """The model with the weights and kernels a worker serves (for measuring latency).
 
         Builder-initialised weights are no good for timing: their activations shrink layer
         after layer into subnormal floats, which slow some CPU kernels down several times.
@@ -80,9 +80,12 @@ class ModelSource:
 
             return load_model(self.package_dir)[1]
         from infless.models.build import build_seeded_module
+        from infless.models.kernels import prefer_onednn
         from infless.models.zoo import zoo_entry
 
-        return build_seeded_module(zoo_entry(self.key)).eval()
+        module = build_seeded_module(zoo_entry(self.key)).eval()
+        prefer_onednn(module)
+        return module
 
 
 def model_source(name: str) -> ModelSource:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from infless.models.kernels import prefer_onednn
 from infless.profiler.graph import OpSignature, TensorInfo
 
 _FUNCTION_MODULES = ("torch", "_operator", "operator", "math")
@@ -206,7 +207,9 @@ def build_operator(
         init = params.get("init", {})
         if not isinstance(init, dict):
             raise UnresolvableTarget(f"{signature.kind}: malformed constructor arguments")
-        return own, cls(**{k: decode(v, [], batch_size) for k, v in init.items()}).eval()
+        module = cls(**{k: decode(v, [], batch_size) for k, v in init.items()}).eval()
+        prefer_onednn(module)  # the kernels a worker runs
+        return own, module
 
     def bind(
         batch_inputs: dict[int, torch.Tensor],

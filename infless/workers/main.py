@@ -135,7 +135,7 @@ _template: _Template | None = None  # set in a template process, inherited by it
 
 def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
     """The model on `meta`, then its weights attached; and when the attaching started."""
-    from infless.models.loader import build_module, load_package_weights
+    from infless.models.loader import attach_weights, build_module, load_package_weights
     from infless.models.package import load_manifest
 
     package_dir = Path(request.package_dir)
@@ -150,9 +150,7 @@ def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
         state = load_package_weights(package_dir, manifest)
         if request.private_weights:  # drop the file mapping: anonymous memory per worker
             state = {name: tensor.clone() for name, tensor in state.items()}
-    module.load_state_dict(state, assign=True)
-    module.eval()
-    return _LoadedModel(manifest, module), attach_started
+    return _LoadedModel(manifest, attach_weights(module, state, manifest.name)), attach_started
 
 
 def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:

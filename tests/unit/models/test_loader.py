@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import save_file
 
 from infless.errors import UnknownModel
-from infless.models.build import build_package, build_seeded_module
+from infless.models.build import build_meta_module, build_package, build_seeded_module
+from infless.models.kernels import OneDnnPointwiseConv2d, prefer_onednn
 from infless.models.loader import (
     POSTPROCESS_STEPS,
     apply_postprocess,
@@ -102,6 +103,7 @@ def test_meta_build_plus_assign_equals_a_normal_build(name: str) -> None:
     """ssd has a structural buffer (anchors), lstm flat weights, dssm two inputs."""
     entry = ZOO[name]
     reference = build_seeded_module(entry)
+    prefer_onednn(reference)  # the kernels attach_weights gives: results equal to the bit
     state = {k: v.clone() for k, v in reference.state_dict().items()}
     attached = attach_weights(build_module(entry.manifest(), "meta"), state, name)
     inputs = random_inputs(entry.inputs, 3, seed=1)
@@ -198,3 +200,10 @@ def test_postprocess_steps() -> None:
 
 def test_postprocess_names_match_the_manifest_validation() -> None:
     assert set(POSTPROCESS_STEPS) == POSTPROCESS_NAMES
+
+
+def test_attached_models_run_pointwise_convolutions_on_onednn() -> None:
+    entry = ZOO["mobilenet"]
+    module = attach_weights(build_meta_module(entry), build_seeded_module(entry).state_dict(), "m")
+    retyped = [m for m in module.modules() if isinstance(m, OneDnnPointwiseConv2d)]
+    assert len(retyped) == 13  # one pointwise convolution per depthwise-separable layer

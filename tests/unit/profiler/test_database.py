@@ -144,6 +144,24 @@ def test_a_schema_3_database_is_upgraded_and_its_rows_carry_no_speed_index(
         assert db.get_meta("schema_version") == SCHEMA_VERSION
 
 
+def test_upgrading_from_schema_4_drops_the_profiles_of_stride_one_pointwise_convolutions(
+    tmp_path: Path,
+) -> None:
+    """They were measured on PyTorch's native kernel; workers now run them on oneDNN."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 1, stride=2))
+    graph = extract_graph(model, (TensorSpec("image", "float32", (3, 8, 8)),), model_key="m")
+    pointwise, three_by_three, strided = (node.signature for node in graph.nodes)
+    path = tmp_path / "v4.sqlite"
+    with ProfileDatabase(path) as db:
+        for sig in (pointwise, three_by_three, strided, _relu(4)):
+            db.add_profiles(sig, [ProfileRow(sig.key, 1, 1, 0, 1.0)])
+        db.set_meta("schema_version", "4")
+    with ProfileDatabase(path) as db:
+        assert db.get_meta("schema_version") == SCHEMA_VERSION
+        rows = db.rows_for([pointwise.key, three_by_three.key, strided.key, _relu(4).key])
+    assert [len(found) for found in rows.values()] == [0, 1, 1, 1]
+
+
 def test_an_unknown_schema_is_refused_with_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 from infless.profiler.encoding import memory_order
 from infless.profiler.extract import extract_graph
@@ -221,3 +222,21 @@ def test_a_lookup_reads_other_ids_on_every_call() -> None:
     tensors = [o for o in outputs if isinstance(o, torch.Tensor) and o.shape == (4, 6, 8)]
     assert len(tensors) == 3
     assert not torch.equal(tensors[0], tensors[1])  # one table, other rows
+
+
+def test_a_rebuilt_pointwise_convolution_runs_the_kernel_a_worker_runs() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 16, 1))
+    graph = extract_graph(model, IMAGE, model_key="pointwise")
+    (conv,) = graph.signatures().values()
+    assert conv.target == "module:torch.nn.modules.conv.Conv2d"  # traced as PyTorch's own
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # where PyTorch alone would pick its native kernel below b16
+    try:
+        built = build_operator(conv, 8)
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            built.run()
+    finally:
+        torch.set_num_threads(threads)
+    kernels = {event.key for event in prof.key_averages()}
+    assert "aten::mkldnn_convolution" in kernels
+    assert "aten::_slow_conv2d_forward" not in kernels
