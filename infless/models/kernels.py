@@ -3,19 +3,21 @@
 Worker side (imports torch). PyTorch runs a stride-1 1x1 convolution through oneDNN on more
 than one thread or from batch 16 on, and through its native `_slow_conv2d_forward` (an
 unfold and a GEMM per sample; its source says "THNN is faster when single-threaded") on one
-thread below batch 16. On this machine oneDNN is the faster one there, 1.1-12x (measured
-per convolution, with the workers' malloc policy, b1-b8: 64->128 at 32x32 0.62-0.88x the
-time, 256->1024 at 14x14 0.48x, 1024->1024 at 2x2 0.08-0.25x; the one loss, 32->64 at 32x32,
-b1-b4 by 17-34 us). Whole models on one thread, b1-b8: ResNet-50 20-28 % faster,
-SSD-MobileNet 15-37 %, YAMNet 30-38 %, MobileNet-v1 12-57 %; and MobileNet-v1 no longer runs
-a batch of 8 slower than a batch of 16 (22.4 ms against 15.3 ms before, 9.7 ms now).
+thread below batch 16, and for one small sample (at most 20480 elements) on any number of
+threads. On this machine oneDNN is the faster one there (measured per convolution, with the
+workers' malloc policy, one thread, b1-b8): 64->128 at 32x32 0.62-0.88x the time, 256->1024
+at 14x14 0.48x, 1024->1024 at 2x2 0.08-0.25x (899 us -> 228 us for one sample); the one
+loss, 32->64 at 32x32, b1-b4, by 17-34 us. Whole models on one thread, b1-b8: ResNet-50
+20-28 % faster, SSD-MobileNet 15-37 %, YAMNet 30-38 %, MobileNet-v1 12-57 %; and
+MobileNet-v1 no longer runs a batch of 8 slower than a batch of 16 (22.4 ms against 15.3 ms
+before, 9.7 ms now).
 
-`prefer_onednn` retypes such convolutions in place to `OneDnnPointwiseConv2d`, which makes
-the choice PyTorch makes on more than one thread whatever the thread count. Every module
-run for serving or for a measurement goes through it (the worker, `load_model`, the
-predictor's model measurements, the operator profiler's rebuilt operators), so profiles,
-measurements and serving run the same kernels. Graphs are traced from modules that did not
-(their nodes stay `torch.nn.Conv2d`).
+`prefer_onednn` retypes such convolutions in place to `OneDnnPointwiseConv2d`, which runs
+every batched float32 CPU input on oneDNN. Every module run for serving or for a
+measurement goes through it (the worker, `load_model`, the predictor's model measurements,
+the operator profiler's rebuilt operators), so profiles, measurements and serving run the
+same kernels. Graphs are traced from modules that did not (their nodes stay
+`torch.nn.Conv2d`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,6 @@ from typing import cast
 
 import torch
 from torch import nn
-
-# PyTorch keeps its native kernel for one small sample even on many threads (its comment:
-# "for some case, native is faster"); so does this choice.
-NATIVE_MAX_SAMPLE_ELEMS = 20480
 
 
 def _is_pointwise(conv: nn.Conv2d) -> bool:
@@ -45,9 +43,8 @@ class OneDnnPointwiseConv2d(nn.Conv2d):
     """A stride-1 1x1 `nn.Conv2d` that runs on oneDNN at any batch and thread count.
 
     Same parameters, state dict and results (to float rounding) as `nn.Conv2d`; only the
-    kernel differs. Falls back to `nn.Conv2d` where PyTorch itself would keep its native
-    kernel (one small sample), for an unbatched input, another dtype or device, and when
-    gradients are recorded.
+    kernel differs. Falls back to `nn.Conv2d` for an unbatched input, another dtype or
+    device, and when gradients are recorded.
     """
 
     def _conv_forward(
@@ -57,7 +54,6 @@ class OneDnnPointwiseConv2d(nn.Conv2d):
             input.dim() == 4
             and input.dtype == torch.float32
             and input.device.type == "cpu"
-            and (input.shape[0] > 1 or input.numel() > NATIVE_MAX_SAMPLE_ELEMS)
             and not torch.is_grad_enabled()
         ):
             padding = cast(tuple[int, ...], self.padding)  # never a string: `_is_pointwise`

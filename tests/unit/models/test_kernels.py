@@ -52,11 +52,13 @@ def test_pointwise_convolution_on_one_thread_below_batch_16_runs_on_onednn() -> 
         torch.testing.assert_close(conv(x), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_one_small_sample_and_recorded_gradients_keep_the_native_kernel() -> None:
+def test_one_small_sample_runs_on_onednn_and_recorded_gradients_on_nn_conv2d() -> None:
     conv = nn.Conv2d(32, 64, 1)
+    one_small = torch.randn(1, 32, 2, 2)
+    assert _kernels(conv, one_small) == {"aten::_slow_conv2d_forward"}  # even on 2+ threads
     prefer_onednn(conv)
 
-    assert _kernels(conv, torch.randn(1, 32, 4, 4)) == {"aten::_slow_conv2d_forward"}
+    assert _kernels(conv, one_small) == {"aten::mkldnn_convolution"}
     x = torch.randn(4, 32, 4, 4, requires_grad=True)
     conv(x).sum().backward()  # grad mode: nn.Conv2d's own path, gradients flow
     assert x.grad is not None
