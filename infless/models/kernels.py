@@ -29,7 +29,8 @@ from torch import nn
 
 
 def _is_pointwise(conv: nn.Conv2d) -> bool:
-    """A convolution PyTorch sends to its native kernel on one thread below batch 16."""
+    """A convolution PyTorch sends to its native kernel on one thread below batch 16 (and
+    for one small sample on any number)."""
     return (
         conv.kernel_size == (1, 1)
         and conv.stride == (1, 1)

@@ -31,7 +31,8 @@ from infless.profiler.graph import OpSignature
 SCHEMA_VERSION = "5"
 MIGRATIONS = {  # from version: statements that bring it to the next one
     "3": ["ALTER TABLE profiles ADD COLUMN ref_ms REAL NOT NULL DEFAULT 0"],
-    # measured on PyTorch's native kernel (one thread, below batch 16): profiled again
+    # measured on PyTorch's native kernel (one thread below batch 16, one small sample):
+    # profiled again
     "4": [
         """DELETE FROM profiles WHERE op_key IN (
             SELECT op_key FROM operators
