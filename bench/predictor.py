@@ -21,8 +21,9 @@ to that speed. The "uncalibrated" figures take the profiles as measured; the
 "typical" ones rescale the profiles to their median speed but measure nothing now. No
 figure is fitted to the models measured here.
 
-The process keeps freed memory (`infless.profiler.allocator`), as `infless profile` does, so
-a large batch's activations do not page-fault on every forward depending on what ran before.
+Every measuring process keeps freed memory (`infless.profiler.allocator`), as `infless
+profile` and workers do, so a large batch's activations do not page-fault on every forward
+depending on what ran before.
 
 Multi-thread repetitions during which a neighbour held a core (the scheduler's run-queue
 delay, `infless.profiler.contention`) are measured again; the "redo" column counts, per
