@@ -24,6 +24,21 @@ CostClass = Literal["compute", "python", "opaque"]
 Tracer = Literal["fx", "dispatch"]
 
 
+_DTYPE_BYTES = {
+    "float64": 8,
+    "int64": 8,
+    "complex64": 8,
+    "float32": 4,
+    "int32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
     """One tensor input of an operator, per sample.
@@ -55,6 +70,9 @@ class TensorInfo:
         for dim in self.shape:
             total *= dim
         return total
+
+    def bytes_per_sample(self) -> int:
+        return self.numel_per_sample() * _DTYPE_BYTES.get(self.dtype, 4)
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -190,6 +208,18 @@ class OperatorGraph:
     def signatures(self) -> dict[str, OpSignature]:
         """Distinct profiled signatures by key."""
         return {n.signature.key: n.signature for n in self.nodes if n.cost_class == "compute"}
+
+    def activation_bytes_per_sample(self) -> int:
+        """Bytes of batched inputs the compute operators read per sample: the activations a
+        forward streams through the caches besides its weights (an upper bound of the distinct
+        bytes, as the allocator hands freed blocks out again)."""
+        return sum(
+            info.bytes_per_sample()
+            for node in self.nodes
+            if node.cost_class == "compute"
+            for info in node.signature.inputs
+            if info.batch_axis is not None
+        )
 
     def count_by_class(self) -> dict[str, int]:
         counts: dict[str, int] = {}

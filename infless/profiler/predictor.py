@@ -4,21 +4,29 @@ A model's latency at <b, c, g> is its graph's chain/branch combination of operat
 the per-call overheads no operator profile holds (nn.Module calls of container modules, shape
 lookups, the cost of switching between different operators), times (1 + offset). Operators are
 profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
-batches, out of the LLC too ("cold"); a model whose streamed weights exceed what a working
-set keeps of the LLC on this host (measured by `calibration.effective_llc_bytes`: the LLC is
-shared with other processes and tenants) is predicted from the cold profiles, since its own
-operators and its neighbours evict its weights between forwards, and so are table lookups
-(embeddings) in any model: the rows a batch's ids pick are rarely the ones earlier batches
-left in a cache (measured: 128 random rows of a 10 MB table, 9-10 us in a loop on the same
-or 16 rotating id sets, 140 us after the LLC was swept, 90-110 us inside dssm, timed node
-by node).
+batches, out of the LLC too ("cold"). Between two uses of a weight, a forward streams the
+model's other weights and its activations through the LLC; how much of it a working set
+keeps on this host is measured (`calibration.effective_llc_bytes`: the LLC is shared with
+other processes and tenants), and streaming slows down gradually from about half that size
+to all of it (measured: 77-80 GB/s up to 12 MB, 69 at 16 MB, 47 at 24 MB of a 32 MB LLC).
+So a model's footprint at batch b (streamed weights plus the activations its operators read)
+decides the share of its weights found evicted: none up to half the effective size, all
+from the effective size on, linearly between; each operator takes its warm time plus that
+share of its cold extra (measured: MobileNet-v1's 17 MB and the LSTM's 19.6 MB of weights,
+under the 21 MB effective size of that profile, ran 9-27 % slower at b1-b2 than their warm
+operators add up to, near their cold sums; the 4-5 MB of DSSM and TextCNN ran at their warm
+sums). Table lookups (embeddings) take their cold time in any model: the rows a batch's ids
+pick are rarely the ones earlier batches left in a cache (measured: 128 random rows of a 10
+MB table, 9-10 us in a loop on the same or 16 rotating id sets, 140 us after the LLC was
+swept, 90-110 us inside dssm, timed node by node).
 Operator times come from the profiled batch sizes by linear interpolation (beyond the
 largest: the last slope, never negative). An operator's curve keeps what was measured, even
 where a larger batch runs faster (oneDNN switches kernels with the batch: many convolutions
 here run faster at 16 than at 8 on one thread); over threads an operator takes the best of
 the profiled counts up to `cpus`. Monotonicity over the batch is enforced on the model's
 total instead: the prediction at b is the largest total at b or any profiled batch below it.
-The total is piecewise linear between profiled batches, so that is the running maximum of
+The total is exact at profiled batches and linear between them (beyond the largest, it
+keeps the largest's evicted share, so it grows linearly), so that is the running maximum of
 the whole curve. Thus the prediction never falls as the batch grows and never rises as
 threads are added, while an operator that is faster at a larger batch lowers the model's
 curve there unless the rest of the model outweighs it (a running maximum per operator would
@@ -46,9 +54,10 @@ from infless.profiler.database import ProfileRow
 from infless.profiler.graph import OperatorGraph
 from infless.profiler.speed import SpeedIndex, normalise, speed_factor
 from infless.profiler.structure import Block, BranchMode, block_cost, decompose
+from infless.profiler.tables import OpTable
 
 DEFAULT_OFFSET_PCT = 10.0  # INFless §3.3: "increase the prediction offset by 10%"
-COLD_FRACTION = 0.75  # without a measured effective LLC: weights above this share are evicted
+COLD_FRACTION = 0.75  # without a measured effective LLC: its assumed share of the nominal one
 
 
 class LatencyPredictor(Protocol):
@@ -59,83 +68,6 @@ class LatencyPredictor(Protocol):
 
 class MissingProfile(LookupError):
     """An operator of a model has no profile for the asked configuration."""
-
-
-def _unscaled(_cpus: int) -> float:
-    return 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class BatchCurve:
-    """Time over batch size at one thread count, as profiled (not necessarily monotone)."""
-
-    batches: tuple[int, ...]
-    times_ms: tuple[float, ...]
-
-    @staticmethod
-    def of(points: Iterable[tuple[int, float]]) -> BatchCurve:
-        ordered = sorted(dict(points).items())
-        if not ordered:
-            raise ValueError("a batch curve needs at least one point")
-        return BatchCurve(tuple(b for b, _ in ordered), tuple(t for _, t in ordered))
-
-    def at(self, batch_size: int) -> float:
-        b, t = self.batches, self.times_ms
-        if batch_size <= b[0]:
-            return t[0]
-        if batch_size >= b[-1]:
-            if len(b) == 1:
-                return t[0] * batch_size / b[0]
-            slope = max(0.0, (t[-1] - t[-2]) / (b[-1] - b[-2]))
-            return t[-1] + slope * (batch_size - b[-1])
-        i = bisect.bisect_right(b, batch_size)
-        frac = (batch_size - b[i - 1]) / (b[i] - b[i - 1])
-        return t[i - 1] + frac * (t[i] - t[i - 1])
-
-
-@dataclass(frozen=True, slots=True)
-class OpTable:
-    """One operator's profiles at one GPU share: a batch curve per profiled thread count.
-
-    At `cpus` threads the operator takes, at each profiled batch size, the best of the
-    curves profiled at up to `cpus` threads, and interpolates linearly between those
-    points, so its time stays piecewise linear with kinks at profiled batch sizes only (what
-    the model's running maximum relies on); beyond the largest, it takes the best of the
-    curves' extrapolations, which never decrease.
-    """
-
-    curves: tuple[tuple[int, BatchCurve], ...]  # (cpus, curve), cpus ascending
-    grid: tuple[int, ...] = ()  # every profiled batch size of any curve, ascending
-
-    @staticmethod
-    def of(rows: Iterable[ProfileRow]) -> OpTable:
-        by_cpus: dict[int, list[tuple[int, float]]] = {}
-        for row in rows:
-            by_cpus.setdefault(row.cpus, []).append((row.batch, row.time_ms))
-        if not by_cpus:
-            raise ValueError("an operator table needs at least one profile row")
-        curves = tuple((c, BatchCurve.of(p)) for c, p in sorted(by_cpus.items()))
-        return OpTable(curves, tuple(sorted({b for _, c in curves for b in c.batches})))
-
-    def at(self, batch_size: int, cpus: int, factor: Callable[[int], float] = _unscaled) -> float:
-        """The time at <batch_size, cpus>; `factor(c)` scales the curve profiled at c threads."""
-        # more threads never slower: the best of every profiled count up to `cpus`
-        usable = [(c, curve) for c, curve in self.curves if c <= cpus] or [self.curves[0]]
-        if len(usable) == 1:
-            c, curve = usable[0]
-            return curve.at(batch_size) * factor(c)
-
-        def best(batch: int) -> float:
-            return min(curve.at(batch) * factor(c) for c, curve in usable)
-
-        grid = self.grid
-        if batch_size <= grid[0]:
-            return best(grid[0])
-        if batch_size >= grid[-1]:  # each curve extrapolates non-decreasing: so does the best
-            return best(batch_size)
-        i = bisect.bisect_right(grid, batch_size)
-        low, high = best(grid[i - 1]), best(grid[i])
-        return low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +92,15 @@ class Calibration:
 
     @property
     def cold_above_bytes(self) -> float:
-        """Weights above this are evicted between two forwards: the effective LLC, measured,
-        else `COLD_FRACTION` of the LLC's nominal size."""
+        """A footprint above this finds all its weights evicted between two forwards: the
+        effective LLC, measured, else `COLD_FRACTION` of the LLC's nominal size."""
         return self.llc_effective_bytes or COLD_FRACTION * self.llc_bytes
+
+    def evicted_share(self, footprint_bytes: float) -> float:
+        """The share of a model's weights evicted between two forwards, for the bytes it
+        streams per forward: 0 up to half of `cold_above_bytes`, 1 from it on, linear between."""
+        full = self.cold_above_bytes
+        return min(1.0, max(0.0, 2.0 * footprint_bytes / full - 1.0)) if full > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +109,9 @@ class _Model:
     structure: Block
     node_keys: Mapping[str, str]  # compute node -> op key
     overhead_ms: float
-    cold_nodes: frozenset[str]  # nodes predicted from the DRAM-weight profiles
+    lookup_nodes: frozenset[str]  # table lookups: from their cold profiles at any footprint
+    weight_bytes: int  # streamed per forward, besides the activations
+    activation_bytes_per_sample: int
     grid: tuple[int, ...]  # every batch size some operator was profiled at, ascending
     kinds: Mapping[str, str]  # node -> operator kind
 
@@ -222,11 +162,7 @@ class CombinedOperatorPredictor:
             + python_ops * self.calibration.python_op_us
             + len(keys) * self.calibration.op_switch_us
         )
-        # weights larger than the cache keeps: every node from the DRAM-weight profiles
-        cold = graph.weight_bytes > self.calibration.cold_above_bytes
-        cold_nodes = frozenset(
-            n.name for n in graph.nodes if n.name in keys and (cold or n.signature.is_lookup)
-        )
+        lookups = frozenset(n.name for n in graph.nodes if n.name in keys and n.signature.is_lookup)
         grid = sorted({b for k in set(keys.values()) for b in self._tables[(k, 0)].grid})
         kinds = {n.name: n.signature.kind for n in graph.nodes}
         self._models[model_key] = _Model(
@@ -234,7 +170,9 @@ class CombinedOperatorPredictor:
             decompose(graph),
             keys,
             overhead_us / 1000.0,
-            cold_nodes,
+            lookups,
+            graph.weight_bytes,
+            graph.activation_bytes_per_sample(),
             tuple(grid),
             kinds,
         )
@@ -275,8 +213,35 @@ class CombinedOperatorPredictor:
         below = [b for b in model.grid if b < batch_size]
         factor = self._factor(speed)
         return max(
-            self._total_ms(model_key, model, b, cpus, gpu_pct, factor) for b in (*below, batch_size)
+            self._curve_ms(model_key, model, b, cpus, gpu_pct, factor) for b in (*below, batch_size)
         )
+
+    def _curve_ms(
+        self,
+        model_key: str,
+        model: _Model,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int,
+        factor: Callable[[int], float],
+    ) -> float:
+        """The model's total at `batch_size`: exact at profiled batch sizes, linear between
+        them, and beyond the largest at the largest's evicted share."""
+        grid = model.grid
+        if batch_size <= grid[0] or batch_size in grid:
+            share = self._evicted_share(model, batch_size)
+            return self._total_ms(model_key, model, batch_size, cpus, gpu_pct, factor, share)
+        if batch_size > grid[-1]:
+            share = self._evicted_share(model, grid[-1])
+            return self._total_ms(model_key, model, batch_size, cpus, gpu_pct, factor, share)
+        i = bisect.bisect_right(grid, batch_size)
+        low, high = (
+            self._total_ms(
+                model_key, model, b, cpus, gpu_pct, factor, self._evicted_share(model, b)
+            )
+            for b in (grid[i - 1], grid[i])
+        )
+        return low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
 
     def _total_ms(
         self,
@@ -286,25 +251,50 @@ class CombinedOperatorPredictor:
         cpus: int,
         gpu_pct: int,
         factor: Callable[[int], float],
+        evicted: float,
     ) -> float:
-        """The model's combined operator times plus overheads at exactly `batch_size`."""
+        """The model's combined operator times plus overheads at exactly `batch_size`, with
+        the `evicted` share of its weights out of the LLC."""
 
         def op_cost(name: str) -> float:
             key = model.node_keys.get(name)
             if key is None:
                 return 0.0
-            tables = self._cold_tables if name in model.cold_nodes else self._tables
-            table = tables.get((key, gpu_pct))
-            if table is None:
+            if (key, gpu_pct) not in self._tables:
                 raise MissingProfile(
                     f"model {model_key!r}: operator {name} ({key}) has no profile at "
                     f"gpu_pct={gpu_pct}"
                 )
-            time_ms = table.at(batch_size, cpus, factor)
+            time_ms = self._node_ms(model, name, key, batch_size, cpus, gpu_pct, factor, evicted)
             return time_ms * self.kind_factors.get(model.kinds[name], 1.0)
 
         overhead_ms = model.overhead_ms * factor(1)  # per-call overheads: the calling thread
         return block_cost(model.structure, op_cost, self.branch_mode) + overhead_ms
+
+    def _evicted_share(self, model: _Model, batch_size: int) -> float:
+        footprint = model.weight_bytes + model.activation_bytes_per_sample * batch_size
+        return self.calibration.evicted_share(footprint)
+
+    def _node_ms(
+        self,
+        model: _Model,
+        name: str,
+        key: str,
+        batch_size: int,
+        cpus: int,
+        gpu_pct: int,
+        factor: Callable[[int], float],
+        evicted: float,
+    ) -> float:
+        """One node's time: its warm time plus the `evicted` share of its cold extra (a
+        lookup: its cold time)."""
+        if evicted >= 1.0 or name in model.lookup_nodes:
+            return self._cold_tables[(key, gpu_pct)].at(batch_size, cpus, factor)
+        warm = self._tables[(key, gpu_pct)].at(batch_size, cpus, factor)
+        if evicted <= 0.0:
+            return warm
+        cold = self._cold_tables[(key, gpu_pct)].at(batch_size, cpus, factor)
+        return warm + evicted * (cold - warm)
 
     def predict_latency_ms(
         self,
@@ -331,12 +321,12 @@ class CombinedOperatorPredictor:
         `batch_size` (without the running maximum over smaller batches)."""
         model = self._models[model_key]
         factor = self._factor(speed)
+        evicted = self._evicted_share(model, batch_size)
         totals: dict[str, float] = {"overhead": model.overhead_ms * factor(1)}
         for node in model.graph.nodes:
             key = model.node_keys.get(node.name)
             if key is not None:
-                tables = self._cold_tables if node.name in model.cold_nodes else self._tables
-                t = tables[(key, gpu_pct)].at(batch_size, cpus, factor)
+                t = self._node_ms(model, node.name, key, batch_size, cpus, gpu_pct, factor, evicted)
                 totals[node.signature.kind] = totals.get(node.signature.kind, 0.0) + t
         return totals
 

@@ -4,8 +4,9 @@ Operators are rebuilt alone from their signatures (`targets.build_operator`) wit
 weights cycled through copies, so they come from where a model finds them: out of L2 but in
 the last-level cache ("warm"), and at small batches out of the LLC too ("cold"; table
 lookups at every batch, see `OpSignature.is_lookup`). Their inputs cycle through copies out
-of L2 too, as a model hands each operator a new tensor on every call. Each operator's rows
-are committed together, so an interrupted run resumes where it stopped.
+of L2 too, as a model hands each operator a new tensor on every call, and their results
+live on for a few calls, as a model's operator writes to a block freed operators earlier.
+Each operator's rows are committed together, so an interrupted run resumes where it stopped.
 With a reference kernel, every row carries the machine speed index paired with its
 measurement (`ProfileRow.ref_ms`).
 

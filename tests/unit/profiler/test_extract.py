@@ -125,6 +125,19 @@ def test_inputs_cycle_through_copies_holding_other_values() -> None:
     assert addresses[3] == addresses[0]
     assert not torch.equal(tensors[0], tensors[1])  # new data, as a served model gets
     assert torch.equal(tensors[3], tensors[0])
+    # an input larger than the rotation still alternates between two copies
+    large = build_operator(view, 5, rotate_input_bytes=one_input // 2)
+    with torch.inference_mode():
+        pointers = [large.run().data_ptr() for _ in range(3)]  # type: ignore[attr-defined]
+    assert pointers[0] != pointers[1]
+    assert pointers[2] == pointers[0]
+    # results live on for as many calls as there are input copies: each call writes a
+    # block other than the one it freed a moment ago
+    conv = next(n for n in graph.nodes if n.name == "conv1").signature
+    writing = build_operator(conv, 5, rotate_input_bytes=one_input // 2)
+    with torch.inference_mode():
+        written = [writing.run().data_ptr() for _ in range(3)]  # type: ignore[attr-defined]
+    assert len(set(written)) == 3
     reused = build_operator(view, 5)
     with torch.inference_mode():
         first, second = reused.run(), reused.run()

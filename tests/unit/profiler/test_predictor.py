@@ -13,12 +13,11 @@ from infless.profiler.database import ProfileRow
 from infless.profiler.graph import OperatorGraph, OpNode, OpSignature, TensorInfo
 from infless.profiler.predictor import (
     DEFAULT_OFFSET_PCT,
-    BatchCurve,
     Calibration,
     CombinedOperatorPredictor,
     MissingProfile,
-    OpTable,
 )
+from infless.profiler.tables import BatchCurve, OpTable
 
 
 def _sig(kind: str) -> OpSignature:
@@ -154,16 +153,23 @@ def test_missing_profiles_and_models_are_reported() -> None:
 noisy_ms = st.floats(min_value=0.001, max_value=100.0, allow_nan=False)
 
 
+twelve_ms = st.lists(noisy_ms, min_size=12, max_size=12)
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(noisy_ms, min_size=12, max_size=12), st.lists(noisy_ms, min_size=12, max_size=12))
+@given(twelve_ms, twelve_ms, twelve_ms)
 def test_predictions_are_monotone_whatever_the_profiles(
-    first: list[float], second: list[float]
+    first: list[float], second: list[float], cold: list[float]
 ) -> None:
-    predictor = CombinedOperatorPredictor(branch_mode="max")
+    # the diamond reads 64 bytes per sample: from b16 to b47 its evicted share grows 0 -> 1
+    predictor = CombinedOperatorPredictor(
+        branch_mode="max", calibration=Calibration(llc_effective_bytes=4_000.0)
+    )
     configs = [(b, c) for c in (1, 2) for b in (1, 2, 4, 8, 16, 32)]
     for kind, times in (("a", first), ("b", second), ("c", second[::-1]), ("d", first[::-1])):
-        predictor.add_profiles(_rows(kind, dict(zip(configs, times, strict=True))))
-    predictor.register("diamond", _diamond())
+        rows = _rows(kind, dict(zip(configs, times, strict=True)))
+        predictor.add_profiles(replace(r, cold_ms=c) for r, c in zip(rows, cold, strict=True))
+    predictor.register("diamond", replace(_diamond(), weight_bytes=1_000))
     for cpus in (1, 2, 3):
         latencies = [predictor.predict_latency_ms("diamond", b, cpus) for b in range(1, 70)]
         assert all(x <= y + 1e-9 for x, y in itertools.pairwise(latencies))
@@ -202,13 +208,50 @@ def test_the_measured_effective_cache_decides_which_models_are_cold() -> None:
     for kind in "abcd":
         rows = _rows(kind, _linear_table(1.0))
         predictor.add_profiles(replace(r, cold_ms=3 * r.time_ms) for r in rows)
-    fits = replace(_diamond(), model_key="fits", weight_bytes=3_000)
+    # the diamond's four operators read 16 bytes per sample each: 128 bytes at b2
+    fits = replace(_diamond(), model_key="fits", weight_bytes=1_800)  # under half of 4 kB
     evicted = replace(_diamond(), model_key="evicted", weight_bytes=5_000)  # < 3/4 of 16 kB
     predictor.register("fits", fits)
     predictor.register("evicted", evicted)
     assert predictor.predict_raw_ms("evicted", 2, 1) == pytest.approx(
         3 * predictor.predict_raw_ms("fits", 2, 1)
     )
+
+
+def test_between_half_the_effective_cache_and_all_of_it_a_share_of_the_weights_is_cold() -> None:
+    calibration = Calibration(llc_effective_bytes=4_000.0)
+    assert calibration.evicted_share(2_000.0) == 0.0
+    assert calibration.evicted_share(3_000.0) == pytest.approx(0.5)
+    assert calibration.evicted_share(4_000.0) == 1.0
+    assert calibration.evicted_share(9_000.0) == 1.0
+    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=calibration)
+    for kind in "abcd":
+        rows = _rows(kind, _linear_table(1.0))
+        predictor.add_profiles(replace(r, cold_ms=3 * r.time_ms) for r in rows)
+    warm = replace(_diamond(), model_key="warm", weight_bytes=0)
+    partly = replace(_diamond(), model_key="partly", weight_bytes=2_500 - 4 * 16)  # 2.5 kB at b1
+    predictor.register("warm", warm)
+    predictor.register("partly", partly)
+    # a quarter of the way from 2 kB to 4 kB: warm + 1/4 of the cold extra (2x warm)
+    assert predictor.predict_raw_ms("partly", 1, 1) == pytest.approx(
+        1.5 * predictor.predict_raw_ms("warm", 1, 1)
+    )
+
+
+def test_a_larger_batch_streams_more_activations_and_finds_more_weights_evicted() -> None:
+    calibration = Calibration(llc_effective_bytes=4_000.0)
+    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=calibration)
+    wide = OpSignature("w", "function:torch.w", "{}", (TensorInfo((1, 250), "float32", 0),))
+    assert wide.inputs[0].bytes_per_sample() == 1_000
+    predictor.add_profiles(
+        ProfileRow(wide.key, b, 1, 0, float(b), cold_ms=2.0 * b) for b in (1, 2, 4)
+    )
+    graph = OperatorGraph("g", (OpNode("w", wide, ()),), ("w",), "fx", weight_bytes=1_000)
+    assert graph.activation_bytes_per_sample() == 1_000
+    predictor.register("g", graph)
+    assert predictor.predict_raw_ms("g", 1, 1) == pytest.approx(1.0)  # 2 kB: all warm
+    assert predictor.predict_raw_ms("g", 2, 1) == pytest.approx(2.0 + 0.5 * 2.0)  # 3 kB: half
+    assert predictor.predict_raw_ms("g", 4, 1) == pytest.approx(8.0)  # 5 kB: all cold
 
 
 def test_table_lookups_are_predicted_from_their_cold_profiles_in_any_model() -> None:
