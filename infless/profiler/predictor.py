@@ -228,19 +228,15 @@ class CombinedOperatorPredictor:
         """The model's total at `batch_size`: exact at profiled batch sizes, linear between
         them, and beyond the largest at the largest's evicted share."""
         grid = model.grid
-        if batch_size <= grid[0] or batch_size in grid:
-            share = self._evicted_share(model, batch_size)
-            return self._total_ms(model_key, model, batch_size, cpus, gpu_pct, factor, share)
-        if batch_size > grid[-1]:
-            share = self._evicted_share(model, grid[-1])
-            return self._total_ms(model_key, model, batch_size, cpus, gpu_pct, factor, share)
+
+        def exact(batch: int) -> float:
+            share = self._evicted_share(model, min(batch, grid[-1]))
+            return self._total_ms(model_key, model, batch, cpus, gpu_pct, factor, share)
+
+        if batch_size <= grid[0] or batch_size >= grid[-1] or batch_size in grid:
+            return exact(batch_size)
         i = bisect.bisect_right(grid, batch_size)
-        low, high = (
-            self._total_ms(
-                model_key, model, b, cpus, gpu_pct, factor, self._evicted_share(model, b)
-            )
-            for b in (grid[i - 1], grid[i])
-        )
+        low, high = exact(grid[i - 1]), exact(grid[i])
         return low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
 
     def _total_ms(

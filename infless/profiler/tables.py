@@ -15,6 +15,7 @@ from infless.profiler.database import ProfileRow
 
 
 def unscaled(_cpus: int) -> float:
+    """The scale of a curve taken as profiled, whatever its thread count."""
     return 1.0
 
 

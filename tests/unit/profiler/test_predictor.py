@@ -185,11 +185,17 @@ def test_breakdown_sums_to_the_prediction_in_sum_mode() -> None:
     assert set(parts) == {"overhead", "a", "b", "c", "d"}
 
 
-def test_models_larger_than_the_cache_use_the_cold_weight_profiles() -> None:
-    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=Calibration(llc_bytes=1000.0))
+def _cold_diamonds(calibration: Calibration, cold_factor: float) -> CombinedOperatorPredictor:
+    """A predictor whose diamond operators take 1 ms per sample warm, `cold_factor`x cold."""
+    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=calibration)
     for kind in "abcd":
         rows = _rows(kind, _linear_table(1.0))
-        predictor.add_profiles(replace(r, cold_ms=2 * r.time_ms) for r in rows)
+        predictor.add_profiles(replace(r, cold_ms=cold_factor * r.time_ms) for r in rows)
+    return predictor
+
+
+def test_models_larger_than_the_cache_use_the_cold_weight_profiles() -> None:
+    predictor = _cold_diamonds(Calibration(llc_bytes=1000.0), 2.0)
     small = _diamond()
     big = replace(small, model_key="big", weight_bytes=10_000)
     predictor.register("small", small)
@@ -204,10 +210,7 @@ def test_the_measured_effective_cache_decides_which_models_are_cold() -> None:
     assert nominal.cold_above_bytes == pytest.approx(12_000.0)
     measured = replace(nominal, llc_effective_bytes=4_000.0)
     assert measured.cold_above_bytes == pytest.approx(4_000.0)
-    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=measured)
-    for kind in "abcd":
-        rows = _rows(kind, _linear_table(1.0))
-        predictor.add_profiles(replace(r, cold_ms=3 * r.time_ms) for r in rows)
+    predictor = _cold_diamonds(measured, 3.0)
     # the diamond's four operators read 16 bytes per sample each: 128 bytes at b2
     fits = replace(_diamond(), model_key="fits", weight_bytes=1_800)  # under half of 4 kB
     evicted = replace(_diamond(), model_key="evicted", weight_bytes=5_000)  # < 3/4 of 16 kB
@@ -224,10 +227,7 @@ def test_between_half_the_effective_cache_and_all_of_it_a_share_of_the_weights_i
     assert calibration.evicted_share(3_000.0) == pytest.approx(0.5)
     assert calibration.evicted_share(4_000.0) == 1.0
     assert calibration.evicted_share(9_000.0) == 1.0
-    predictor = CombinedOperatorPredictor(offset_pct=0.0, calibration=calibration)
-    for kind in "abcd":
-        rows = _rows(kind, _linear_table(1.0))
-        predictor.add_profiles(replace(r, cold_ms=3 * r.time_ms) for r in rows)
+    predictor = _cold_diamonds(calibration, 3.0)
     warm = replace(_diamond(), model_key="warm", weight_bytes=0)
     partly = replace(_diamond(), model_key="partly", weight_bytes=2_500 - 4 * 16)  # 2.5 kB at b1
     predictor.register("warm", warm)
