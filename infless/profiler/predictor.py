@@ -209,35 +209,23 @@ class CombinedOperatorPredictor:
                 f"model {model_key!r} is not registered with the predictor; known: "
                 f"{', '.join(self.models()) or 'none'}"
             ) from None
-        # the running maximum over the batch (see the module docstring)
-        below = [b for b in model.grid if b < batch_size]
         factor = self._factor(speed)
-        return max(
-            self._curve_ms(model_key, model, b, cpus, gpu_pct, factor) for b in (*below, batch_size)
-        )
-
-    def _curve_ms(
-        self,
-        model_key: str,
-        model: _Model,
-        batch_size: int,
-        cpus: int,
-        gpu_pct: int,
-        factor: Callable[[int], float],
-    ) -> float:
-        """The model's total at `batch_size`: exact at profiled batch sizes, linear between
-        them, and beyond the largest at the largest's evicted share."""
         grid = model.grid
 
-        def exact(batch: int) -> float:
+        def exact(batch: int) -> float:  # beyond the largest profiled batch: the largest's share
             share = self._evicted_share(model, min(batch, grid[-1]))
             return self._total_ms(model_key, model, batch, cpus, gpu_pct, factor, share)
 
+        # the running maximum over the batch (see the module docstring): exact totals at the
+        # profiled batches below, and at `batch_size` linear between its neighbours
+        below = {b: exact(b) for b in grid if b < batch_size}
         if batch_size <= grid[0] or batch_size >= grid[-1] or batch_size in grid:
-            return exact(batch_size)
-        i = bisect.bisect_right(grid, batch_size)
-        low, high = exact(grid[i - 1]), exact(grid[i])
-        return low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
+            at_batch = exact(batch_size)
+        else:
+            i = bisect.bisect_right(grid, batch_size)
+            low, high = below[grid[i - 1]], exact(grid[i])
+            at_batch = low + (batch_size - grid[i - 1]) / (grid[i] - grid[i - 1]) * (high - low)
+        return max([at_batch, *below.values()])
 
     def _total_ms(
         self,

@@ -252,7 +252,7 @@ def build_operator(
         bind(batch_sets[k % len(batch_sets)], *weight_sets[k % copies])
         for k in range(max(copies, len(batch_sets)))
     ]
-    if len(variants) == 1 and rotate_input_bytes <= 0:
+    if len(variants) == 1:  # nothing rotates: inputs rotate through two copies at least
         return BuiltOperator(variants[0], weight_bytes, 1)
     calls = itertools.cycle(variants)
     # each result lives on for as many calls as there are input copies, so each call writes
