@@ -44,6 +44,7 @@ from bench.harness import BENCH_MODELS
 from infless.clock import RealClock
 from infless.models.build import ensure_package
 from infless.weights.store import TensorStore
+from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher
@@ -78,7 +79,7 @@ class Launchers:
     templates: TemplateCache
 
     async def launch(
-        self, mode: str, package_dir: Path, instance_id: str, stored: list[p.StoredTensor] | None
+        self, mode: str, package_dir: Path, instance_id: str, stored: list[StoredTensor] | None
     ) -> LaunchedWorker:
         if mode == "fresh":
             return await self.fresh.launch(instance_id)
@@ -105,7 +106,7 @@ async def start_once(
         store.reclaim([], RealClock().now())  # keep-alive 0: every unheld tensor goes
         assert store.shared_bytes_for(package_dir, TENANT) == 0, "the store is not empty"
     handles: list[tuple[str, ProcessWorkerHandle]] = []
-    stored: list[p.StoredTensor] | None = None
+    stored: list[StoredTensor] | None = None
     try:
         for other_id in [f"{instance_id}-{n}" for n in (1, 2)] if mode == "template" else []:
             stored = store.publish(package_dir, TENANT, holder=other_id)

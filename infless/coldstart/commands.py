@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from infless.coldstart.config import HistogramConfig
 from infless.coldstart.evaluate import POLICIES, EvalConfig, evaluate
-from infless.coldstart.histogram import HistogramConfig
 from infless.coldstart.trace import (
     DEFAULT_MEMORY_MB,
     classify_patterns,

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from infless.coldstart.histogram import FloatArray, HistogramConfig
+from infless.coldstart.config import HistogramConfig
+from infless.coldstart.histogram import FloatArray
 from infless.coldstart.replay import (
     FunctionOutcome,
     fixed_windows,

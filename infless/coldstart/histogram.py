@@ -30,6 +30,8 @@ from enum import IntEnum
 import numpy as np
 from numpy.typing import NDArray
 
+from infless.coldstart.config import HistogramConfig
+
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
@@ -40,51 +42,6 @@ class Branch(IntEnum):
     HISTOGRAM = 0  # representative histogram: head/tail percentiles with margins
     STANDARD = 1  # not representative (too few ITs or CV below threshold): standard keep-alive
     ARIMA = 2  # too many out-of-bounds ITs: time-series forecast of the next IT
-
-
-@dataclass(frozen=True, slots=True)
-class HistogramConfig:
-    """Parameters of one idle-time histogram and of the HHP decision on it."""
-
-    range_min: int = 240
-    bin_s: float = 60.0
-    head_q: float = 0.05
-    tail_q: float = 0.99
-    margin: float = 0.10
-    cv_threshold: float = 2.0
-    min_its: int = 10
-    oob_threshold: float = 0.5
-    arima_margin: float = 0.15
-
-    def __post_init__(self) -> None:
-        if self.range_min < 1:
-            raise ValueError(f"range_min={self.range_min}: the histogram needs >= 1 bin")
-        if self.bin_s <= 0:
-            raise ValueError(f"bin_s={self.bin_s}: must be > 0 seconds")
-        if not 0.0 <= self.head_q < self.tail_q <= 1.0:
-            raise ValueError(
-                f"head_q={self.head_q}, tail_q={self.tail_q}: need 0 <= head_q < tail_q <= 1"
-            )
-        for name in ("margin", "arima_margin"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}={value}: must be in [0, 1)")
-        if not 0.0 < self.oob_threshold <= 1.0:
-            raise ValueError(f"oob_threshold={self.oob_threshold}: must be in (0, 1]")
-        if self.cv_threshold < 0 or self.min_its < 1:
-            raise ValueError(
-                f"cv_threshold={self.cv_threshold}, min_its={self.min_its}: "
-                "need cv_threshold >= 0 and min_its >= 1"
-            )
-
-    @property
-    def range_bins(self) -> int:
-        """Number of bins; with 60 s bins this equals `range_min`."""
-        return max(1, round(self.range_min * 60.0 / self.bin_s))
-
-    @property
-    def range_s(self) -> float:
-        return self.range_bins * self.bin_s
 
 
 def bin_of(it_s: float, bin_s: float) -> int:

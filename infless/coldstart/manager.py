@@ -16,7 +16,7 @@ from typing import Any
 from infless.clock import Clock, Ticker
 from infless.coldstart.lifecycle import LifecycleAction, decide_lifecycle
 from infless.coldstart.policies import ColdStartPolicy, Windows
-from infless.workers.instance import InstanceState
+from infless.dataplane.instance import InstanceState
 from infless.workers.pool import DeployedFunction, WorkerPool
 
 log = logging.getLogger(__name__)

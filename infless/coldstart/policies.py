@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from infless.coldstart.config import (
+    FixedConfig,
+    HistogramConfig,
+    LsthConfig,
+    policy_settings,
+)
 from infless.coldstart.histogram import (
     Histogram,
-    HistogramConfig,
     bin_of,
     hhp_windows,
     lsth_blend,
@@ -83,15 +88,6 @@ def _idle_s(last_end_s: float | None, arrival_s: float, busy: bool) -> float | N
 
 
 # --------------------------------------------------------------------------- fixed
-
-
-@dataclass(frozen=True, slots=True)
-class FixedConfig:
-    keepalive_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.keepalive_s <= 0:
-            raise ValueError(f"keepalive_s={self.keepalive_s}: must be > 0 seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,28 +152,6 @@ class HhpPolicy:
 
 
 # --------------------------------------------------------------------------- LSTH
-
-
-@dataclass(frozen=True, slots=True)
-class LsthConfig:
-    """LSTH (INFless §3.5): long (24 h) and short (1 h) histograms blended with γ."""
-
-    gamma: float = 0.5
-    long_window_min: int = 1440
-    short_window_min: int = 60
-    short_min_its: int = 5
-    histogram: HistogramConfig = field(default_factory=HistogramConfig)
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma={self.gamma}: must be in [0, 1]")
-        if not 1 <= self.short_window_min <= self.long_window_min:
-            raise ValueError(
-                f"short_window_min={self.short_window_min}, long_window_min="
-                f"{self.long_window_min}: need 1 <= short <= long"
-            )
-        if self.short_min_its < 1:
-            raise ValueError(f"short_min_its={self.short_min_its}: must be >= 1")
 
 
 # One logged observation: (minute observed, idle time s, times). In-range ITs are stored at
@@ -287,34 +261,12 @@ class LsthPolicy:
 
 # --------------------------------------------------------------------------- factory
 
-POLICY_NAMES = ("fixed", "hhp", "lsth")
-
 
 def build_policy(name: str, params: Mapping[str, Any] | None = None) -> ColdStartPolicy[Any]:
-    """Build a policy by name; `params` are the config fields (histogram fields for hhp,
-    and for lsth either its own fields or histogram fields, which go to its histogram)."""
-    params = dict(params or {})
-    if name == "fixed":
-        return FixedPolicy(FixedConfig(**_pick(FixedConfig, params, name)))
-    if name == "hhp":
-        return HhpPolicy(HistogramConfig(**_pick(HistogramConfig, params, name)))
-    if name == "lsth":
-        own = {k: v for k, v in params.items() if k in _field_names(LsthConfig)}
-        rest = {k: v for k, v in params.items() if k not in own}
-        histogram = HistogramConfig(**_pick(HistogramConfig, rest, name))
-        return LsthPolicy(LsthConfig(**own, histogram=histogram))
-    raise ValueError(f"policy={name!r}: unknown; choose one of {', '.join(POLICY_NAMES)}")
-
-
-def _field_names(cls: type) -> set[str]:
-    return {f.name for f in fields(cls)} - {"histogram"}
-
-
-def _pick(cls: type, params: Mapping[str, Any], policy: str) -> dict[str, Any]:
-    unknown = sorted(set(params) - _field_names(cls))
-    if unknown:
-        raise ValueError(
-            f"policy {policy!r}: unknown parameter(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(_field_names(cls)))}"
-        )
-    return dict(params)
+    """Build a policy by name from its config parameters (see `config.policy_settings`)."""
+    settings = policy_settings(name, params)
+    if isinstance(settings, FixedConfig):
+        return FixedPolicy(settings)
+    if isinstance(settings, LsthConfig):
+        return LsthPolicy(settings)
+    return HhpPolicy(settings)

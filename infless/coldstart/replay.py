@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from infless.coldstart.config import HistogramConfig
 from infless.coldstart.histogram import (
     FloatArray,
-    HistogramConfig,
     HistogramStats,
     IntArray,
     hhp_windows,

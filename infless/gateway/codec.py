@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import orjson
 
-from infless.batching.request import Array
+from infless.dataplane.request import Array
 from infless.errors import InputMismatch, MalformedBody
 from infless.types import TensorSpec
 

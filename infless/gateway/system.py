@@ -14,11 +14,11 @@ import orjson
 from aiohttp import web
 
 from infless import __version__
+from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import InvalidDeployment, MalformedBody
 from infless.gateway.errors import json_errors
 from infless.gateway.invoke import find_function_name
 from infless.types import TensorSpec
-from infless.workers.instance import Instance, InstanceState
 
 if TYPE_CHECKING:
     from infless.app import Platform

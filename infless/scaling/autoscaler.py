@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable
 
 from infless.clock import Clock, Ticker
+from infless.dataplane.instance import Instance
+from infless.dataplane.instance import InstanceState as LiveState
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand, DemandState, estimate, forget, record
@@ -30,8 +32,6 @@ from infless.scaling.view import (
     StartInstance,
     StopInstance,
 )
-from infless.workers.instance import Instance
-from infless.workers.instance import InstanceState as LiveState
 from infless.workers.pool import DeployedFunction, WorkerPool
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from infless.batching.policy import powers_of_two_up_to
+from infless.dataplane.policy import powers_of_two_up_to
 from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import POLICY_NAMES, ScalingConfig

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infless.batching.policy import feasible as slo_feasible
+from infless.dataplane.policy import feasible as slo_feasible
 from infless.scaling.config import Rounding
 
 _EPS = 1e-9

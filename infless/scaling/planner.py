@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from infless.batching.policy import powers_of_two_up_to
+from infless.dataplane.policy import powers_of_two_up_to
 from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import Rounding, ScalingConfig

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infless.batching.dispatcher import RateShareDispatcher
-from infless.batching.policy import DispatchMode, dispatch_at, update_interarrival
+from infless.dataplane.dispatcher import RateShareDispatcher
+from infless.dataplane.policy import DispatchMode, dispatch_at, update_interarrival
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand, DemandState, estimate, record_times

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infless.workers.protocol import StoredTensor
+from infless.weights.stored import StoredTensor
 
 _FD_HEADROOM = 256  # Python's mmap keeps a duplicate descriptor per map
 

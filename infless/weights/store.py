@@ -36,7 +36,7 @@ from infless.models.package import load_manifest
 from infless.weights.filelock import KeyLocks, copy_range
 from infless.weights.package_index import KEY_PATTERN, FileIdentity, PackageIndex, index_weights
 from infless.weights.reclaimer import TensorEntry, reclaim_decision
-from infless.workers.protocol import StoredTensor
+from infless.weights.stored import StoredTensor
 
 DEFAULT_KEEPALIVE_S = 600.0
 TEMP_PREFIX = ".tmp-"

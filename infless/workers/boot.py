@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from infless.batching.policy import BatchSettings, powers_of_two_up_to, settle
 from infless.clock import Clock
 from infless.config import Config
+from infless.dataplane.instance import Instance
+from infless.dataplane.policy import BatchSettings, powers_of_two_up_to, settle
 from infless.types import FunctionSpec
 from infless.weights.store import StoreError
+from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle
-from infless.workers.instance import Instance
 from infless.workers.launcher import LaunchedWorker, WorkerLauncher
 from infless.workers.templates import TemplateCache
 
@@ -107,7 +108,7 @@ class InstanceBooter:
         return Booted(handle, ready, settings, launched.spawn_ms)
 
     async def _launch(
-        self, instance_id: str, tenant: str, package_dir: Path, stored: list[p.StoredTensor] | None
+        self, instance_id: str, tenant: str, package_dir: Path, stored: list[StoredTensor] | None
     ) -> LaunchedWorker:
         """Fork from the model's template when there can be one, else from the launcher."""
         if self.templates is not None and stored is not None:

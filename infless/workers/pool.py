@@ -18,18 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from infless.batching.request import Pending
-from infless.batching.router import FunctionRouter
 from infless.clock import Clock
 from infless.cluster.cpus import CpuAllocator
 from infless.coldstart.activity import FunctionActivity
 from infless.config import Config
+from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.request import Pending
+from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
 from infless.workers.boot import InstanceBooter
 from infless.workers.handle import ProcessWorkerHandle
-from infless.workers.instance import Instance, InstanceState
 from infless.workers.launcher import WorkerLauncher
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 Frames are a 4-byte big-endian length followed by one msgpack-encoded message. Tensors
 travel as raw bytes with dtype and shape, never as nested lists; no pickle anywhere.
-This module is shared by both sides: it must not import torch or numpy.
+This module is shared by both sides: it must not import torch or numpy. `LoadModel`
+carries the store's `weights.stored.StoredTensor` entries as they are.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import struct
 
 import msgspec
+
+from infless.weights.stored import StoredTensor
 
 FRAME_HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30
@@ -21,15 +24,6 @@ class TensorData(msgspec.Struct, array_like=True, frozen=True):
     dtype: str
     shape: list[int]
     data: bytes
-
-
-class StoredTensor(msgspec.Struct, array_like=True, frozen=True):
-    """One tensor of a model's state dict as a file of the shared tensor store."""
-
-    name: str
-    path: str
-    dtype: str
-    shape: list[int]
 
 
 class LoadModel(msgspec.Struct, tag="load", frozen=True):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.forkclient import ForkServerClient, ZygoteError
 from infless.workers.launcher import LaunchedWorker
@@ -55,7 +56,7 @@ class TemplateKey:
     tensors_digest: str  # a new publication of different tensors gets a new template
 
     @staticmethod
-    def of(tenant: str, package_dir: str, stored: list[p.StoredTensor]) -> TemplateKey:
+    def of(tenant: str, package_dir: str, stored: list[StoredTensor]) -> TemplateKey:
         digest = hashlib.blake2b(digest_size=8)
         for tensor in stored:
             digest.update(f"{tensor.name}\0{tensor.path}\0".encode())
@@ -114,7 +115,7 @@ async def _load_over(sock: socket.socket, request: p.LoadModel) -> p.Ready:
 
 
 async def start_template(
-    zygote: ZygoteLauncher, key: TemplateKey, stored: list[p.StoredTensor], timeout_s: float
+    zygote: ZygoteLauncher, key: TemplateKey, stored: list[StoredTensor], timeout_s: float
 ) -> Template:
     """Fork a template from the zygote, have it load the model, wait until it serves forks."""
     started = time.perf_counter()
@@ -193,7 +194,7 @@ class TemplateCache:
         self._forked: set[str] = set()  # instances forked from their model's template
 
     async def launch(
-        self, instance_id: str, tenant: str, package_dir: str, stored: list[p.StoredTensor]
+        self, instance_id: str, tenant: str, package_dir: str, stored: list[StoredTensor]
     ) -> LaunchedWorker | None:
         """Fork `instance_id` from its model's template; None: fork it elsewhere."""
         key = TemplateKey.of(tenant, package_dir, stored)
@@ -219,7 +220,7 @@ class TemplateCache:
         spawn_ms = (time.perf_counter() - started) * 1000.0  # with any wait for the template
         return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None)
 
-    def _start(self, key: TemplateKey, slot: _Slot, stored: list[p.StoredTensor]) -> None:
+    def _start(self, key: TemplateKey, slot: _Slot, stored: list[StoredTensor]) -> None:
         self._store.acquire(key.template_id, key.tenant, stored)
         start = start_template(self._zygote, key, stored, self._start_timeout_s)
         slot.start = asyncio.get_running_loop().create_task(start, name=key.template_id)

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from infless.app import PLATFORM_KEY, Platform, create_app
 from infless.config import load_config, with_overrides
 from infless.types import InstanceConfig
-from infless.workers.instance import InstanceState
+from infless.dataplane.instance import InstanceState
 from tests.support.gateway import TEST_MODEL_REPOSITORY, start_gateway
 
 SAMPLE = {"inputs": np.zeros((1, 28, 28)).tolist()}

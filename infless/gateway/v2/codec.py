@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from infless.batching.request import Array
+from infless.dataplane.request import Array
 from infless.errors import BadRequest
 from infless.gateway.v2.datatypes import numpy_dtype, v2_datatype
 from infless.types import TensorSpec

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aiohttp import web
 
-from infless.batching.request import Array, Outcome, Pending
+from infless.dataplane.request import Array, Outcome, Pending
 from infless.errors import (
     FunctionNotFound,
     GatewayTimeout,
@@ -37,7 +37,7 @@ from infless.gateway.v2.codec import (
 
 if TYPE_CHECKING:
     from infless.app import Platform
-    from infless.batching.router import FunctionRouter
+    from infless.dataplane.router import FunctionRouter
     from infless.workers.pool import DeployedFunction
 
 MODEL_VERSION = "1"  # a function has exactly one version

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from infless.dataplane.instance import InstanceState
 from infless.errors import BadRequest
 from infless.gateway.errors import v2_errors
 from infless.gateway.invoke import find_function_name
 from infless.gateway.v2.infer import MODEL_VERSION
 from infless.models.zoo import ZOO
-from infless.workers.instance import InstanceState
 
 if TYPE_CHECKING:
     from infless.app import Platform

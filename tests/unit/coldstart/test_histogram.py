@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from infless.coldstart.config import HistogramConfig
 from infless.coldstart.histogram import (
     Branch,
     Histogram,
-    HistogramConfig,
     bin_of,
     hhp_windows,
     histogram_branch_windows,

@@ -7,13 +7,11 @@ from typing import Any
 
 import pytest
 
-from infless.coldstart.histogram import HistogramConfig
+from infless.coldstart.config import FixedConfig, HistogramConfig, LsthConfig
 from infless.coldstart.policies import (
     ColdStartPolicy,
-    FixedConfig,
     FixedPolicy,
     HhpPolicy,
-    LsthConfig,
     LsthPolicy,
     Windows,
     build_policy,

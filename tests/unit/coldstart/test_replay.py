@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infless.coldstart.histogram import Branch, HistogramConfig, hhp_windows
+from infless.coldstart.config import HistogramConfig, LsthConfig
+from infless.coldstart.histogram import Branch, hhp_windows
 from infless.coldstart.policies import (
     ColdStartPolicy,
     HhpPolicy,
-    LsthConfig,
     LsthPolicy,
 )
 from infless.coldstart.replay import (

@@ -10,8 +10,8 @@ from typing import cast
 import numpy as np
 import pytest
 
-from infless.batching.request import Array, Outcome, Pending
-from infless.batching.router import FunctionRouter
+from infless.dataplane.request import Array, Outcome, Pending
+from infless.dataplane.router import FunctionRouter
 from infless.errors import GatewayTimeout, InferenceFailed, Overloaded
 from infless.gateway.v2.infer import run_rows, stack_outputs
 

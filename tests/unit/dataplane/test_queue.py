@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from infless.batching.policy import BatchSettings
-from infless.batching.queue import BatchQueue, QueueClosed, QueueFull
-from infless.batching.request import Pending
+from infless.dataplane.policy import BatchSettings
+from infless.dataplane.queue import BatchQueue, QueueClosed, QueueFull
+from infless.dataplane.request import Pending
 from tests.support.clock import FakeClock
 
 

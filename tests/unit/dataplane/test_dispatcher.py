@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infless.batching.dispatcher import RateShareDispatcher
+from infless.dataplane.dispatcher import RateShareDispatcher
 
 
 @dataclass

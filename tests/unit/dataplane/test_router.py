@@ -7,13 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from infless.batching.policy import BatchSettings
-from infless.batching.request import Pending
-from infless.batching.router import FunctionRouter
+from infless.dataplane.policy import BatchSettings
+from infless.dataplane.request import Pending
+from infless.dataplane.router import FunctionRouter
 from infless.errors import Overloaded, WorkerUnavailable
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
-from infless.workers.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
+from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from tests.support.clock import FakeClock
 from tests.support.inprocess_worker import InProcessWorkerHandle
 

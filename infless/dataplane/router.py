@@ -13,12 +13,12 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 
-from infless.batching.dispatcher import RateShareDispatcher
-from infless.batching.queue import QueueClosed, QueueFull
-from infless.batching.request import Array, Pending
 from infless.clock import Clock
+from infless.dataplane.dispatcher import RateShareDispatcher
+from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.queue import QueueClosed, QueueFull
+from infless.dataplane.request import Array, Pending
 from infless.errors import Overloaded, WorkerUnavailable
-from infless.workers.instance import Instance, InstanceState
 
 MAX_ATTEMPTS = 2  # the first try and one retry after a worker died
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infless.batching.policy import (
+from infless.dataplane.policy import (
     batch_timeout_s,
     choose_batch_size,
     dispatch_due,
@@ -119,7 +119,7 @@ def test_dispatch_due_exactly_when_full_or_expired(
 
 
 def test_dispatch_at_modes() -> None:
-    from infless.batching.policy import dispatch_at
+    from infless.dataplane.policy import dispatch_at
 
     assert dispatch_at(0, 4, 10.0, 0.1, "deadline", 0.01) == float("inf")
     assert dispatch_at(4, 4, 10.0, 0.1, "deadline", 0.01) == float("-inf")

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from infless.batching.policy import BatchSettings, update_exec_ms
-from infless.batching.queue import BatchQueue, QueueClosed
-from infless.batching.request import Array, Outcome, Pending
 from infless.clock import Clock
+from infless.dataplane.policy import BatchSettings, update_exec_ms
+from infless.dataplane.queue import BatchQueue, QueueClosed
+from infless.dataplane.request import Array, Outcome, Pending
 from infless.errors import InferenceFailed
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p

@@ -12,9 +12,9 @@ import asyncio
 import math
 from collections import deque
 
-from infless.batching.policy import BatchSettings, dispatch_at, update_interarrival
-from infless.batching.request import Pending
 from infless.clock import Clock
+from infless.dataplane.policy import BatchSettings, dispatch_at, update_interarrival
+from infless.dataplane.request import Pending
 
 _TIMER_RESOLUTION_S = 1e-6  # a wake-up this close to its time counts as on time
 

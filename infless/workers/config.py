@@ -1,0 +1,27 @@
+"""The `[workers]` config section: how worker processes start and how they are confined.
+Pure data plus `check_workers`; imports nothing of infless.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+
+class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    launcher: Literal["subprocess", "zygote"] = "zygote"
+    # With the zygote and the store: fork a stored model's instances from a per-model
+    # template that built, attached and warmed it once (shared pages; see workers.templates).
+    templates: bool = True
+    start_timeout_s: float = 180.0
+    cpus_per_instance: int = 1
+    reserved_cpus: int = 0
+    cgroups: bool = True
+
+
+def check_workers(cfg: WorkersConfig) -> list[str]:
+    """Every problem with the section, one sentence each."""
+    if cfg.cpus_per_instance < 1:
+        return [f"workers.cpus_per_instance = {cfg.cpus_per_instance}: must be >= 1"]
+    return []
