@@ -1,8 +1,8 @@
-"""Composition root: wires config, clock, registry, pool, metrics and routes; no logic.
+"""Composition root: wires config, clock, store, starter, pool, policies and routes; no logic.
 
 `Platform` holds the subsystems of one gateway; `create_app` returns the aiohttp
-application whose startup restores deployed functions and whose cleanup drains every
-instance and stops every worker it started.
+application whose startup restores deployed functions and starts the control loops, and
+whose cleanup stops them, drains every instance and stops every worker it started.
 """
 
 from __future__ import annotations
@@ -10,33 +10,36 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
-from infless.clock import Clock, RealClock
+from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
-from infless.coldstart.manager import PrewarmManager
+from infless.cluster.gpus import GpuInventory, discover_gpus
 from infless.coldstart.policies import build_policy
 from infless.config import Config
-from infless.gateway import protocols
-from infless.gateway.invoke import InvokeHandler
+from infless.control.autoscaler import Autoscaler
+from infless.control.frontend import FunctionFrontend
+from infless.control.functions import DeployedFunction
+from infless.control.pool import WorkerPool
+from infless.control.prewarm import PrewarmManager
+from infless.control.service import FunctionService
+from infless.gateway import routes
+from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
-from infless.gateway.system import SystemRoutes
 from infless.models.resolver import PackageResolver
-from infless.registry.service import FunctionService
 from infless.registry.store import FunctionRegistry
-from infless.scaling.autoscaler import Autoscaler
 from infless.scaling.profiled import load_profiled_predictor
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
-from infless.workers.boot import InstanceBooter
+from infless.workers.boot import InstanceStarter, ProcessStarter, StartSettings
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
-from infless.workers.pool import DeployedFunction, WorkerPool
 from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
@@ -54,12 +57,21 @@ class Platform:
     registry: FunctionRegistry
     pool: WorkerPool
     functions: FunctionService
+    frontend: FunctionFrontend
     prewarm: PrewarmManager
     store: TensorStore | None
     reclaimer: Reclaimer | None
     logs: LogBuffer
     autoscaler: Autoscaler | None
     confiner: CpuConfiner | None
+    gpus: GpuInventory
+    tickers: tuple[Ticker, ...]
+
+    def gateway_context(self) -> GatewayContext:
+        return GatewayContext(
+            self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
+            self.logs,
+        )  # fmt: skip
 
 
 def make_launcher(config: Config) -> WorkerLauncher:
@@ -87,84 +99,95 @@ def make_store(config: Config, clock: Clock) -> TensorStore | None:
     )
 
 
-def build_platform(config: Config, clock: Clock | None = None) -> Platform:
+def make_starter(
+    config: Config, store: TensorStore | None, confiner: CpuConfiner | None
+) -> ProcessStarter:
+    launcher = make_launcher(config)
+    templates = (
+        TemplateCache(launcher, store, config.workers.start_timeout_s)
+        if store is not None and isinstance(launcher, ZygoteLauncher) and config.workers.templates
+        else None
+    )
+    settings = StartSettings(
+        start_timeout_s=config.workers.start_timeout_s,
+        warmup_rounds=config.batching.warmup_rounds,
+        private_weights=config.store.private_weights,
+    )
+    return ProcessStarter(settings, launcher, store, confiner, templates)
+
+
+def build_platform(
+    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+) -> Platform:
+    """Every subsystem of one gateway; `starter` replaces the worker processes (tests)."""
     clock = clock or RealClock()
     state_dir = config.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     metrics = GatewayMetrics()
 
     def instances_changed(function: DeployedFunction) -> None:
-        metrics.set_instances(function.spec.name, function.router.ready_count)
+        metrics.set_instances(function.name, function.router.ready_count)
 
     store = make_store(config, clock)
-    launcher = make_launcher(config)
     confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
-    templates = (
-        TemplateCache(launcher, store, config.workers.start_timeout_s)
-        if store is not None and isinstance(launcher, ZygoteLauncher) and config.workers.templates
-        else None
-    )
-    booter = InstanceBooter(config, clock, launcher, store, confiner, templates)
     cores = usable_cpus(config.workers.reserved_cpus)
-    autoscaled = config.scaling.policy != "none"
+    gpus = discover_gpus()
+    scaling = config.scaling
+    autoscaled = scaling.policy != "none"
     pool = WorkerPool(
-        config,
         clock,
-        launcher,
+        starter or make_starter(config, store, confiner),
         CpuAllocator(cores),
-        on_instance_change=instances_changed,
-        booter=booter,
+        config.batching,
+        capacity_cpus=max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
+        gpu_pct=gpus.share_capacity_pct,
         autoscaled=autoscaled,
+        on_instance_change=instances_changed,
     )
-    autoscaler = (
-        Autoscaler(
-            pool, clock, config.scaling, len(cores),
-            profiles=lambda keys: load_profiled_predictor(state_dir, keys),
+    tickers: list[Ticker] = []
+    autoscaler = None
+    if autoscaled:
+        autoscaler = Autoscaler(
+            pool, scaling, profiles=lambda keys: load_profiled_predictor(state_dir, keys)
         )
-        if autoscaled
-        else None
-    )  # fmt: skip
+        tickers.append(Ticker(clock, scaling.tick_s, autoscaler.tick, "autoscaler"))
+    coldstart = config.coldstart
+    prewarm = PrewarmManager(
+        pool,
+        build_policy(coldstart.policy, coldstart.params),
+        release_grace_s=coldstart.release_grace_s,
+        scale_to_zero_default=coldstart.scale_to_zero,
+    )
+    tickers.append(Ticker(clock, coldstart.tick_s, prewarm.tick, "prewarm-manager"))
     reclaimer = (
         None
         if store is None
-        else Reclaimer(
-            store,
-            clock,
-            lambda: [*pool.instance_ids(), *booter.holder_ids()],
-            config.store.reclaim_interval_s,
-        )
+        else Reclaimer(store, clock, pool.holder_ids, config.store.reclaim_interval_s)
     )
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     resolver = PackageResolver(Path(config.models.repository))
     functions = FunctionService(clock, registry, pool, resolver)
-    coldstart = config.coldstart
-    prewarm = PrewarmManager(
-        pool,
-        clock,
-        build_policy(coldstart.policy, coldstart.params),
-        tick_s=coldstart.tick_s,
-        release_grace_s=coldstart.release_grace_s,
-        scale_to_zero_default=coldstart.scale_to_zero,
+    gateway = config.gateway
+    frontend = FunctionFrontend(
+        pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes
     )
     logs = LogBuffer(clock.wall)
     return Platform(
-        config, clock, metrics, registry, pool, functions, prewarm, store, reclaimer, logs,
-        autoscaler, confiner,
+        config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
+        logs, autoscaler, confiner, gpus, tuple(tickers),
     )  # fmt: skip
 
 
-def create_app(config: Config, clock: Clock | None = None) -> web.Application:
-    platform = build_platform(config, clock)
+def create_app(
+    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+) -> web.Application:
+    platform = build_platform(config, clock, starter)
     app = web.Application(
         client_max_size=config.gateway.max_body_bytes,
-        middlewares=protocols.auth_middlewares(config),
+        middlewares=routes.middlewares(config),
     )
     app[PLATFORM_KEY] = platform
-    invoke = InvokeHandler(platform).__call__  # a coroutine function: aiohttp wants one
-    app.router.add_route("*", "/function/{name}", invoke)
-    app.router.add_route("*", "/function/{name}/{path:.*}", invoke)
-    SystemRoutes(platform).register(app)
-    protocols.install(app, platform, platform.logs)
+    routes.install(app, platform.gateway_context())
 
     async def startup(_: web.Application) -> None:
         if platform.store is not None:
@@ -174,14 +197,12 @@ def create_app(config: Config, clock: Clock | None = None) -> web.Application:
             platform.reclaimer.start()
         await platform.pool.start()
         await platform.functions.restore(list(config.functions))
-        platform.prewarm.start()
-        if platform.autoscaler is not None:
-            platform.autoscaler.start()
+        for ticker in platform.tickers:
+            ticker.start()
 
     async def cleanup(_: web.Application) -> None:
-        await platform.prewarm.stop()
-        if platform.autoscaler is not None:
-            await platform.autoscaler.stop()
+        for ticker in platform.tickers:
+            await ticker.stop()
         await platform.pool.stop()
         if platform.confiner is not None:
             platform.confiner.remove_parent()

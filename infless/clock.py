@@ -1,7 +1,11 @@
-"""The Clock protocol, the real clock, and the Ticker that runs control loops on a clock.
+"""The Clock protocol, the real clock, the Ticker that runs control loops on a clock, and the
+few direct readings of time that measurements need.
 
-Nothing else in infless reads time directly. `now()` is monotonic seconds; `wall()` is Unix
-seconds for timestamps shown to people.
+Nothing else in infless reads time (ruff's banned-API rule holds every other module to
+that). Decisions take a `Clock` (a fake one in tests): `now()` is monotonic seconds;
+`wall()` is Unix seconds for timestamps shown to people. Measurements of code that runs
+(a forward pass, a profiled operator, a build) use `perf_s` and `thread_cpu_s`; `wall_s` and
+`wall_ns` stamp records; `pause_s` blocks a thread that is not the event loop's.
 """
 
 from __future__ import annotations
@@ -14,6 +18,31 @@ from collections.abc import Callable
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+def perf_s() -> float:
+    """A high-resolution monotonic reading, for timing code (differences only)."""
+    return time.perf_counter()
+
+
+def thread_cpu_s() -> float:
+    """CPU seconds the calling thread has used (differences only)."""
+    return time.thread_time()
+
+
+def wall_s() -> float:
+    """Unix seconds now, for records shown to people or stored."""
+    return time.time()
+
+
+def wall_ns() -> int:
+    """Unix nanoseconds now (OpenFaaS's X-Start-Time)."""
+    return time.time_ns()
+
+
+def pause_s(seconds: float) -> None:
+    """Block the calling thread; never call it on the event loop."""
+    time.sleep(seconds)
 
 
 class Clock(Protocol):

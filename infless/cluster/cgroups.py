@@ -19,11 +19,12 @@ import errno
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from infless.clock import pause_s
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class CpuConfiner:
                     if exc.errno != errno.EBUSY or attempt == 49:
                         log.warning("could not remove cgroup %s: %s", group, exc)
                         break
-                    time.sleep(0.01)  # an exiting task leaves its group a moment later
+                    pause_s(0.01)  # an exiting task leaves its group a moment later
 
     def _root_of(self, group: Path) -> Path:
         for root in (self.layout.cpuset_root, self.layout.cpu_root):

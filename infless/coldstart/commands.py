@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from infless.clock import perf_s
 from infless.coldstart.config import HistogramConfig
 from infless.coldstart.evaluate import POLICIES, EvalConfig, evaluate
 from infless.coldstart.trace import (
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(width=160)
-    started = time.perf_counter()
+    started = perf_s()
     try:
         trace = load_trace(args.trace)
         memory = load_memory(args.memory) if args.memory else None
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     memory_mb, defaulted = memory_per_function(trace, memory, args.default_memory_mb)
     result = evaluate(trace.counts, memory_mb, cfg, classify_patterns(trace.counts))
-    elapsed_s = time.perf_counter() - started
+    elapsed_s = perf_s() - started
 
     from infless.coldstart.report import print_report, to_json, write_plot
 

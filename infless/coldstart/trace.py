@@ -2,22 +2,27 @@
 
 Owns: parsing the two invocation schemas into a `Trace`, the memory file into per-function
 `memory_mb`, and the rough pattern classes (sporadic / periodic / bursty) used to split
-results. Reads files only when asked (`load_*`); `parse_*` work on text and are pure.
+results. Reads files only when asked (`load_*`, plain or gzip-compressed: a `.gz` suffix);
+`parse_*` work on text and are pure.
 
 Schemas accepted (detected from the header):
-* shared sample: `HashFunction,HashApp,HashOwner,minute_1,...,minute_N`
+* sample (`examples/traces/1000_inv.csv.gz`): `HashFunction,HashApp,HashOwner,minute_1,...`
 * original 2019: `HashOwner,HashApp,HashFunction,Trigger,1,...,N`
-Memory (`app_memory_percentiles` / `1000_mem.csv`): columns `HashOwner`, `HashApp`,
-`AverageAllocatedMb` in any order. Memory is per app; each function gets its app's value.
+Memory (`app_memory_percentiles` / `examples/traces/1000_mem.csv.gz`): columns `HashOwner`,
+`HashApp`, `AverageAllocatedMb` in any order. Memory is per app; each function gets its app's
+value.
 The unit of the cold-start replay is the function.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +32,7 @@ PATTERN_CLASSES = ("sporadic", "periodic", "bursty", "other", "few")
 
 _SAMPLE_IDS = ["HashFunction", "HashApp", "HashOwner"]
 _AZURE_IDS = ["HashOwner", "HashApp", "HashFunction", "Trigger"]
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +107,24 @@ def parse_trace(text: str, source: str = "<text>") -> Trace:
     return Trace(function_ids, app_keys, triggers, counts, schema)
 
 
+def open_text(path: Path) -> TextIO:
+    """Open a CSV file as text for the csv module; a `.gz` suffix means gzip-compressed."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
+
+
+def read_text(path: Path) -> str:
+    """A CSV file's whole text, plain or gzip-compressed; a corrupt gzip file is a ValueError."""
+    try:
+        with open_text(path) as handle:
+            return handle.read()
+    except _GZIP_ERRORS as exc:
+        raise ValueError(f"{path}: not a readable gzip file ({exc})") from exc
+
+
 def load_trace(path: Path) -> Trace:
-    return parse_trace(path.read_text(encoding="utf-8"), source=str(path))
+    return parse_trace(read_text(path), source=str(path))
 
 
 def parse_memory(text: str, source: str = "<text>") -> dict[tuple[str, str], float]:
@@ -130,7 +152,7 @@ def parse_memory(text: str, source: str = "<text>") -> dict[tuple[str, str], flo
 
 
 def load_memory(path: Path) -> dict[tuple[str, str], float]:
-    return parse_memory(path.read_text(encoding="utf-8"), source=str(path))
+    return parse_memory(read_text(path), source=str(path))
 
 
 def memory_per_function(

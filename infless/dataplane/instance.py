@@ -1,9 +1,10 @@
-"""One instance: a worker process, its batch queue, and the runner moving batches between them.
+"""One instance: a worker, its batch queue, and the serving loop moving batches between them.
 
 The runner takes a batch from the queue whenever the worker is free, packs the samples into
 one tensor per input (raw bytes), awaits the worker's result and resolves each request's
 future with its row. When the worker dies, the batch in flight and everything still queued
-are handed back (`on_orphans`) to be retried elsewhere. Gateway side: never imports torch.
+are handed back (`on_orphans`) to be retried elsewhere. The worker is reached only through
+its `WorkerHandle` (a process, or in-process for tests). Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ class Instance:
         clock: Clock,
         input_specs: Sequence[TensorSpec],
         on_orphans: Callable[[Instance, list[Pending]], None],
+        worker_id: str = "",
     ) -> None:
-        self.instance_id = instance_id
+        self.instance_id = instance_id  # the desired state's entry it serves
+        self.worker_id = worker_id or instance_id  # this worker's own (a replacement's differs)
         self.function_name = function_name
         self.config = config
         self.cpu_ids = cpu_ids
@@ -200,12 +203,16 @@ class Instance:
             self._runner.cancel()
         self._on_orphans(self, orphans)
 
-    async def drain(self, timeout_s: float) -> None:
-        """Stop accepting, finish what is queued, then stop the worker."""
+    def stop_accepting(self) -> None:
+        """Take no more requests (what is queued is still served): the start of a drain."""
         if self.state is InstanceState.READY:
             self.state = InstanceState.DRAINING
         if self.queue is not None:
             self.queue.close()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting, finish what is queued, then stop the worker."""
+        self.stop_accepting()
         if self._runner is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)

@@ -40,13 +40,13 @@ class FunctionRouter:
         self._request_cold_start = request_cold_start
         self.cold_starts = 0
         self.retries = 0
-        self._arrivals = 0  # since the autoscaler last looked
+        self.arrivals = 0  # samples submitted ever, admitted or not: the demand (only grows)
 
     # -- the request path ---------------------------------------------------------------
     def submit(self, inputs: dict[str, Array]) -> Pending:
         future = asyncio.get_running_loop().create_future()
         pending = Pending(inputs=inputs, arrival_s=self._clock.now(), future=future)
-        self._arrivals += 1
+        self.arrivals += 1
         self._route(pending)
         return pending
 
@@ -86,11 +86,6 @@ class FunctionRouter:
         """A waiting request gave up (timeout, client gone)."""
         with contextlib.suppress(ValueError):
             self._waiting.remove(pending)
-
-    def take_arrivals(self) -> int:
-        """Arrivals since the last call (the autoscaler's demand input)."""
-        count, self._arrivals = self._arrivals, 0
-        return count
 
     # -- instance lifecycle ------------------------------------------------------------
     def add(self, instance: Instance) -> None:

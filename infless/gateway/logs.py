@@ -17,15 +17,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
 
 from infless.errors import BadRequest, FunctionNotFound
-
-if TYPE_CHECKING:
-    from infless.app import Platform
 
 LINES_PER_FUNCTION = 2000
 FOLLOW_CHECK_S = 1.0  # how often a follower notices that its client left
@@ -181,8 +177,8 @@ def _tail(text: str | None) -> int:
 class LogsRoute:
     """`GET /system/logs?name=&instance=&tail=&follow=&since=` as NDJSON."""
 
-    def __init__(self, platform: Platform, buffer: LogBuffer) -> None:
-        self._platform = platform
+    def __init__(self, namespaces: Callable[[str], str | None], buffer: LogBuffer) -> None:
+        self._namespace_of = namespaces  # a deployed function's namespace, None if absent
         self._buffer = buffer
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
@@ -190,10 +186,10 @@ class LogsRoute:
         name = query.get("name", "")
         if not name:
             raise BadRequest("name: is required, e.g. /system/logs?name=mnist")
-        function = self._platform.pool.functions.get(name)
-        if function is None and not self._buffer.knows(name):
+        deployed_in = self._namespace_of(name)
+        if deployed_in is None and not self._buffer.knows(name):
             raise FunctionNotFound(f"function {name!r} is not deployed and has no logs")
-        namespace = function.spec.namespace if function is not None else "openfaas-fn"
+        namespace = deployed_in or "openfaas-fn"
         instance = query.get("instance") or None
         tail = _tail(query.get("tail"))
         since_s = _since(query.get("since"))

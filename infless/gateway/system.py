@@ -14,15 +14,13 @@ import orjson
 from aiohttp import web
 
 from infless import __version__
+from infless.control.functions import DeployedFunction
 from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import InvalidDeployment, MalformedBody
-from infless.gateway.errors import json_errors
-from infless.gateway.invoke import find_function_name
 from infless.types import TensorSpec
 
 if TYPE_CHECKING:
-    from infless.app import Platform
-    from infless.workers.pool import DeployedFunction
+    from infless.gateway.context import GatewayContext
 
 
 def _json(data: object, status: int = 200) -> web.Response:
@@ -51,8 +49,8 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "envVars": spec.env_vars,
         "labels": spec.labels,
         "annotations": spec.annotations,
-        "invocationCount": float(function.invocations),
-        "replicas": function.desired,
+        "invocationCount": float(function.activity.invocations),
+        "replicas": function.desired.count,
         "availableReplicas": function.router.ready_count,
         "createdAt": spec.created_at or None,
         "latencyTargetMs": spec.slo_ms,
@@ -63,7 +61,8 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "tenant": spec.tenant,
         "coldStarts": function.router.cold_starts,
         "retries": function.router.retries,
-        "lastError": function.last_error,
+        "lastError": function.health.last_error,
+        "owner": function.desired.owner.value,
         "signature": {
             "inputs": _signature(manifest.input_specs),
             "outputs": _signature(manifest.output_specs),
@@ -102,24 +101,10 @@ def instance_status(instance: Instance) -> dict[str, object]:
 
 
 class SystemRoutes:
-    def __init__(self, platform: Platform) -> None:
-        self._platform = platform
+    """The handlers of `/system/*`, `/healthz` and `/metrics` (registered in `routes`)."""
 
-    def register(self, app: web.Application) -> None:
-        routes = [
-            web.get("/healthz", self.healthz),
-            web.get("/system/info", json_errors(self.info)),
-            web.get("/system/functions", json_errors(self.list_functions)),
-            web.post("/system/functions", json_errors(self.create)),
-            web.put("/system/functions", json_errors(self.update)),
-            web.delete("/system/functions", json_errors(self.delete)),
-            web.get("/system/function/{name}", json_errors(self.get_function)),
-            web.post("/system/scale-function/{name}", json_errors(self.scale)),
-            web.get("/system/instances", json_errors(self.instances)),
-            web.get("/system/templates", json_errors(self.templates)),
-            web.get("/metrics", self.metrics),
-        ]
-        app.add_routes(routes)
+    def __init__(self, ctx: GatewayContext) -> None:
+        self._ctx = ctx
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")
@@ -139,7 +124,7 @@ class SystemRoutes:
         )
 
     async def list_functions(self, request: web.Request) -> web.Response:
-        functions = self._platform.pool.functions.values()
+        functions = self._ctx.pool.functions.values()
         namespace = request.query.get("namespace")
         return _json(
             [
@@ -150,47 +135,43 @@ class SystemRoutes:
         )
 
     async def get_function(self, request: web.Request) -> web.Response:
-        name = find_function_name(self._platform, request.match_info["name"])
-        status = function_status(self._platform.pool.get(name))
-        status["coldStartPolicy"] = self._platform.prewarm.describe(name)
+        function = self._ctx.frontend.find(request.match_info["name"])
+        status = function_status(function)
+        status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
         return _json(status)
 
     async def create(self, request: web.Request) -> web.Response:
-        spec = await self._platform.functions.create(await _read_json(request))
-        return _json(function_status(self._platform.pool.get(spec.name)), status=202)
+        spec = await self._ctx.functions.create(await _read_json(request))
+        return _json(function_status(self._ctx.pool.get(spec.name)), status=202)
 
     async def update(self, request: web.Request) -> web.Response:
-        spec = await self._platform.functions.update(await _read_json(request))
-        return _json(function_status(self._platform.pool.get(spec.name)), status=202)
+        spec = await self._ctx.functions.update(await _read_json(request))
+        return _json(function_status(self._ctx.pool.get(spec.name)), status=202)
 
     async def delete(self, request: web.Request) -> web.Response:
         body = await _read_json(request)
         name = body.get("functionName") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidDeployment('functionName: is required, e.g. {"functionName": "mnist"}')
-        await self._platform.functions.remove(find_function_name(self._platform, name))
+        await self._ctx.functions.remove(self._ctx.frontend.find(name).name)
         return web.Response(status=202)
 
     async def scale(self, request: web.Request) -> web.Response:
-        name = find_function_name(self._platform, request.match_info["name"])
+        name = self._ctx.frontend.find(request.match_info["name"]).name
         body = await _read_json(request)
         replicas = body.get("replicas") if isinstance(body, dict) else None
         if not isinstance(replicas, int) or isinstance(replicas, bool):
             raise InvalidDeployment('replicas: an integer is required, e.g. {"replicas": 2}')
-        self._platform.functions.scale(name, replicas)
-        return _json(function_status(self._platform.pool.get(name)), status=202)
+        self._ctx.functions.scale(name, replicas)
+        return _json(function_status(self._ctx.pool.get(name)), status=202)
 
     async def instances(self, request: web.Request) -> web.Response:
         function = request.query.get("function")
-        booter = self._platform.pool.booter
+        starter = self._ctx.pool.starter
         return _json(
             [
-                instance_status(i)
-                | {
-                    "confinement": booter.describe(i.instance_id),
-                    "template": booter.template_of(i.instance_id),
-                }
-                for i in self._platform.pool.all_instances()
+                instance_status(i) | starter.describe(i.worker_id)
+                for i in self._ctx.pool.all_instances()
                 if (not function or i.function_name == function)
                 and i.state is not InstanceState.DEAD
             ]
@@ -198,14 +179,13 @@ class SystemRoutes:
 
     async def templates(self, request: web.Request) -> web.Response:
         """The per-model template processes instances are forked from (workers.templates)."""
-        templates = self._platform.pool.booter.templates
-        return _json([] if templates is None else templates.describe())
+        return _json(self._ctx.pool.starter.templates())
 
     async def metrics(self, request: web.Request) -> web.Response:
-        platform = self._platform
-        for name, function in platform.pool.functions.items():
-            platform.metrics.set_instances(name, function.router.ready_count)
+        ctx = self._ctx
+        for name, function in ctx.pool.functions.items():
+            ctx.metrics.set_instances(name, function.router.ready_count)
         return web.Response(
-            body=platform.metrics.render(),
+            body=ctx.metrics.render(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )

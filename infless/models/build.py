@@ -20,7 +20,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from infless.clock import perf_s
 from infless.errors import UnknownModel
 from infless.models.package import (
     MANIFEST_FILE,
@@ -149,7 +149,7 @@ def build_zoo_package(name: str, repository: Path, *, force: bool = False) -> Bu
     """Build zoo model `name` into `repository` unless a current package is there already."""
     entry = zoo_entry(name)
     target = repository / name
-    started = time.perf_counter()
+    started = perf_s()
     if not force and package_is_current(target, entry):
         return _cached_result(entry, target, started)
     repository.mkdir(parents=True, exist_ok=True)
@@ -165,14 +165,14 @@ def build_zoo_package(name: str, repository: Path, *, force: bool = False) -> Bu
             _swap_into_place(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    elapsed_s = time.perf_counter() - started
+    elapsed_s = perf_s() - started
     return BuildResult(name, target, True, parameters, weights_bytes, elapsed_s)
 
 
 def _cached_result(entry: ZooEntry, target: Path, started: float) -> BuildResult:
     manifest = load_manifest(target)
     parameters = parameter_count(build_meta_module(entry))
-    elapsed_s = time.perf_counter() - started
+    elapsed_s = perf_s() - started
     return BuildResult(entry.name, target, False, parameters, manifest.weights_bytes, elapsed_s)
 
 

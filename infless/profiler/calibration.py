@@ -8,13 +8,13 @@ Imports torch. Timing is `operators`'; this module only chooses what to time.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from infless.clock import perf_s, wall_s
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.operators import measure
 
@@ -115,10 +115,10 @@ def effective_llc_bytes(llc_bytes: int, rounds: int = 3) -> int:
             for i, size in enumerate(sizes):
                 buffer = torch.ones(max(1, size // 4))
                 for repetition in range(7):
-                    started = time.perf_counter()
+                    started = perf_s()
                     buffer.sum()
                     if repetition >= 2:  # the first ones bring it into the caches
-                        best[i] = min(best[i], (time.perf_counter() - started) / size)
+                        best[i] = min(best[i], (perf_s() - started) / size)
     finally:
         torch.set_num_threads(previous)
     return largest_kept(sizes, best)
@@ -128,7 +128,7 @@ def ensure_calibration(db: ProfileDatabase, *, force: bool = False) -> dict[str,
     values = db.calibration()
     if force or any(k not in values for k in CALIBRATION_KEYS):
         values = calibrate()
-        db.set_calibration(values, time.time())
+        db.set_calibration(values, wall_s())
     return values
 
 

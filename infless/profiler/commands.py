@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
+from infless.clock import perf_s
 from infless.errors import InflessError
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -122,7 +122,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     names = list(dict.fromkeys(args.names if args.quick else [*ZOO, *args.names]))
     plan = ProfilePlan.for_machine(args.max_threads, budget_s=args.budget_ms / 1000.0)
     db_path = args.db or default_db_path(args.state_dir)
-    started = time.perf_counter()
+    started = perf_s()
     graphs = []
     for name in names:
         graph = graph_for(model_source(name), args.state_dir)
@@ -139,7 +139,7 @@ def _run_profile(args: argparse.Namespace) -> int:
         )
         ops, rows = db.counts()
     _log(
-        f"done in {time.perf_counter() - started:.0f} s: measured {progress.configs_measured} "
+        f"done in {perf_s() - started:.0f} s: measured {progress.configs_measured} "
         f"configurations of {progress.operators_done} operators, skipped "
         f"{progress.configs_skipped} already profiled; the database holds {ops} operators, "
         f"{rows} profiles; multi-thread repetitions that ran under contention: "

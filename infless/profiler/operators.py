@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any, Literal
 
 import torch
 
+from infless.clock import perf_s, thread_cpu_s
 from infless.profiler.contention import RepetitionGuard, contended, run_delay_ns
 from infless.profiler.database import Config
 
@@ -168,10 +168,10 @@ def _time_reference(reference: Callable[[], object], count: int, clock: Clock) -
     reference()
     while True:
         delay_before = _run_delay_ms() if count > 1 else None
-        started, cpu_started = time.perf_counter(), time.thread_time()
+        started, cpu_started = perf_s(), thread_cpu_s()
         reference()
-        wall_ms = (time.perf_counter() - started) * 1000.0
-        cpu_ms = (time.thread_time() - cpu_started) * 1000.0
+        wall_ms = (perf_s() - started) * 1000.0
+        cpu_ms = (thread_cpu_s() - cpu_started) * 1000.0
         if guard.accept(contended(_waited_since(delay_before), wall_ms)):
             return cpu_ms if clock == "thread" else wall_ms
 
@@ -185,15 +185,15 @@ def _settled_estimate(fn: Callable[[], object], count: int) -> float:
     3-6 ms after a two-thread run), which a worker, fixed at one count, never sees.
     """
     torch.set_num_threads(count)
-    started = time.perf_counter()
+    started = perf_s()
     fn()
-    estimate_s = time.perf_counter() - started
+    estimate_s = perf_s() - started
     if estimate_s < 0.05:  # big calls: the warm-up will do
-        settle_until = time.perf_counter() + SETTLE_S
+        settle_until = perf_s() + SETTLE_S
         while True:
-            started = time.perf_counter()
+            started = perf_s()
             fn()
-            now = time.perf_counter()
+            now = perf_s()
             estimate_s = min(estimate_s, now - started)
             if now >= settle_until:
                 break
@@ -227,14 +227,14 @@ def _run_at(
             elif count > 1:
                 _wake_pool()
             delay_before = _run_delay_ms() if count > 1 else None
-            done, started, cpu_started = 0, time.perf_counter(), time.thread_time()
+            done, started, cpu_started = 0, perf_s(), thread_cpu_s()
             while done < inner:  # cut short when contention makes a repetition drag on
                 fn()
                 done += 1
-                if done % 8 == 0 and time.perf_counter() - started > cap_s:
+                if done % 8 == 0 and perf_s() - started > cap_s:
                     break
-            elapsed_s = time.perf_counter() - started
-            cpu_s = time.thread_time() - cpu_started
+            elapsed_s = perf_s() - started
+            cpu_s = thread_cpu_s() - cpu_started
             # one thread: its CPU clock already leaves out waiting for a core (not read)
             waited = _waited_since(delay_before)
             if guard.accept(contended(waited, elapsed_s * 1000.0)):

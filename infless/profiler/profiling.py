@@ -16,11 +16,11 @@ Imports torch. Owns which configurations get measured and the rows stored; timin
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from infless.clock import perf_s, wall_s
 from infless.profiler.calibration import cache_bytes, ensure_calibration
 from infless.profiler.database import Config, ProfileDatabase, ProfileRow
 from infless.profiler.graph import OperatorGraph, OpSignature
@@ -88,7 +88,7 @@ def profile_signatures(
         len(c) for _, c in pending
     )
     for index, (signature, configs) in enumerate(pending, 1):
-        started = time.perf_counter()
+        started = perf_s()
         try:
             rows, redone, kept = _profile_one(signature, configs, plan, reference)
         except Exception as exc:  # an operator that cannot run alone must not stop the run
@@ -105,7 +105,7 @@ def profile_signatures(
         contention = f" ({redone} contended repetitions redone, {kept} kept)" if redone else ""
         progress.log(
             f"[{index}/{len(pending)}] {signature.describe()}: {len(rows)} configs in "
-            f"{time.perf_counter() - started:.1f} s{contention}"
+            f"{perf_s() - started:.1f} s{contention}"
         )
     return progress
 
@@ -206,7 +206,7 @@ def _profile_one(
             )
             cold = measure_threads(cold_op.run, threads, **kwargs)
             del cold_op  # its copies fill twice the LLC: not kept while the next batch is built
-        now = time.time()
+        now = wall_s()
         rows.extend(
             profile_row(signature.key, batch, cpus, m, cold[cpus], now) for cpus, m in warm.items()
         )

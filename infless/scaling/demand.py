@@ -18,7 +18,10 @@ A window's rate divides its count by the time it really covers (whole past bucke
 elapsed part of the current one), so partial buckets neither inflate nor hide a burst.
 
 The shell counts arrivals per function (an int per request) and hands them over once per
-tick with `record` (or `record_times` with timestamps); `estimate` is called at plan time.
+tick with `record_interval` (the arrivals since its last look, spread evenly over the
+buckets that interval covers: all of them in the bucket of `now` would read as a burst
+when `now` has just begun a bucket), or `record_times` with timestamps; `estimate` is
+called at plan time.
 Pure: no I/O, no clock — `now_s` is always an argument; state in, state out.
 """
 
@@ -95,6 +98,35 @@ def record(
     if count < 0:
         raise ValueError(f"count = {count}: arrivals cannot be negative")
     track = _add(state.tracks.get(function), _bucket(at_s, cfg), count, cfg)
+    tracks = dict(state.tracks)
+    tracks[function] = track
+    return DemandState(MappingProxyType(tracks))
+
+
+def record_interval(
+    state: DemandState,
+    function: str,
+    count: int,
+    start_s: float,
+    end_s: float,
+    cfg: DemandConfig,
+) -> DemandState:
+    """`count` arrivals of `function` somewhere in [start_s, end_s), spread evenly over the
+    buckets that interval covers (whole arrivals: cumulative rounding)."""
+    if count < 0:
+        raise ValueError(f"count = {count}: arrivals cannot be negative")
+    if end_s <= start_s:
+        return record(state, function, count, end_s, cfg)
+    first, last = _bucket(start_s, cfg), _bucket(end_s - 1e-9, cfg)
+    track = state.tracks.get(function)
+    placed = 0
+    for bucket in range(first, last + 1):
+        covered_until_s = min(end_s, (bucket + 1) * cfg.bucket_s)
+        share = round(count * (covered_until_s - start_s) / (end_s - start_s)) - placed
+        if share or track is None:
+            track = _add(track, bucket, share, cfg)
+        placed += share
+    assert track is not None
     tracks = dict(state.tracks)
     tracks[function] = track
     return DemandState(MappingProxyType(tracks))

@@ -4,7 +4,9 @@
 their free capacity, functions with their live instances. `ScalingPlan` lists actions the
 shell applies in order — per function: `SetShare` (dispatch weights of ready instances),
 `StartInstance` (a full <b, c, g> with its placement, expected rate range and batch timeout),
-`StopInstance` (stop routing to it, drain its queue, then stop the worker).
+`StopInstance` (stop routing to it, drain its queue, then stop the worker); and the
+cold-start policy's per-function verdicts: `ReleaseToZero` (idle past its keep-alive window:
+no instance) and `Prewarm` (one instance now, before the predicted next request).
 Pure data: no I/O, no clock, no behaviour beyond small derived properties.
 """
 
@@ -98,7 +100,25 @@ class SetShare:
     kind: Literal["share"] = "share"
 
 
-Action = StartInstance | StopInstance | SetShare
+@dataclass(frozen=True, slots=True)
+class ReleaseToZero:
+    """The cold-start policy's verdict: the function should have no instance now."""
+
+    function: str
+    idle_s: float  # how long it has been idle
+    kind: Literal["release"] = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class Prewarm:
+    """The cold-start policy's verdict: start one instance now (a request is expected)."""
+
+    function: str
+    lead_s: float  # how long before the expected request it starts
+    kind: Literal["prewarm"] = "prewarm"
+
+
+Action = StartInstance | StopInstance | SetShare | ReleaseToZero | Prewarm
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import msgspec
 
+from infless.clock import perf_s
 from infless.workers.launcher import LaunchedWorker
 from infless.workers.zygote_protocol import (
     MAX_MESSAGE_BYTES,
@@ -146,7 +146,7 @@ class ForkServerClient:
     async def launch(self, instance_id: str) -> LaunchedWorker:
         """Fork a worker for `instance_id`, connected to the gateway by a fresh socketpair."""
         gateway_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        started = time.perf_counter()
+        started = perf_s()
         try:
             with worker_sock:  # the server gets its own reference in flight
                 fork = Fork(self.next_request_id(), instance_id)
@@ -154,7 +154,7 @@ class ForkServerClient:
         except BaseException:
             gateway_sock.close()
             raise
-        spawn_ms = (time.perf_counter() - started) * 1000.0
+        spawn_ms = (perf_s() - started) * 1000.0
         return LaunchedWorker(pid, gateway_sock, spawn_ms, None)
 
     async def close(self) -> None:

@@ -11,9 +11,10 @@ import asyncio
 import os
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from typing import Protocol
+
+from infless.clock import perf_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class SubprocessLauncher:
         self._env = env
 
     async def launch(self, instance_id: str) -> LaunchedWorker:
-        started = time.perf_counter()
+        started = perf_s()
         gateway_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             worker_fd = worker_sock.fileno()
@@ -64,7 +65,7 @@ class SubprocessLauncher:
             raise
         finally:
             worker_sock.close()
-        spawn_ms = (time.perf_counter() - started) * 1000.0
+        spawn_ms = (perf_s() - started) * 1000.0
         return LaunchedWorker(process.pid, gateway_sock, spawn_ms, process)
 
     async def start(self) -> None:

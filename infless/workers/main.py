@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
+from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
 
@@ -141,7 +141,7 @@ def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
     package_dir = Path(request.package_dir)
     manifest = load_manifest(package_dir)
     module = build_module(manifest, device="meta")
-    attach_started = time.perf_counter()
+    attach_started = perf_s()
     if request.store_tensors is not None:
         from infless.weights.attach import attach
 
@@ -163,24 +163,24 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
         os.sched_setaffinity(0, request.cpu_ids)
     torch.set_num_threads(max(1, request.cpus))
     torch.set_flush_denormal(True)  # subnormal activations would make some models much slower
-    build_started = attach_started = time.perf_counter()
+    build_started = attach_started = perf_s()
     if _template is not None and _template.serves(request):
         model = _template.model  # built, attached and warmed in the template: shared pages
     else:
         model, attach_started = _build(request)
-    warmup_started = time.perf_counter()
+    warmup_started = perf_s()
     exec_ms: dict[int, float] = {}
     for batch_size in request.warmup_batch_sizes:
         example = model.example_inputs(batch_size)
         model.run(example)  # first call pays allocation; not timed
         timings = []
         for _ in range(max(1, request.warmup_rounds)):
-            started = time.perf_counter()
+            started = perf_s()
             model.run(example)
-            timings.append((time.perf_counter() - started) * 1000.0)
+            timings.append((perf_s() - started) * 1000.0)
         exec_ms[batch_size] = float(np.median(timings))
     _return_free_memory()
-    done = time.perf_counter()
+    done = perf_s()
     breakdown = p.StartBreakdown(
         build_ms=(attach_started - build_started) * 1000.0,
         attach_ms=(warmup_started - attach_started) * 1000.0,
@@ -247,13 +247,13 @@ def serve(sock: socket.socket) -> None:
         if message is None or isinstance(message, p.Shutdown):
             return
         if isinstance(message, p.RunBatch):
-            started = time.perf_counter()
+            started = perf_s()
             try:
                 outputs = model.run(message.inputs)
             except Exception as exc:  # a bad batch fails that batch, not the worker
                 channel.send(p.BatchFailed(message.batch_id, f"{type(exc).__name__}: {exc}"))
                 continue
-            exec_ms = (time.perf_counter() - started) * 1000.0
+            exec_ms = (perf_s() - started) * 1000.0
             channel.send(p.BatchResult(message.batch_id, outputs, exec_ms))
         elif isinstance(message, p.Ping):
             channel.send(p.Pong(message.nonce, _rss_bytes()))

@@ -25,11 +25,11 @@ import logging
 import os
 import signal
 import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infless.clock import perf_s
 from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.forkclient import ForkServerClient, ZygoteError
@@ -118,7 +118,7 @@ async def start_template(
     zygote: ZygoteLauncher, key: TemplateKey, stored: list[StoredTensor], timeout_s: float
 ) -> Template:
     """Fork a template from the zygote, have it load the model, wait until it serves forks."""
-    started = time.perf_counter()
+    started = perf_s()
     control_ours, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     load_ours, load_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     load_ours.setblocking(False)
@@ -150,7 +150,7 @@ async def start_template(
         raise
     finally:
         load_ours.close()
-    return Template(key, pid, client, ready, (time.perf_counter() - started) * 1000.0)
+    return Template(key, pid, client, ready, (perf_s() - started) * 1000.0)
 
 
 @dataclass(slots=True)
@@ -208,7 +208,7 @@ class TemplateCache:
                 self._start(key, slot, stored)
             return None
         assert slot.start is not None
-        started = time.perf_counter()
+        started = perf_s()
         try:
             template = await asyncio.shield(slot.start)
         except (TemplateError, ZygoteError, OSError):
@@ -217,7 +217,7 @@ class TemplateCache:
             return None
         launched = await template.client.launch(instance_id)
         self._forked.add(instance_id)
-        spawn_ms = (time.perf_counter() - started) * 1000.0  # with any wait for the template
+        spawn_ms = (perf_s() - started) * 1000.0  # with any wait for the template
         return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None)
 
     def _start(self, key: TemplateKey, slot: _Slot, stored: list[StoredTensor]) -> None:

@@ -1,8 +1,8 @@
 """Acceptance for the load generator: a 20-second compressed replay of a bursty trace row
 against a real `infless serve` produces a complete report whose numbers match the records.
 
-The trace row comes from the shared Azure sample (`../shared/traces/1000_inv.csv`) when it is
-present next to the repository, else from a synthetic bursty row written into tmp_path.
+The trace row comes from the Azure sample shipped with the repository
+(`examples/traces/1000_inv.csv.gz`, read compressed as users pass it).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from loadgen.report import PLOT_FILES
 from loadgen.traces import (
     busiest_window_start,
     choose_rows_by_pattern,
-    classify_counts,
     read_trace,
 )
 from loadgen.workloads import ReplaySpec, pair_rows_with_functions, replay_schedule
-from tests.support.gateway import REPO_ROOT, start_gateway
+from tests.support.gateway import start_gateway
 
-SHARED_TRACE = REPO_ROOT.parent / "shared" / "traces" / "1000_inv.csv"
+TRACE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "1000_inv.csv.gz"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SLO_MS = 200.0
 MINUTES = 10
@@ -37,18 +36,6 @@ SEED = 0
 MIN_INVOCATIONS = 100
 
 pytestmark = pytest.mark.slow
-
-
-def _trace(tmp_path: Path) -> Path:
-    if SHARED_TRACE.is_file():
-        return SHARED_TRACE
-    counts = [3] * 1440
-    counts[600:606] = [40, 150, 400, 90, 12, 5]
-    assert classify_counts(counts) == "bursty"
-    header = "HashFunction,HashApp,HashOwner," + ",".join(f"minute_{i + 1}" for i in range(1440))
-    path = tmp_path / "bursty.csv"
-    path.write_text(header + "\n" + ",".join(["bursty-row"] * 3 + [str(c) for c in counts]) + "\n")
-    return path
 
 
 def _expected_schedule_times(trace: Path) -> list[float]:
@@ -84,7 +71,7 @@ def _close(reported: float | None, recomputed: float) -> bool:
 
 
 def test_bursty_replay_produces_a_complete_report(tmp_path: Path) -> None:
-    trace = _trace(tmp_path)
+    assert TRACE.is_file(), f"{TRACE} ships with the repository"
     out = tmp_path / "report"
     function = {"name": "mnist", "image": "mnist", "slo_ms": SLO_MS, "max_batch": 8, "instances": 1}
     with start_gateway(tmp_path, functions=[function]) as gw:
@@ -92,7 +79,7 @@ def test_bursty_replay_produces_a_complete_report(tmp_path: Path) -> None:
             [
                 "replay",
                 "--gateway", gw.url,
-                "--trace", str(trace),
+                "--trace", str(TRACE),
                 "--pattern", "bursty",
                 "--min-invocations", str(MIN_INVOCATIONS),
                 "--minutes", str(MINUTES),
@@ -114,7 +101,7 @@ def test_bursty_replay_produces_a_complete_report(tmp_path: Path) -> None:
     records = read_records_csv(out / "records.csv")
 
     # Every scheduled request was sent once, at its scheduled offset, and recorded.
-    expected_times = _expected_schedule_times(trace)
+    expected_times = _expected_schedule_times(TRACE)
     assert len(records) == len(expected_times) > 0
     assert [r.index for r in records] == list(range(len(records)))
     assert [r.scheduled_s for r in records] == pytest.approx(expected_times)

@@ -8,14 +8,17 @@ import sys
 GATEWAY_MODULES = [
     "infless.app",
     "infless.cli",
-    "infless.gateway.serve_command",
+    "infless.serve_command",
     "infless.models.resolver",
     "infless.weights.store",
     "infless.workers.zygote",
     "infless.workers.templates",
     "infless.workers.forkclient",
     "infless.workers.forkserver",
-    "infless.coldstart.manager",
+    "infless.control.prewarm",
+    "infless.control.autoscaler",
+    "infless.control.pool",
+    "infless.sim.engine",
 ]
 
 

@@ -4,26 +4,24 @@
 models not deployed yet (UNAVAILABLE, "unloaded"); `load` deploys a function — a zoo model
 name deploys that model with default settings, and `parameters.config` may carry a JSON
 FunctionDeployment (image, labels, annotations) — and `unload` removes it. Deploy logic
-stays in `registry.service`; this module only translates.
+stays in `control.service`; this module only translates. Registered in `gateway.routes`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from infless.control.frontend import FunctionFrontend
+from infless.control.functions import DeployedFunction
+from infless.control.pool import WorkerPool
+from infless.control.service import FunctionService
 from infless.dataplane.instance import InstanceState
 from infless.errors import BadRequest
-from infless.gateway.errors import v2_errors
-from infless.gateway.invoke import find_function_name
 from infless.gateway.v2.infer import MODEL_VERSION
 from infless.models.zoo import ZOO
-
-if TYPE_CHECKING:
-    from infless.app import Platform
-    from infless.workers.pool import DeployedFunction
 
 
 def _json(data: object) -> web.Response:
@@ -57,9 +55,9 @@ def repository_state(function: DeployedFunction) -> tuple[str, str]:
         return "READY", ""
     if any(i.state is InstanceState.STARTING for i in router.instances):
         return "LOADING", "an instance is starting"
-    if function.desired == 0 and function.start_failures == 0:
+    if function.desired.count == 0 and function.health.failures == 0:
         return "READY", "scaled to zero: the next request starts an instance"
-    return "UNAVAILABLE", function.last_error or "no instance is running"
+    return "UNAVAILABLE", function.health.last_error or "no instance is running"
 
 
 def load_deployment(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -84,23 +82,18 @@ def load_deployment(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 class RepositoryRoutes:
-    def __init__(self, platform: Platform) -> None:
-        self._platform = platform
-
-    def register(self, app: web.Application) -> None:
-        app.add_routes(
-            [
-                web.post("/v2/repository/index", v2_errors(self.index)),
-                web.post("/v2/repository/models/{name}/load", v2_errors(self.load)),
-                web.post("/v2/repository/models/{name}/unload", v2_errors(self.unload)),
-            ]
-        )
+    def __init__(
+        self, frontend: FunctionFrontend, pool: WorkerPool, functions: FunctionService
+    ) -> None:
+        self._frontend = frontend
+        self._pool = pool
+        self._functions = functions
 
     async def index(self, request: web.Request) -> web.Response:
         document = await _optional_json(request)
         ready_only = document.get("ready") is True
         entries = []
-        deployed = self._platform.pool.functions
+        deployed = self._pool.functions
         for name, function in sorted(deployed.items()):
             state, reason = repository_state(function)
             if ready_only and state != "READY":
@@ -116,8 +109,8 @@ class RepositoryRoutes:
     async def load(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         parameters = _parameters(await _optional_json(request))
-        functions = self._platform.functions
-        if name in self._platform.pool.functions:
+        functions = self._functions
+        if name in self._pool.functions:
             if "config" in parameters:
                 await functions.update(load_deployment(name, parameters))
         else:
@@ -126,6 +119,6 @@ class RepositoryRoutes:
 
     async def unload(self, request: web.Request) -> web.Response:
         _parameters(await _optional_json(request))  # unload_dependents: nothing depends here
-        name = find_function_name(self._platform, request.match_info["name"])
-        await self._platform.functions.remove(name)
+        name = self._frontend.find(request.match_info["name"]).name
+        await self._functions.remove(name)
         return _json({"name": name, "unloaded": True})

@@ -1,5 +1,6 @@
-"""The Open Inference Protocol's routes: server health and metadata, model metadata,
-readiness and configuration, inference, and the model repository.
+"""The Open Inference Protocol's handlers: server health and metadata, model metadata,
+readiness and configuration (inference is `infer`, the model repository `repository`; all
+are registered in `gateway.routes`).
 
 A deployed function is a V2 model of the same name with one version, "1"; its metadata comes
 from the function package's signature, so it never wakes a scaled-to-zero function. Every
@@ -9,22 +10,17 @@ compressed. Must not hold request-path logic (that is `infer`) or deploy logic (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 from aiohttp import web
 
 from infless import __version__
+from infless.control.frontend import FunctionFrontend
+from infless.control.functions import DeployedFunction
 from infless.errors import WorkerUnavailable
-from infless.gateway.errors import Handler, http_error_json, v2_errors
+from infless.gateway.errors import Handler, http_error_json
 from infless.gateway.v2.datatypes import CONFIG_TYPE_PREFIX, v2_datatype
-from infless.gateway.v2.infer import MODEL_VERSION, V2InferHandler, find_model
-from infless.gateway.v2.repository import RepositoryRoutes
+from infless.gateway.v2.infer import MODEL_VERSION, find_model
 from infless.types import TensorSpec
-
-if TYPE_CHECKING:
-    from infless.app import Platform
-    from infless.workers.pool import DeployedFunction
 
 PLATFORM_NAME = "infless_pytorch"
 EXTENSIONS = ["binary_tensor_data", "model_repository", "model_configuration"]
@@ -88,30 +84,12 @@ def is_ready(function: DeployedFunction) -> bool:
     starting, or the last start failed."""
     if function.router.ready_count > 0:
         return True
-    return function.desired == 0 and function.start_failures == 0
+    return function.desired.count == 0 and function.health.failures == 0
 
 
 class V2Routes:
-    def __init__(self, platform: Platform) -> None:
-        self._platform = platform
-
-    def register(self, app: web.Application) -> None:
-        infer = V2InferHandler(self._platform).__call__
-        routes = [
-            web.get("/v2", self.server_metadata),
-            web.get("/v2/health/live", self.live),
-            web.get("/v2/health/ready", self.ready),
-        ]
-        for base in MODEL_PATHS:
-            routes += [
-                web.get(base, v2_errors(self.metadata)),
-                web.get(f"{base}/ready", v2_errors(self.model_ready)),
-                web.get(f"{base}/config", v2_errors(self.config)),
-                web.post(f"{base}/infer", infer),
-            ]
-        app.add_routes(routes)
-        RepositoryRoutes(self._platform).register(app)
-        app.middlewares.append(v2_json_errors)
+    def __init__(self, frontend: FunctionFrontend) -> None:
+        self._frontend = frontend
 
     async def server_metadata(self, request: web.Request) -> web.Response:
         return _json({"name": "infless", "version": __version__, "extensions": EXTENSIONS})
@@ -125,17 +103,17 @@ class V2Routes:
         return _json({"ready": True})
 
     async def metadata(self, request: web.Request) -> web.Response:
-        return _json(model_metadata(find_model(self._platform, request)))
+        return _json(model_metadata(find_model(self._frontend, request)))
 
     async def model_ready(self, request: web.Request) -> web.Response:
-        function = find_model(self._platform, request)
+        function = find_model(self._frontend, request)
         if not is_ready(function):
             raise WorkerUnavailable(
                 f"model {function.spec.name!r} is not ready: its instances are starting"
-                + (f" (last error: {function.last_error})" if function.last_error else ""),
+                + (f" (last error: {error})" if (error := function.health.last_error) else ""),
                 retry_after_s=1.0,
             )
         return _json({"name": function.spec.name, "ready": True})
 
     async def config(self, request: web.Request) -> web.Response:
-        return _json(model_config(find_model(self._platform, request)))
+        return _json(model_config(find_model(self._frontend, request)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,38 @@ def test_memory_defaults_without_a_memory_file() -> None:
 def test_bad_trace_files_say_where_and_what(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_trace(text, source="t.csv")
+
+
+@pytest.mark.parametrize("text", [SAMPLE, AZURE, SAMPLE.replace("\n", "\r\n")])
+def test_gzip_trace_reads_like_the_plain_csv(tmp_path: Path, text: str) -> None:
+    plain, packed = tmp_path / "inv.csv", tmp_path / "inv.csv.gz"
+    plain.write_bytes(text.encode())
+    packed.write_bytes(gzip.compress(text.encode(), mtime=0))
+    expected, got = load_trace(plain), load_trace(packed)
+    assert (got.function_ids, got.app_keys, got.triggers, got.schema) == (
+        expected.function_ids,
+        expected.app_keys,
+        expected.triggers,
+        expected.schema,
+    )
+    np.testing.assert_array_equal(got.counts, expected.counts)
+
+
+def test_gzip_memory_reads_like_the_plain_csv(tmp_path: Path) -> None:
+    plain, packed = tmp_path / "mem.csv", tmp_path / "mem.csv.gz"
+    plain.write_text(MEMORY)
+    packed.write_bytes(gzip.compress(MEMORY.encode(), mtime=0))
+    assert load_memory(packed) == load_memory(plain) == {("o1", "a1"): 100.0, ("o2", "a2"): 300.0}
+
+
+def test_a_corrupt_gzip_file_is_a_value_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "inv.csv.gz"
+    path.write_bytes(gzip.compress(SAMPLE.encode())[:-12])  # truncated
+    with pytest.raises(ValueError, match=r"inv\.csv\.gz: not a readable gzip file"):
+        load_trace(path)
+    path.write_text(SAMPLE)  # plain text under a .gz name
+    with pytest.raises(ValueError, match="not a readable gzip file"):
+        load_trace(path)
 
 
 def test_memory_file_needs_its_columns(tmp_path: Path) -> None:

@@ -7,15 +7,15 @@ import asyncio
 import numpy as np
 import pytest
 
+from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from infless.dataplane.policy import BatchSettings
 from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import Overloaded, WorkerUnavailable
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
-from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
+from infless.workers.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 from tests.support.clock import FakeClock
-from tests.support.inprocess_worker import InProcessWorkerHandle
 
 SPECS = (TensorSpec("x", "float32", (2,)),)
 
@@ -157,7 +157,7 @@ async def test_waiting_room_is_bounded_and_start_failure_answers_503() -> None:
 async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
     clock = FakeClock()
     instance = Instance("f-1", "f", InstanceConfig(2, 1), (0,), clock, SPECS, lambda *_: None)
-    handle = InProcessWorkerHandle(exec_ms=20.0)
+    handle = InProcessWorkerHandle(InProcessModel(latency_ms=constant_ms(20.0)))
     ready = p.Ready(pid=0, exec_ms={1: 4.0, 2: 5.0}, start=p.StartBreakdown())
     retuned: list[dict[int, float]] = []
 

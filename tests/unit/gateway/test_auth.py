@@ -19,7 +19,7 @@ from infless.gateway.auth import (
     load_auth,
     resolve_password,
 )
-from infless.gateway.protocols import auth_middlewares
+from infless.gateway.routes import auth_middlewares
 
 SETTINGS = AuthSettings(b"admin", b"s3cret-pass", b"tok-123")
 

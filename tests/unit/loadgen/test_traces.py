@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,29 @@ def test_azure_2019_schema_reads_columns_in_its_order(tmp_path: Path) -> None:
         "http",
     )
     assert row.counts_per_minute == (5, 0, 7)
+
+
+WriteTrace = Callable[[Path, dict[str, list[int]]], Path]
+
+
+@pytest.mark.parametrize("schema", [_invitro, _azure])
+def test_gzip_trace_gives_the_same_rows_as_the_plain_csv(
+    tmp_path: Path, schema: WriteTrace
+) -> None:
+    plain = schema(tmp_path, {"aaa": [0, 3, 1], "bbb": [2, 0, 0]})
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    rows = read_trace(packed)
+    assert rows == read_trace(plain)
+    assert [r.counts_per_minute for r in rows] == [(0, 3, 1), (2, 0, 0)]
+
+
+def test_a_corrupt_gzip_trace_is_a_format_error(tmp_path: Path) -> None:
+    plain = _invitro(tmp_path, {"aaa": [0, 3, 1]})
+    packed = tmp_path / "inv.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes())[:-12])  # truncated
+    with pytest.raises(TraceFormatError, match=r"inv\.csv\.gz: not a readable gzip file"):
+        read_trace(packed)
 
 
 def test_unknown_header_names_both_schemas() -> None:

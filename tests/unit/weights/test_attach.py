@@ -10,7 +10,7 @@ import torch
 
 from infless.weights.attach import AttachError, attach, attach_state_dict_to, map_tensor
 from infless.weights.store import TensorStore
-from infless.workers.protocol import StoredTensor
+from infless.weights.stored import StoredTensor
 from tests.support.clock import FakeClock
 from tests.unit.weights.packages import write_package
 

@@ -13,7 +13,7 @@ from infless.weights import package_index
 from infless.weights import store as store_module
 from infless.weights.package_index import PackageIndex
 from infless.weights.store import LOCK_FILE, TEMP_PREFIX, StoreError, TensorStore
-from infless.workers.protocol import StoredTensor
+from infless.weights.stored import StoredTensor
 from tests.support.clock import FakeClock
 from tests.unit.weights.packages import backbone, variant, write_package
 

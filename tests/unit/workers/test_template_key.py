@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infless.workers.protocol import StoredTensor
+from infless.weights.stored import StoredTensor
 from infless.workers.templates import TemplateKey
 
 TENSORS = [

@@ -1,5 +1,6 @@
-"""The V2 fan-out: rows go into the router one by one, wait when every queue is full, come
-back in order; a failed row fails the request and leaves no unretrieved exception behind."""
+"""The frontend's fan-out of a multi-sample (V2) request: samples go into the router one by
+one, wait when every queue is full, come back in order; a failed sample fails the request
+and leaves no unretrieved exception behind."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import cast
 import numpy as np
 import pytest
 
+from infless.control.frontend import run_samples
 from infless.dataplane.request import Array, Outcome, Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import GatewayTimeout, InferenceFailed, Overloaded
-from infless.gateway.v2.infer import run_rows, stack_outputs
+from infless.gateway.v2.infer import stack_outputs
 
 
 class FakeRouter:
@@ -55,6 +57,10 @@ async def _answer_everything(router: FakeRouter, stop: asyncio.Event) -> None:
         await asyncio.sleep(0)
 
 
+def _rows(arrays: dict[str, np.ndarray], count: int) -> list[dict[str, Array]]:
+    return [{name: a[row] for name, a in arrays.items()} for row in range(count)]
+
+
 def _router(capacity: int) -> tuple[FakeRouter, FunctionRouter]:
     fake = FakeRouter(capacity)
     return fake, cast(FunctionRouter, fake)
@@ -65,7 +71,7 @@ async def test_rows_wait_for_room_and_come_back_in_order() -> None:
     stop = asyncio.Event()
     answering = asyncio.create_task(_answer_everything(fake, stop))
     arrays = {"x": np.arange(7, dtype=np.float32).reshape(7, 1)}
-    outcomes = await run_rows(router, arrays, 7, timeout_s=5.0)
+    outcomes = await run_samples(router, _rows(arrays, 7), timeout_s=5.0)
     stop.set()
     await answering
     assert len(fake.pending) == 7
@@ -76,7 +82,7 @@ async def test_rows_wait_for_room_and_come_back_in_order() -> None:
 async def test_overloaded_with_nothing_in_flight_is_a_429() -> None:
     _, router = _router(capacity=0)
     with pytest.raises(Overloaded):
-        await run_rows(router, {"x": np.zeros((2, 1))}, 2, timeout_s=5.0)
+        await run_samples(router, _rows({"x": np.zeros((2, 1))}, 2), timeout_s=5.0)
 
 
 async def test_a_failed_row_fails_the_request_and_every_error_is_retrieved() -> None:
@@ -89,15 +95,15 @@ async def test_a_failed_row_fails_the_request_and_every_error_is_retrieved() -> 
     fake = FakeRouter(10, react)
     router = cast(FunctionRouter, fake)
     with pytest.raises(InferenceFailed, match="row 1"):
-        await run_rows(router, {"x": np.zeros((3, 1))}, 3, timeout_s=5.0)
+        await run_samples(router, _rows({"x": np.zeros((3, 1))}, 3), timeout_s=5.0)
     # Retrieved: garbage-collecting these futures logs nothing (warnings are errors here).
     assert all(p.future.done() for p in fake.pending)
 
 
 async def test_a_timeout_cancels_and_forgets_the_unanswered_rows() -> None:
     fake, router = _router(capacity=10)
-    with pytest.raises(GatewayTimeout, match="3 rows"):
-        await run_rows(router, {"x": np.zeros((3, 1))}, 3, timeout_s=0.01)
+    with pytest.raises(GatewayTimeout, match="3 sample"):
+        await run_samples(router, _rows({"x": np.zeros((3, 1))}, 3), timeout_s=0.01)
     assert len(fake.forgotten) == 3
     assert all(p.future.cancelled() for p in fake.pending)
 

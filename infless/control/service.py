@@ -2,6 +2,8 @@
 
 The one place where a deployment becomes durable (SQLite) and live (worker pool). On start
 it restores what the registry holds, then deploys the config's functions that are missing.
+A manual scale is a person's write of the desired state (`control.desired.scaled`): the
+function is manual from then on, and the autoscaler leaves it alone.
 """
 
 from __future__ import annotations
@@ -9,15 +11,17 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 
 from infless.clock import Clock
 from infless.config import FunctionConfig
+from infless.control import desired
+from infless.control.pool import WorkerPool
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.models.resolver import PackageResolver
 from infless.registry.deployment import parse_deployment
 from infless.registry.store import FunctionRegistry
 from infless.types import FunctionSpec
-from infless.workers.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ class FunctionService:
                 f"replicas = {instances} exceeds com.openfaas.scale.max = {spec.max_instances} "
                 f"for {name!r}; redeploy with a higher max"
             )
-        self._pool.scale(name, instances, pin=True)
+        self._pool.change(name, partial(desired.scaled, count=instances))
         spec = replace(spec, instances=instances)
         self._registry.put(spec)
         return spec

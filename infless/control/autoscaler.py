@@ -1,0 +1,129 @@
+"""Autoscaler: the imperative shell around the pure scaling policies (INFless §3.2, §3.4).
+
+On every `tick` it reads the target's snapshot through the scaling port, counts each
+function's new arrivals into the demand estimate, feeds the instances' measured batch times
+to the predictor, asks the configured policy for a plan over the functions the autoscaler
+owns (see `control.desired`), and hands the plan back to the target. It never sees the pool,
+instances or workers: the server's pool and the simulator both implement the port, and both
+run this same object. It reads no clock either (the snapshot carries `now`); a `Ticker`
+calls `tick` on a server, the simulator calls it at its own tick events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from infless.control.desired import Owner
+from infless.control.port import FunctionState, ScalingTarget
+from infless.scaling.baselines import ScalingPolicy, get_policy
+from infless.scaling.config import ScalingConfig
+from infless.scaling.demand import Demand, DemandState, estimate, forget, record_interval
+from infless.scaling.measured import MeasuredPredictor
+from infless.scaling.predictors import LatencyPredictor
+from infless.scaling.view import PoolView, ScalingPlan, StartInstance, StopInstance
+
+log = logging.getLogger(__name__)
+
+ProfileLoader = Callable[[frozenset[str]], LatencyPredictor | None]
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        target: ScalingTarget,
+        cfg: ScalingConfig,
+        predictor: LatencyPredictor | None = None,
+        policy: ScalingPolicy | None = None,
+        profiles: ProfileLoader | None = None,
+    ) -> None:
+        """`predictor` None: what the instances measure (`MeasuredPredictor`), with operator
+        profiles from `profiles` for configurations none measured. A given predictor (the
+        simulator's) is used as it is."""
+        self._target = target
+        self._cfg = cfg
+        self.predictor: LatencyPredictor = predictor or MeasuredPredictor()
+        self._policy = policy or get_policy(cfg.policy)
+        self._demand = DemandState()
+        self._seen_arrivals: dict[str, int] = {}
+        self._last_tick_s: float | None = None
+        self._profiles = profiles
+        self._profiled_keys: frozenset[str] | None = None
+        self.last_plan = ScalingPlan()
+        self.ticks = 0
+
+    def tick(self) -> ScalingPlan:
+        snapshot = self._target.snapshot()
+        now = snapshot.now_s
+        self._count_arrivals(snapshot.functions, now)
+        demand, self._demand = estimate(self._demand, now, self._cfg.demand)
+        owned = [f for f in snapshot.functions if f.owner is Owner.AUTOSCALER]
+        self._refresh_profiles(owned)
+        self._observe(owned)
+        return self._plan(snapshot.pool_view(Owner.AUTOSCALER), demand)
+
+    def plan_for(self, demand: Demand) -> ScalingPlan:
+        """Plan for a demand given from outside (the simulator's t = 0 prewarm)."""
+        return self._plan(self._target.snapshot().pool_view(Owner.AUTOSCALER), demand)
+
+    def _plan(self, view: PoolView, demand: Demand) -> ScalingPlan:
+        plan = self._policy(view, demand, self.predictor, self._cfg)
+        self._log(plan)
+        self._target.apply(plan)
+        self.last_plan = plan
+        self.ticks += 1
+        return plan
+
+    def _count_arrivals(self, functions: Sequence[FunctionState], now: float) -> None:
+        """Arrivals since the last tick, spread over the time since then."""
+        since_s = now - self._cfg.tick_s if self._last_tick_s is None else self._last_tick_s
+        self._last_tick_s = now
+        names = {f.name for f in functions}
+        for name in [n for n in self._seen_arrivals if n not in names]:
+            del self._seen_arrivals[name]
+            self._demand = forget(self._demand, name)
+        for function in functions:
+            seen = self._seen_arrivals.get(function.name, 0)
+            new = max(0, function.arrivals - seen)
+            self._seen_arrivals[function.name] = function.arrivals
+            self._demand = record_interval(
+                self._demand, function.name, new, since_s, now, self._cfg.demand
+            )
+
+    def _refresh_profiles(self, owned: Sequence[FunctionState]) -> None:
+        """Configurations no instance measured are predicted from operator profiles."""
+        keys = frozenset(f.view.model_key for f in owned)
+        measured = self.predictor
+        if self._profiles is None or keys == self._profiled_keys:
+            return
+        if isinstance(measured, MeasuredPredictor):
+            self._profiled_keys = keys
+            measured.set_fallback(self._profiles(keys))
+
+    def _observe(self, owned: Sequence[FunctionState]) -> None:
+        """Feed the predictor what the ready instances measure now (warm-up timings, then
+        the EWMA of their served batches), averaged over instances of one model and cores."""
+        measured = self.predictor
+        if not isinstance(measured, MeasuredPredictor):
+            return
+        samples: dict[tuple[str, int], dict[int, list[float]]] = {}
+        for function in owned:
+            for instance in function.measured:
+                table = samples.setdefault((function.view.model_key, instance.cpus), {})
+                for batch_size, exec_ms in instance.exec_ms_by_batch.items():
+                    table.setdefault(batch_size, []).append(exec_ms)
+        for (model_key, cpus), table in samples.items():
+            means = {b: sum(values) / len(values) for b, values in table.items()}
+            measured.observe(model_key, cpus, means)
+
+    @staticmethod
+    def _log(plan: ScalingPlan) -> None:
+        for action in plan.actions:
+            if isinstance(action, StartInstance):
+                log.info(
+                    "autoscaler: start %s <b=%d, c=%d> for [%.0f, %.0f] rps",
+                    action.function, action.config.batch_size, action.config.cpus,
+                    action.r_low_rps, action.r_up_rps,
+                )  # fmt: skip
+            elif isinstance(action, StopInstance):
+                log.info("autoscaler: stop %s (%s)", action.instance_id, action.reason)

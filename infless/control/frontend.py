@@ -1,0 +1,180 @@
+"""FunctionFrontend: the one front door of every function, whatever protocol a request came in.
+
+A route decodes the request, and the frontend does the rest: it finds the function (`name`
+or OpenFaaS's `name.namespace`), counts the call, checks the body length, records the
+function's activity (the cold-start policy's input), admits each sample through the
+function's router (a multi-sample V2 request waits for room rather than failing when only
+some of its rows fit), awaits the outcomes within the gateway's timeout, and reports every
+step to the metrics observer. The route then encodes what it gets back.
+`/function/{name}` and `/v2/models/{name}/infer` differ only in their codecs.
+Gateway side: never imports torch, never touches HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from infless.clock import Clock
+from infless.control.functions import DeployedFunction
+from infless.dataplane.request import Array, Outcome, Pending
+from infless.dataplane.router import FunctionRouter
+from infless.errors import FunctionNotFound, GatewayTimeout, Overloaded, PayloadTooLarge
+
+Sample = dict[str, Array]
+
+
+class CallObserver(Protocol):
+    """Where the frontend reports calls (the gateway's Prometheus metrics)."""
+
+    def request_started(self, function: str) -> None: ...
+
+    def served(
+        self,
+        function: str,
+        batch_size: int,
+        queue_ms: float,
+        exec_ms: float,
+        cold_start: bool,
+        cold_start_ms: float | None,
+    ) -> None: ...
+
+    def request_done(self, function: str, code: int, seconds: float) -> None: ...
+
+
+@dataclass(slots=True)
+class Call:
+    """One request at the front door: when it came, and for which function once known."""
+
+    name: str
+    started_s: float
+    function: DeployedFunction | None = None
+
+
+class FunctionFrontend:
+    def __init__(
+        self,
+        functions: Mapping[str, DeployedFunction],
+        clock: Clock,
+        observer: CallObserver,
+        timeout_s: float,
+        max_body_bytes: int,
+    ) -> None:
+        self._functions = functions
+        self._clock = clock
+        self._observer = observer
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+
+    def find(self, name: str) -> DeployedFunction:
+        """`name` or OpenFaaS's `name.namespace` -> the deployed function, else 404."""
+        function = self._functions.get(name)
+        if function is not None:
+            return function
+        base, _, namespace = name.rpartition(".")
+        function = self._functions.get(base)
+        if base and function is not None and function.spec.namespace == namespace:
+            return function
+        raise FunctionNotFound(
+            f"function {name!r} is not deployed; GET /system/functions lists them"
+        )
+
+    def open(self, name: str) -> Call:
+        """A call begins; `bind` it to its function (which may raise 404) before decoding."""
+        return Call(name, self._clock.now())
+
+    def bind(self, call: Call, content_length: int | None) -> DeployedFunction:
+        """Find the call's function, count the call, and refuse a body over the limit."""
+        function = call.function = self.find(call.name)
+        call.name = function.name
+        self._observer.request_started(function.name)
+        function.activity.invocations += 1
+        if content_length is not None and content_length > self.max_body_bytes:
+            raise PayloadTooLarge(
+                f"body of {content_length} bytes exceeds gateway.max_body_bytes = "
+                f"{self.max_body_bytes}"
+            )
+        return function
+
+    async def run(self, call: Call, samples: Sequence[Sample]) -> list[Outcome]:
+        """Admit every sample, await all of them, answer in order (or raise the first
+        failure); the function counts as busy from the first admission to the last answer."""
+        function = call.function
+        assert function is not None, "bind the call to its function first"
+        activity = function.activity
+        activity.arrive(self._clock.now())
+        try:
+            outcomes = await run_samples(function.router, samples, self.timeout_s)
+        finally:
+            activity.finish(self._clock.now())
+        observer = self._observer
+        for o in outcomes:
+            cold = o.cold_start_ms > 0
+            observer.served(
+                function.name,
+                o.batch_size,
+                o.queue_ms,
+                o.exec_ms,
+                cold,
+                o.cold_start_ms if cold else None,
+            )
+        return outcomes
+
+    def close(self, call: Call, status: int) -> float:
+        """The call is answered with `status`; returns its duration in seconds."""
+        duration_s = self._clock.now() - call.started_s
+        if call.function is not None:
+            self._observer.request_done(call.name, status, duration_s)
+        return duration_s
+
+
+async def run_samples(
+    router: FunctionRouter, samples: Sequence[Sample], timeout_s: float
+) -> list[Outcome]:
+    """Submit each sample, await all of them, answer in order (or raise the first failure).
+
+    When every queue is full, the samples already submitted are awaited before the next go
+    in; `Overloaded` reaches the caller only when none of its samples is in flight.
+    """
+    pendings: list[Pending] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            if len(samples) == 1:  # the common case, kept short
+                pendings.append(router.submit(samples[0]))
+                return [await pendings[0].future]
+            for sample in samples:
+                while True:
+                    try:
+                        pendings.append(router.submit(sample))
+                        break
+                    except Overloaded:
+                        unfinished = [p.future for p in pendings if not p.future.done()]
+                        if not unfinished:
+                            raise
+                        await asyncio.wait(unfinished, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([p.future for p in pendings])
+    except TimeoutError:
+        raise GatewayTimeout(
+            f"function {router.name!r} did not answer {len(samples)} sample(s) within "
+            f"{timeout_s:g} s"
+        ) from None
+    finally:
+        _settle(pendings, router)
+    for pending in pendings:
+        error = pending.future.exception()
+        if error is not None:
+            raise error
+    return [p.future.result() for p in pendings]
+
+
+def _settle(pendings: Sequence[Pending], router: FunctionRouter) -> None:
+    """Leave nothing behind: unanswered samples are cancelled, failures marked retrieved."""
+    for pending in pendings:
+        future = pending.future
+        if not future.done():
+            router.forget_waiting(pending)
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()  # retrieved: no "exception was never retrieved" noise

@@ -1,0 +1,68 @@
+"""DeployedFunction: one function deployed on this gateway, and who writes which part of it.
+
+- the pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owner's
+  transitions in `control.desired`) and `health` (starts and their failures);
+- the data plane writes `router` (its instances and queues) and `activity` (the frontend,
+  on every request);
+- nothing else writes anything here; everybody may read.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infless.control.desired import DesiredState, Owner
+from infless.dataplane.activity import FunctionActivity
+from infless.dataplane.router import FunctionRouter
+from infless.models.package import PackageManifest
+from infless.types import FunctionSpec, InstanceConfig, TensorSpec
+
+SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
+
+
+@dataclass(slots=True)
+class StartHealth:
+    """How the function's instance starts went (the pool's bookkeeping)."""
+
+    last_start_s: float = 0.0  # how long the last instance took to become ready
+    failures: int = 0  # consecutive failed starts (0 after a success)
+    last_error: str | None = None
+    retry_at_s: float = 0.0  # no new start before this (backoff after failures)
+
+
+@dataclass(eq=False)
+class DeployedFunction:
+    spec: FunctionSpec
+    package_dir: Path
+    manifest: PackageManifest
+    router: FunctionRouter
+    desired: DesiredState
+    activity: FunctionActivity = field(default_factory=FunctionActivity)
+    health: StartHealth = field(default_factory=StartHealth)
+    boots: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by worker id
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return self.manifest.input_specs
+
+    @property
+    def uniform_config(self) -> InstanceConfig:
+        """A uniform instance: the function's cores, batch sizes timed up to its maximum."""
+        return InstanceConfig(batch_size=self.spec.max_batch, cpus=self.spec.cpus_per_instance)
+
+    @property
+    def scale_to_zero(self) -> bool | None:
+        """The function's `com.openfaas.scale.zero` label; None when it has none."""
+        label = self.spec.labels.get(SCALE_ZERO_LABEL)
+        return None if label is None else label.strip().lower() == "true"
+
+    @property
+    def manual(self) -> bool:
+        return self.desired.owner is Owner.MANUAL

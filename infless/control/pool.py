@@ -1,0 +1,464 @@
+"""WorkerPool: this server's reconciler. Running instances follow each function's desired state.
+
+What a function should run is one value, `DeployedFunction.desired`, changed only through
+`change(name, transition)` with a transition of `control.desired` (a person's scale, the
+autoscaler's plan, the cold-start policy's release and wake, a request that found nothing
+running). After every change, and after every instance event, `_reconcile` compares the
+wanted set with the running instances: it starts what is missing (through the
+`InstanceStarter`: processes for real, in-process in tests), drains what is no longer
+wanted, and replaces a worker that died (its requests are retried, see `dataplane.router`).
+It decides nothing itself. It is also the scaling port's target (`snapshot`, `apply`), so
+the autoscaler and the prewarm manager never see instances or workers.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from infless.clock import Clock
+from infless.cluster.cpus import CpuAllocator
+from infless.control import desired as d
+from infless.control.functions import DeployedFunction
+from infless.control.port import ActivityView, FunctionState, Measured, Snapshot
+from infless.dataplane.config import BatchingConfig
+from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.policy import BatchSettings, powers_of_two_up_to, settle
+from infless.dataplane.request import Pending
+from infless.dataplane.router import FunctionRouter
+from infless.errors import FunctionNotFound, WorkerUnavailable
+from infless.models.package import PackageManifest
+from infless.scaling.view import (
+    Action,
+    FunctionView,
+    InstanceView,
+    ScalingPlan,
+    ServerView,
+    StartInstance,
+)
+from infless.scaling.view import InstanceState as ViewState
+from infless.types import FunctionSpec
+from infless.workers.boot import BootOrder, InstanceStarter
+
+log = logging.getLogger(__name__)
+
+LOCAL_SERVER = "local"
+LIVE = (InstanceState.STARTING, InstanceState.READY)
+Transition = Callable[[d.DesiredState, d.InstanceMint], d.DesiredState]
+
+
+class _Mint:
+    """New desired entries of one function: fresh ids, its uniform shape, this server."""
+
+    def __init__(self, function: DeployedFunction, server_id: str) -> None:
+        self._function = function
+        self._server_id = server_id
+
+    def _id(self) -> str:
+        return f"{self._function.name}-{secrets.token_hex(3)}"
+
+    def uniform(self) -> d.WantedInstance:
+        config = self._function.uniform_config
+        return d.WantedInstance(self._id(), config, fixed_batch=False, server_id=self._server_id)
+
+    def planned(self, start: StartInstance) -> d.WantedInstance:
+        return d.WantedInstance(
+            self._id(), start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
+            start.exec_ms,
+        )  # fmt: skip
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        clock: Clock,
+        starter: InstanceStarter,
+        allocator: CpuAllocator,
+        batching: BatchingConfig,
+        *,
+        capacity_cpus: int,
+        gpu_pct: tuple[int, ...] = (),
+        autoscaled: bool = False,
+        server_id: str = LOCAL_SERVER,
+        on_instance_change: Callable[[DeployedFunction], None] | None = None,
+    ) -> None:
+        self._clock = clock
+        self.starter = starter
+        self._allocator = allocator
+        self._batching = batching
+        self._capacity_cpus = capacity_cpus
+        self._gpu_pct = gpu_pct
+        self._owner = d.Owner.AUTOSCALER if autoscaled else d.Owner.MANUAL
+        self._server_id = server_id
+        self._on_change = on_instance_change
+        self.functions: dict[str, DeployedFunction] = {}
+        self._stopping = False
+        self._background: set[asyncio.Task[Any]] = set()  # drains and releases: awaited
+        self._retries: set[asyncio.Task[None]] = set()  # start retries: cancelled at stop
+        self._generations: dict[str, int] = {}  # instance id -> workers started for it
+        self._holding: set[str] = set()  # worker ids still holding cores and store tensors
+
+    async def start(self) -> None:
+        await self.starter.start()
+
+    # -- function definitions -----------------------------------------------------------
+    def deploy(
+        self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest
+    ) -> DeployedFunction:
+        waiting_capacity = max(64, spec.max_batch * self._batching.queue_capacity_batches)
+        router = FunctionRouter(spec.name, self._clock, waiting_capacity, self._wake)
+        function = DeployedFunction(
+            spec, package_dir, manifest, router, d.DesiredState(self._owner)
+        )
+        function.activity.idle_since_s = self._clock.now()
+        self.functions[spec.name] = function
+        count = spec.instances if self._owner is d.Owner.MANUAL else min(1, spec.min_instances)
+        self.change(spec.name, partial(d.initial, count=count))
+        return function
+
+    async def redeploy(
+        self, spec: FunctionSpec, package_dir: Path, manifest: PackageManifest
+    ) -> None:
+        """Replace a function's definition: new instances come up, the old ones drain."""
+        old = self.functions.get(spec.name)
+        if old is None:
+            self.deploy(spec, package_dir, manifest)
+            return
+        if old.package_dir == package_dir and _same_serving(old.spec, spec):
+            old.spec = spec
+            if old.desired.owner is d.Owner.MANUAL:
+                self.change(spec.name, partial(d.scaled, count=spec.instances))
+            return
+        await self.remove(spec.name)
+        self.deploy(spec, package_dir, manifest)
+
+    async def remove(self, name: str) -> None:
+        function = self.functions.pop(name, None)
+        if function is None:
+            raise FunctionNotFound(f"function {name!r} is not deployed")
+        for task in list(function.boots.values()):
+            task.cancel()
+        function.router.fail_all(WorkerUnavailable(f"function {name!r} was removed"))
+        await asyncio.gather(
+            *(self._drain(function, i) for i in list(function.router.instances)),
+            return_exceptions=True,
+        )
+
+    def get(self, name: str) -> DeployedFunction:
+        function = self.functions.get(name)
+        if function is None:
+            raise FunctionNotFound(
+                f"function {name!r} is not deployed; GET /system/functions lists what is"
+            )
+        return function
+
+    # -- desired state: the one way to say what should run ------------------------------
+    def change(self, name: str, transition: Transition) -> d.DesiredState:
+        """Apply an owner's transition to the function's desired state, then reconcile."""
+        function = self.get(name)
+        function.desired = transition(function.desired, _Mint(function, self._server_id))
+        self._reconcile(function)
+        return function.desired
+
+    def _wake(self, name: str) -> None:
+        """A request waits and nothing is starting: at least one instance again."""
+        if name in self.functions and not self._stopping:
+            self.change(name, d.woken)
+
+    # -- the scaling port ----------------------------------------------------------------
+    def apply(self, plan: ScalingPlan) -> None:
+        per_function: dict[str, list[Action]] = defaultdict(list)
+        for action in plan.actions:
+            per_function[action.function].append(action)
+        for name, actions in per_function.items():
+            if name in self.functions:
+                self.change(name, partial(d.applied, actions=actions))
+
+    def snapshot(self) -> Snapshot:
+        now = self._clock.now()
+        states = tuple(self._function_state(f, now) for f in self.functions.values())
+        return Snapshot((self._server_view(),), states, now)
+
+    def _server_view(self) -> ServerView:
+        used_cpus = 0
+        used_gpu = [0] * len(self._gpu_pct)
+        for function in self.functions.values():
+            for wanted in function.desired.instances:
+                used_cpus += wanted.config.cpus
+                if wanted.gpu_index is not None and 0 <= wanted.gpu_index < len(used_gpu):
+                    used_gpu[wanted.gpu_index] += wanted.config.gpu_pct
+            for instance in function.router.instances:
+                if instance.state is InstanceState.DRAINING:
+                    used_cpus += instance.config.cpus
+        free_gpu = tuple(max(0, c - u) for c, u in zip(self._gpu_pct, used_gpu, strict=True))
+        free_cpus = max(0, self._capacity_cpus - used_cpus)
+        return ServerView(self._server_id, self._capacity_cpus, free_cpus, self._gpu_pct, free_gpu)
+
+    def _function_state(self, function: DeployedFunction, now: float) -> FunctionState:
+        spec, activity = function.spec, function.activity
+        view = FunctionView(
+            name=spec.name,
+            model_key=spec.image,
+            slo_ms=spec.slo_ms,
+            max_batch=spec.max_batch,
+            min_instances=max(spec.min_instances, 0),
+            max_instances=spec.max_instances,
+            instances=self._instance_views(function, now),
+        )
+        ready = [i for i in function.router.instances if i.state is InstanceState.READY]
+        return FunctionState(
+            view=view,
+            owner=function.desired.owner,
+            arrivals=function.router.arrivals,
+            scale_to_zero=function.scale_to_zero,
+            activity=ActivityView(
+                activity.outstanding,
+                activity.idle_since_s,
+                activity.last_finish_s,
+                tuple(activity.idle_arrivals),
+                activity.idle_arrival_count,
+            ),
+            start_s=function.health.last_start_s,
+            measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
+        )
+
+    def _instance_views(self, function: DeployedFunction, now: float) -> tuple[InstanceView, ...]:
+        running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
+        views = []
+        for wanted in function.desired.instances:
+            instance = running.get(wanted.instance_id)
+            if instance is not None and instance.state is InstanceState.READY:
+                b = instance.config.batch_size
+                views.append(
+                    InstanceView(
+                        wanted.instance_id, function.name, wanted.server_id, instance.config,
+                        ViewState.READY, instance.exec_ms_by_batch.get(b), instance.started_at_s,
+                        None if instance.busy else instance.last_active_s,
+                    )
+                )  # fmt: skip
+            else:  # starting, or waiting to be started again
+                started_s = now if instance is None else instance.started_at_s
+                views.append(
+                    InstanceView(
+                        wanted.instance_id, function.name, wanted.server_id, wanted.config,
+                        ViewState.STARTING, wanted.exec_ms, started_s,
+                    )
+                )  # fmt: skip
+        for instance in function.router.instances:
+            if instance.state is InstanceState.DRAINING:
+                views.append(
+                    InstanceView(
+                        instance.instance_id, function.name, self._server_id, instance.config,
+                        ViewState.DRAINING, None, instance.started_at_s,
+                    )
+                )  # fmt: skip
+        return tuple(views)
+
+    # -- reconciliation ------------------------------------------------------------------
+    def _reconcile(self, function: DeployedFunction) -> None:
+        if self._stopping or self.functions.get(function.name) is not function:
+            return
+        wanted = {w.instance_id: w for w in function.desired.instances}
+        running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
+        for instance_id, surplus in running.items():
+            if instance_id not in wanted:
+                self._retire(function, surplus)
+        may_start = function.health.retry_at_s <= self._clock.now()
+        for instance_id, entry in wanted.items():
+            current = running.get(instance_id)
+            if current is None:
+                if may_start:
+                    self._spawn(function, entry)
+            elif entry.share_rps is not None and current.state is InstanceState.READY:
+                current.share_rps = entry.share_rps
+
+    def _retire(self, function: DeployedFunction, instance: Instance) -> None:
+        """No longer wanted: a starting instance is cancelled, a ready one drains."""
+        if instance.state is InstanceState.STARTING:
+            task = function.boots.get(instance.worker_id)
+            if task is not None:
+                task.cancel()
+            return
+        instance.stop_accepting()
+        self._background_task(self._drain(function, instance))
+
+    def _spawn(self, function: DeployedFunction, entry: d.WantedInstance) -> None:
+        generation = self._generations.get(entry.instance_id, 0)
+        self._generations[entry.instance_id] = generation + 1
+        worker_id = entry.instance_id if generation == 0 else f"{entry.instance_id}-r{generation}"
+        cores = self._allocator.assign(entry.config.cpus)
+        self._holding.add(worker_id)
+        instance = Instance(
+            instance_id=entry.instance_id,
+            function_name=function.name,
+            config=entry.config,
+            cpu_ids=cores,
+            clock=self._clock,
+            input_specs=function.input_specs,
+            on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
+            worker_id=worker_id,
+        )
+        function.router.add(instance)
+        task = asyncio.create_task(self._boot(function, instance, entry), name=f"boot-{worker_id}")
+        function.boots[worker_id] = task
+        task.add_done_callback(lambda _: function.boots.pop(worker_id, None))
+
+    async def _boot(
+        self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance
+    ) -> None:
+        spec = function.spec
+        order = BootOrder(
+            instance_id=instance.worker_id,
+            tenant=spec.tenant,
+            package_dir=function.package_dir,
+            config=entry.config,
+            cpu_ids=instance.cpu_ids,
+            warmup_batch_sizes=tuple(powers_of_two_up_to(entry.config.batch_size)),
+            on_death=lambda: self._died(instance),
+        )
+        try:
+            booted = await self.starter.boot(order)
+        except asyncio.CancelledError:
+            self._discard(function, instance)
+            raise
+        except Exception as exc:  # any start failure is reported and retried with backoff
+            self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
+            return
+        fixed = entry.config.batch_size if entry.fixed_batch else None
+        settings = self.batch_settings(spec, dict(booted.ready.exec_ms), fixed)
+        batch_size = settings.batch_size
+        instance.become_ready(
+            booted.handle,
+            settings,
+            booted.ready,
+            retune=lambda exec_ms: self.batch_settings(spec, exec_ms, batch_size),
+        )
+        instance.start_breakdown = booted.start
+        function.health.failures = 0
+        function.health.last_start_s = self._clock.now() - instance.started_at_s
+        log.info(
+            "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
+            instance.instance_id, instance.pid, settings.batch_size, settings.exec_ms,
+            instance.cpu_ids,
+        )  # fmt: skip
+        function.router.instance_ready(instance)
+        self._changed(function)
+        self._reconcile(function)
+
+    def batch_settings(
+        self, spec: FunctionSpec, exec_ms_by_batch: dict[int, float], fixed_batch: int | None
+    ) -> BatchSettings:
+        """An instance's batching: the largest feasible b (or the planner's fixed b)."""
+        batching = self._batching
+        slack_ms = batching.slack_ms + batching.slack_fraction * spec.slo_ms
+        return settle(
+            exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
+            batching.queue_capacity_batches, mode=batching.dispatch, batch_size=fixed_batch,
+        )  # fmt: skip
+
+    def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
+        log.error("instance %s failed to start: %s", instance.instance_id, error)
+        instance.state = InstanceState.DEAD
+        instance.error = error
+        health = function.health
+        health.last_error = error
+        health.failures += 1
+        delay_s = min(30.0, 0.5 * 2**health.failures)
+        health.retry_at_s = self._clock.now() + delay_s
+        function.router.remove(instance)
+        self._forget(instance)
+        function.router.start_failed(error)
+        retry = asyncio.create_task(self._retry_later(function, delay_s))
+        self._retries.add(retry)
+        retry.add_done_callback(self._retries.discard)
+
+    async def _retry_later(self, function: DeployedFunction, delay_s: float) -> None:
+        await self._clock.sleep_until(self._clock.now() + delay_s)
+        self._reconcile(function)
+
+    def _discard(self, function: DeployedFunction, instance: Instance) -> None:
+        """A start was cancelled (no longer wanted, or shutdown): the starter let go of it."""
+        instance.state = InstanceState.DEAD
+        function.router.remove(instance)
+        self._forget(instance)
+
+    def _died(self, instance: Instance) -> None:
+        if instance.state is not InstanceState.READY:
+            return  # a start that fails is the boot's to report; a drain's runner sees it
+        code = getattr(instance.handle, "exit_code", None)
+        log.warning(
+            "instance %s: worker pid %d died (exit %s)", instance.instance_id, instance.pid, code
+        )
+        instance.mark_dead(f"worker exited (code {code})")
+
+    def _orphaned(
+        self, function: DeployedFunction, instance: Instance, orphans: list[Pending]
+    ) -> None:
+        function.router.remove(instance)
+        self._forget(instance)
+        function.router.adopt_orphans(orphans)
+        self._changed(function)
+        self._reconcile(function)
+
+    async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
+        try:
+            await instance.drain(timeout_s=max(5.0, function.spec.slo_ms / 1000.0 * 10))
+        finally:
+            function.router.remove(instance)
+            self._forget(instance)
+            self._changed(function)
+
+    def _forget(self, instance: Instance) -> None:
+        """An instance is gone for good: free its cores, store holds and cgroup (once)."""
+        if instance.worker_id not in self._holding:
+            return
+        self._holding.discard(instance.worker_id)
+        self._allocator.release(instance.cpu_ids)
+        self._background_task(self.starter.release(instance.worker_id))
+
+    def _changed(self, function: DeployedFunction) -> None:
+        if self._on_change is not None:
+            self._on_change(function)
+
+    def _background_task(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- reading -------------------------------------------------------------------------
+    def all_instances(self) -> list[Instance]:
+        return [i for f in self.functions.values() for i in f.router.instances]
+
+    def holder_ids(self) -> list[str]:
+        """Every worker that may hold store tensors (starting, ready or draining)."""
+        return [*self._holding, *self.starter.holder_ids()]
+
+    # -- shutdown ------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Drain every instance (queued requests are answered), then stop the starter."""
+        self._stopping = True
+        for name in list(self.functions):
+            with contextlib.suppress(FunctionNotFound):
+                await self.remove(name)
+        for task in list(self._retries):
+            task.cancel()
+        await asyncio.gather(*self._background, *self._retries, return_exceptions=True)
+        await self.starter.close()
+
+
+def _same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
+    return (
+        old.image == new.image
+        and old.slo_ms == new.slo_ms
+        and old.max_batch == new.max_batch
+        and old.cpus_per_instance == new.cpus_per_instance
+        and old.tenant == new.tenant
+    )

@@ -1,0 +1,75 @@
+"""The port between the policies' shells and whatever runs instances: `ScalingTarget`.
+
+The autoscaler and the prewarm manager read a `Snapshot` (servers, and per function the
+planner's `FunctionView`, its owner, arrival count, request activity and measured batch
+times) and hand back a `ScalingPlan`; they never see the pool, its instances or workers.
+The worker pool implements the port on a server, the simulator implements it for thousands
+of simulated servers, so both run the very same autoscaler and manager objects.
+Pure data and a Protocol: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from infless.control.desired import Owner
+from infless.scaling.view import FunctionView, InstanceState, PoolView, ScalingPlan, ServerView
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityView:
+    """What the request path saw of one function (see `dataplane.activity`)."""
+
+    outstanding: int = 0  # requests in flight now
+    idle_since_s: float | None = None  # last finish (or deployment), None while busy
+    last_finish_s: float | None = None  # None until a request finished
+    idle_arrivals: tuple[float, ...] = ()  # the latest arrivals that ended an idle period
+    idle_arrival_count: int = 0  # how many such arrivals ever (readers take what is new)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One ready instance's execution times per batch size, at its core count."""
+
+    cpus: int
+    exec_ms_by_batch: Mapping[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionState:
+    view: FunctionView  # what the planner reads: SLO, bounds, instances with their states
+    owner: Owner
+    arrivals: int  # samples submitted ever, admitted or not: the autoscaler's demand input
+    scale_to_zero: bool | None  # the function's label; None: the platform default
+    activity: ActivityView = field(default_factory=ActivityView)
+    start_s: float = 0.0  # how long its last instance took to become ready
+    measured: tuple[Measured, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.view.name
+
+    @property
+    def live(self) -> int:
+        """Instances starting or serving (draining ones are on their way out)."""
+        return sum(1 for i in self.view.instances if i.state is not InstanceState.DRAINING)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    servers: tuple[ServerView, ...]
+    functions: tuple[FunctionState, ...]
+    now_s: float
+
+    def pool_view(self, owner: Owner) -> PoolView:
+        """The planner's input: every server, and the functions `owner` decides for."""
+        owned = tuple(f.view for f in self.functions if f.owner is owner)
+        return PoolView(self.servers, owned, self.now_s)
+
+
+class ScalingTarget(Protocol):
+    def snapshot(self) -> Snapshot: ...
+
+    def apply(self, plan: ScalingPlan) -> None: ...

@@ -1,0 +1,28 @@
+"""GatewayContext: what the HTTP routes read and call, and nothing more.
+
+The composition root (`app`) builds it; routes take it instead of the whole platform, so
+the gateway depends on the control plane's services and never on how they are wired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infless.config import Config
+from infless.control.frontend import FunctionFrontend
+from infless.control.pool import WorkerPool
+from infless.control.prewarm import PrewarmManager
+from infless.control.service import FunctionService
+from infless.gateway.logs import LogBuffer
+from infless.gateway.metrics import GatewayMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayContext:
+    config: Config
+    frontend: FunctionFrontend  # the request path: /function and /v2/.../infer
+    pool: WorkerPool  # read-only here: functions and instances for the status routes
+    functions: FunctionService  # deploy, update, scale, remove
+    prewarm: PrewarmManager  # the cold-start windows shown per function
+    metrics: GatewayMetrics
+    logs: LogBuffer

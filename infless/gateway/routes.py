@@ -1,0 +1,115 @@
+"""Every HTTP route of the gateway, registered here and nowhere else, plus the middlewares
+and the hooks the routes need (the function log handler, scrape-time metrics).
+
+Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
+`/healthz`, `/metrics`), `v2/` (the Open Inference Protocol), `logs` and `openapi`; the
+composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from infless.config import Config
+from infless.gateway.auth import auth_middleware, load_auth
+from infless.gateway.context import GatewayContext
+from infless.gateway.errors import json_errors, v2_errors
+from infless.gateway.invoke import InvokeHandler
+from infless.gateway.logs import GatewayLogHandler, LogsRoute
+from infless.gateway.openapi import openapi_document
+from infless.gateway.resources import PlatformCollector
+from infless.gateway.system import SystemRoutes
+from infless.gateway.v2.infer import V2InferHandler
+from infless.gateway.v2.repository import RepositoryRoutes
+from infless.gateway.v2.routes import MODEL_PATHS, V2Routes, v2_json_errors
+
+LOGGER_NAME = "infless"  # gateway log records about instances land in the function logs
+
+
+def auth_middlewares(config: Config) -> list[Any]:
+    """The auth middleware when basic auth or an invoke token is configured, else none."""
+    settings = load_auth(config)
+    return [auth_middleware(settings)] if settings.enabled else []
+
+
+def middlewares(config: Config) -> list[Any]:
+    """Auth (when configured), then V2's JSON errors for unknown `/v2/...` routes."""
+    return [*auth_middlewares(config), v2_json_errors]
+
+
+def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
+    """Every route, in one list: method, path, handler."""
+    invoke = InvokeHandler(ctx.frontend).__call__  # a coroutine function: aiohttp wants one
+    system = SystemRoutes(ctx)
+    v2 = V2Routes(ctx.frontend)
+    infer = V2InferHandler(ctx.frontend).__call__
+    repository = RepositoryRoutes(ctx.frontend, ctx.pool, ctx.functions)
+    document = orjson.dumps(openapi_document())
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(body=document, content_type="application/json")
+
+    def namespace_of(name: str) -> str | None:
+        function = ctx.pool.functions.get(name)
+        return None if function is None else function.spec.namespace
+
+    routes = [
+        web.route("*", "/function/{name}", invoke),
+        web.route("*", "/function/{name}/{path:.*}", invoke),
+        web.get("/healthz", system.healthz),
+        web.get("/system/info", json_errors(system.info)),
+        web.get("/system/functions", json_errors(system.list_functions)),
+        web.post("/system/functions", json_errors(system.create)),
+        web.put("/system/functions", json_errors(system.update)),
+        web.delete("/system/functions", json_errors(system.delete)),
+        web.get("/system/function/{name}", json_errors(system.get_function)),
+        web.post("/system/scale-function/{name}", json_errors(system.scale)),
+        web.get("/system/instances", json_errors(system.instances)),
+        web.get("/system/templates", json_errors(system.templates)),
+        web.get("/system/logs", json_errors(LogsRoute(namespace_of, ctx.logs))),
+        web.get("/metrics", system.metrics),
+        web.get("/openapi.json", openapi),
+        web.get("/v2", v2.server_metadata),
+        web.get("/v2/health/live", v2.live),
+        web.get("/v2/health/ready", v2.ready),
+        web.post("/v2/repository/index", v2_errors(repository.index)),
+        web.post("/v2/repository/models/{name}/load", v2_errors(repository.load)),
+        web.post("/v2/repository/models/{name}/unload", v2_errors(repository.unload)),
+    ]
+    for base in MODEL_PATHS:
+        routes += [
+            web.get(base, v2_errors(v2.metadata)),
+            web.get(f"{base}/ready", v2_errors(v2.model_ready)),
+            web.get(f"{base}/config", v2_errors(v2.config)),
+            web.post(f"{base}/infer", infer),
+        ]
+    return routes
+
+
+def install(app: web.Application, ctx: GatewayContext) -> None:
+    """Register every route, and the hooks that route logs and metrics to the gateway."""
+    app.add_routes(route_table(ctx))
+    pool = ctx.pool
+    collector = PlatformCollector(pool.all_instances, lambda: pool.functions)
+    ctx.metrics.add_collector(collector)
+    handler = GatewayLogHandler(ctx.logs)
+
+    async def startup(_: web.Application) -> None:
+        ctx.logs.bind(asyncio.get_running_loop())
+        logging.getLogger(LOGGER_NAME).addHandler(handler)
+
+    async def shutdown(_: web.Application) -> None:
+        ctx.logs.close()  # log followers end, so the server's drain does not wait on them
+
+    async def cleanup(_: web.Application) -> None:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+        collector.close()
+
+    app.on_startup.insert(0, startup)
+    app.on_shutdown.append(shutdown)
+    app.on_cleanup.append(cleanup)

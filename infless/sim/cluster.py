@@ -1,0 +1,291 @@
+"""SimCluster: the simulated servers and instances, as a target of the scaling port.
+
+It implements `control.port.ScalingTarget` like the server's worker pool does: `snapshot`
+describes servers, functions and instances as the planner and the prewarm manager read them,
+`apply` turns a plan into desired-state transitions (`control.desired`, the same functions
+the pool uses) and `_reconcile` makes the simulated instances match: start what is missing
+(ready after `cold_start_s`), drain what is no longer wanted. So the simulator runs the very
+same `Autoscaler` and `PrewarmManager` objects as a server. Simulation only: no I/O, no clock
+(`now_s` is set by the event loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from infless.control import desired as d
+from infless.control.port import ActivityView, FunctionState, Snapshot
+from infless.dataplane.dispatcher import RateShareDispatcher
+from infless.dataplane.policy import choose_batch_size, powers_of_two_up_to
+from infless.scaling.bounds import rate_bounds
+from infless.scaling.config import ScalingConfig
+from infless.scaling.predictors import LatencyPredictor
+from infless.scaling.view import (
+    Action,
+    FunctionView,
+    InstanceState,
+    InstanceView,
+    ScalingPlan,
+    ServerView,
+    StartInstance,
+)
+from infless.sim.model import SimInstance, SimServer, SimState, config_label
+from infless.sim.workload import RateSchedule
+from infless.types import InstanceConfig
+
+_STATE = {SimState.STARTING: InstanceState.STARTING, SimState.READY: InstanceState.READY}
+MAX_IDLE_ARRIVALS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SimFunction:
+    name: str
+    model_key: str
+    slo_ms: float
+    max_batch: int
+    load: RateSchedule
+    min_instances: int = 0
+    max_instances: int = 1_000_000
+    keep_warm: bool = True
+    scale_to_zero: bool = False  # the cold-start policy may release it (the prewarm manager)
+
+
+@dataclass(eq=False)
+class SimFunctionState:
+    """One simulated function: its desired state, instances, queues and request activity."""
+
+    spec: SimFunction
+    arrivals: Iterator[float]
+    desired: d.DesiredState
+    dispatcher: RateShareDispatcher = field(default_factory=RateShareDispatcher)
+    instances: dict[str, SimInstance] = field(default_factory=dict)
+    ready: list[SimInstance] = field(default_factory=list)
+    waiting: deque[float] = field(default_factory=deque)
+    arrived: int = 0
+    outstanding: int = 0
+    idle_since_s: float | None = 0.0
+    last_finish_s: float | None = None
+    idle_arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_IDLE_ARRIVALS))
+    idle_arrival_count: int = 0
+    last_start_s: float = 0.0
+
+    def arrive(self, now_s: float) -> None:
+        self.arrived += 1
+        if self.outstanding == 0:
+            self.idle_arrivals.append(now_s)
+            self.idle_arrival_count += 1
+        self.outstanding += 1
+
+    def finish(self, now_s: float, count: int = 1) -> None:
+        self.outstanding = max(0, self.outstanding - count)
+        if self.outstanding == 0:
+            self.idle_since_s = self.last_finish_s = now_s
+
+    @property
+    def starting(self) -> bool:
+        return any(i.state is SimState.STARTING for i in self.instances.values())
+
+
+class _Mint:
+    """New desired entries of one simulated function; a uniform one takes the largest batch
+    the planner's predictor says is feasible on one core (as a measured instance would)."""
+
+    def __init__(self, fn: SimFunctionState, predictor: LatencyPredictor, ids: Iterator[int]):
+        self._fn = fn
+        self._predictor = predictor
+        self._ids = ids
+
+    def _id(self) -> str:
+        return f"{self._fn.spec.name}-{next(self._ids)}"
+
+    def uniform(self) -> d.WantedInstance:
+        spec = self._fn.spec
+        exec_ms = {
+            b: self._predictor.predict_latency_ms(spec.model_key, b, 1, 0)
+            for b in powers_of_two_up_to(spec.max_batch)
+        }
+        b = choose_batch_size(exec_ms, spec.slo_ms, spec.max_batch)
+        return d.WantedInstance(self._id(), InstanceConfig(b, 1), exec_ms=exec_ms[b])
+
+    def planned(self, start: StartInstance) -> d.WantedInstance:
+        return d.WantedInstance(
+            self._id(), start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
+            start.exec_ms,
+        )  # fmt: skip
+
+
+class SimCluster:
+    def __init__(
+        self,
+        functions: dict[str, SimFunctionState],
+        servers: Sequence[SimServer],
+        scaling: ScalingConfig,
+        planner: LatencyPredictor,
+        slack_ms: float,
+        queue_capacity_batches: int,
+        busy_aware: bool,
+        on_start: Callable[[SimInstance], None],
+    ) -> None:
+        self.functions = functions
+        self.servers = list(servers)
+        self._server_by_id = {s.server_id: s for s in self.servers}
+        self._scaling = scaling
+        self._planner = planner
+        self._slack_ms = slack_ms
+        self._capacity_batches = queue_capacity_batches
+        self._busy_aware = busy_aware
+        self._on_start = on_start  # schedules the instance's READY event
+        self._ids = itertools.count()
+        self.now_s = 0.0
+        self.starts = self.stops = 0
+        self.configs: Counter[str] = Counter()
+
+    # -- the scaling port --------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        servers = tuple(
+            ServerView(s.server_id, s.cpus, s.free_cpus, tuple(s.gpu_pct), tuple(s.free_gpu_pct))
+            for s in self.servers
+        )
+        states = tuple(self._function_state(fn) for fn in self.functions.values())
+        return Snapshot(servers, states, self.now_s)
+
+    def _function_state(self, fn: SimFunctionState) -> FunctionState:
+        spec = fn.spec
+        view = FunctionView(
+            name=spec.name,
+            model_key=spec.model_key,
+            slo_ms=spec.slo_ms,
+            max_batch=spec.max_batch,
+            min_instances=spec.min_instances,
+            max_instances=spec.max_instances,
+            keep_warm=spec.keep_warm,
+            instances=tuple(
+                InstanceView(
+                    instance_id=i.instance_id,
+                    function=i.function,
+                    server_id=i.server.server_id,
+                    config=i.config,
+                    state=_STATE[i.state],
+                    exec_ms=i.planned_exec_ms,
+                    started_s=i.started_s,
+                    idle_since_s=i.last_active_s if i.idle else None,
+                )
+                for i in fn.instances.values()
+                if i.state is not SimState.DRAINING
+            ),
+        )
+        activity = ActivityView(
+            fn.outstanding,
+            fn.idle_since_s if fn.outstanding == 0 else None,
+            fn.last_finish_s,
+            tuple(fn.idle_arrivals),
+            fn.idle_arrival_count,
+        )
+        return FunctionState(
+            view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s
+        )
+
+    def apply(self, plan: ScalingPlan) -> None:
+        per_function: dict[str, list[Action]] = defaultdict(list)
+        for action in plan.actions:
+            per_function[action.function].append(action)
+        for name, actions in per_function.items():
+            self.change(self.functions[name], partial(d.applied, actions=actions))
+
+    def change(
+        self,
+        fn: SimFunctionState,
+        transition: Callable[[d.DesiredState, d.InstanceMint], d.DesiredState],
+    ) -> None:
+        fn.desired = transition(fn.desired, _Mint(fn, self._planner, self._ids))
+        self._reconcile(fn)
+
+    def wake(self, fn: SimFunctionState) -> None:
+        """A request waits and nothing is starting: at least one instance again."""
+        self.change(fn, d.woken)
+
+    # -- reconciliation ------------------------------------------------------------------
+    def _reconcile(self, fn: SimFunctionState) -> None:
+        wanted = {w.instance_id: w for w in fn.desired.instances}
+        for instance in list(fn.instances.values()):
+            if instance.instance_id not in wanted:
+                self._stop(fn, instance)
+        for instance_id, entry in wanted.items():
+            current = fn.instances.get(instance_id)
+            if current is None:
+                self._start(fn, entry)
+            elif entry.share_rps is not None:
+                current.share_rps = entry.share_rps
+
+    def _start(self, fn: SimFunctionState, entry: d.WantedInstance) -> None:
+        server = self._server_by_id.get(entry.server_id) or self._roomiest()
+        c = entry.config
+        server.allocate(c.cpus, c.gpu_pct, entry.gpu_index)
+        exec_ms = entry.exec_ms or self._planner.predict_latency_ms(
+            fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
+        )
+        bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
+        timeout_ms = bounds.batch_timeout_ms - self._slack_ms
+        if self._busy_aware and c.batch_size > 1:
+            timeout_ms -= exec_ms
+        instance = SimInstance(
+            instance_id=entry.instance_id,
+            function=fn.spec.name,
+            server=server,
+            config=c,
+            device=entry.gpu_index,
+            planned_exec_ms=exec_ms,
+            timeout_s=max(0.0, timeout_ms / 1000.0),
+            queue_capacity=c.batch_size * self._capacity_batches,
+            started_s=self.now_s,
+        )
+        instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps
+        fn.instances[instance.instance_id] = instance
+        self.starts += 1
+        self.configs[f"{fn.spec.name} {config_label(c)}"] += 1
+        self._on_start(instance)
+
+    def _roomiest(self) -> SimServer:
+        return max(self.servers, key=lambda s: s.free_cpus)
+
+    def _stop(self, fn: SimFunctionState, instance: SimInstance) -> None:
+        if instance.state in (SimState.DRAINING, SimState.STOPPED):
+            return
+        if instance in fn.ready:
+            fn.ready.remove(instance)
+        fn.dispatcher.forget(instance.instance_id)
+        instance.state = SimState.DRAINING
+        if instance.idle:
+            self.finish(instance)
+
+    def finish(self, instance: SimInstance) -> None:
+        """A drained instance is gone: its capacity is free again."""
+        instance.state = SimState.STOPPED
+        c = instance.config
+        instance.server.release(c.cpus, c.gpu_pct, instance.device)
+        self.functions[instance.function].instances.pop(instance.instance_id, None)
+        self.stops += 1
+
+    def ready(self, instance: SimInstance) -> None:
+        """A started instance serves from now on; what waited for it goes into its queue."""
+        if instance.state is not SimState.STARTING:
+            return
+        instance.state = SimState.READY
+        instance.last_active_s = self.now_s
+        fn = self.functions[instance.function]
+        fn.last_start_s = self.now_s - instance.started_s
+        fn.ready.append(instance)
+        while fn.waiting:  # admitted while no instance was ready: they go in, beyond capacity
+            instance.queue.append(fn.waiting.popleft())
+
+    @property
+    def used_cores(self) -> int:
+        return sum(s.cpus - s.free_cpus for s in self.servers)
+
+    @property
+    def live_instances(self) -> int:
+        return sum(len(f.instances) for f in self.functions.values())

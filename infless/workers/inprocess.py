@@ -1,0 +1,169 @@
+"""In-process workers: a `WorkerHandle` that runs a Python callable instead of a process, and
+the `InstanceStarter` that hands them out.
+
+They let unit tests (and anything else that wants the real pool, router, queues and
+instances without processes) drive the data plane: a batch takes `latency_ms(b, c)` on the
+injected clock (a fake clock in tests: time moves only when the test advances it), a batch
+can be held (`gate`) and a worker made to die mid-batch (`die`). Never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infless.clock import Clock
+from infless.workers import protocol as p
+from infless.workers.boot import Booted, BootOrder
+from infless.workers.handle import WorkerDied
+
+Arrays = dict[str, np.ndarray]
+Forward = Callable[[Arrays], Arrays]
+LatencyMs = Callable[[int, int], float]  # (batch size, cores) -> milliseconds
+
+
+def doubling(inputs: Arrays) -> Arrays:
+    """A stand-in model: every output is its input times two (`y` from `x`)."""
+    return {"y": inputs["x"] * 2}
+
+
+def constant_ms(value_ms: float) -> LatencyMs:
+    return lambda batch_size, cpus: value_ms
+
+
+@dataclass(frozen=True, slots=True)
+class InProcessModel:
+    forward: Forward = doubling
+    latency_ms: LatencyMs = field(default=constant_ms(5.0))
+
+
+def _arrays(inputs: dict[str, p.TensorData]) -> Arrays:
+    return {n: np.frombuffer(t.data, dtype=t.dtype).reshape(t.shape) for n, t in inputs.items()}
+
+
+class InProcessWorkerHandle:
+    """A worker that runs `model.forward` in the gateway's own process."""
+
+    def __init__(
+        self,
+        model: InProcessModel | None = None,
+        clock: Clock | None = None,
+        cpus: int = 1,
+        on_death: Callable[[], None] | None = None,
+    ) -> None:
+        self.pid = 0
+        self._model = model or InProcessModel()
+        self._clock = clock
+        self._cpus = cpus
+        self._on_death = on_death
+        self._alive = True
+        self._interrupt: asyncio.Future[None] | None = None
+        self.gate = asyncio.Event()  # cleared: batches wait until it is set again
+        self.gate.set()
+        self.batch_sizes: list[int] = []
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def _exec_ms(self, batch_size: int) -> float:
+        return self._model.latency_ms(batch_size, self._cpus)
+
+    async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready:
+        self._cpus = request.cpus
+        exec_ms = {b: self._exec_ms(b) for b in request.warmup_batch_sizes}
+        return p.Ready(pid=self.pid, exec_ms=exec_ms, start=p.StartBreakdown())
+
+    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
+        if not self._alive:
+            raise WorkerDied("in-process worker is dead")
+        arrays = _arrays(inputs)
+        size = next(iter(arrays.values())).shape[0]
+        self.batch_sizes.append(size)
+        exec_ms = self._exec_ms(size)
+        interrupt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._interrupt = interrupt
+        work = asyncio.ensure_future(self._work(exec_ms))
+        await asyncio.wait([work, interrupt], return_when=asyncio.FIRST_COMPLETED)
+        work.cancel()
+        if not self._alive:
+            raise WorkerDied("in-process worker died mid-batch")
+        outputs = {
+            name: p.TensorData(str(a.dtype), list(a.shape), np.ascontiguousarray(a).tobytes())
+            for name, a in self._model.forward(arrays).items()
+        }
+        return p.BatchResult(batch_id=len(self.batch_sizes), outputs=outputs, exec_ms=exec_ms)
+
+    async def _work(self, exec_ms: float) -> None:
+        if self._clock is not None:
+            await self._clock.sleep_until(self._clock.now() + exec_ms / 1000.0)
+        await self.gate.wait()
+
+    def die(self) -> None:
+        """The worker is gone: a batch in flight fails with `WorkerDied`, `on_death` runs."""
+        if not self._alive:
+            return
+        self._alive = False
+        if self._interrupt is not None and not self._interrupt.done():
+            self._interrupt.set_result(None)
+        if self._on_death is not None:
+            self._on_death()
+
+    async def ping(self, timeout_s: float) -> p.Pong:
+        return p.Pong(nonce=0)
+
+    async def stop(self, timeout_s: float) -> None:
+        self._alive = False
+
+
+class InProcessStarter:
+    """Starts in-process workers; `model_for` picks each instance's model from its order."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        model_for: Callable[[BootOrder], InProcessModel] = lambda order: InProcessModel(),
+        start_s: float = 0.0,
+    ) -> None:
+        self._clock = clock
+        self._model_for = model_for
+        self._start_s = start_s  # how long a start takes on the clock
+        self.handles: dict[str, InProcessWorkerHandle] = {}
+        self.boots = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def boot(self, order: BootOrder) -> Booted:
+        self.boots += 1
+        if self._start_s > 0:
+            await self._clock.sleep_until(self._clock.now() + self._start_s)
+        handle = InProcessWorkerHandle(
+            self._model_for(order), self._clock, order.config.cpus, order.on_death
+        )
+        request = p.LoadModel(
+            package_dir=str(order.package_dir),
+            cpus=order.config.cpus,
+            warmup_batch_sizes=list(order.warmup_batch_sizes),
+        )
+        ready = await handle.load(request, timeout_s=0.0)
+        self.handles[order.instance_id] = handle
+        return Booted(handle, ready, ready.start)
+
+    async def release(self, instance_id: str) -> None:
+        self.handles.pop(instance_id, None)
+
+    async def close(self) -> None:
+        return None
+
+    def holder_ids(self) -> list[str]:
+        return []
+
+    def describe(self, instance_id: str) -> dict[str, object]:
+        return {"confinement": None, "template": None}
+
+    def templates(self) -> list[dict[str, object]]:
+        return []
