@@ -57,12 +57,12 @@ from infless.models.zoo import ZOO
 from infless.profiler.allocator import keep_freed_memory
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.operators import Measurement, ProfilePlan
+from infless.profiler.prediction import default_db_path
 from infless.profiler.predictor import CombinedOperatorPredictor
 from infless.profiler.profiling import ProfileProgress
 from infless.profiler.reference import reference_kernel
 from infless.profiler.service import (
     build_predictor,
-    default_db_path,
     graph_for,
     measure_model_ms,
     model_source,

@@ -2,9 +2,10 @@
 
 Pure: no I/O beyond `read_trace` (which only opens the file it is given), no clock, no network.
 
-Two CSV schemas are read, told apart by their header:
+Two CSV schemas are read, told apart by their header, from a plain or a gzip-compressed file
+(a `.gz` suffix):
 
-* the InVitro sample (`shared/traces/1000_inv.csv`):
+* the InVitro sample (`examples/traces/1000_inv.csv.gz`):
   `HashFunction,HashApp,HashOwner,minute_1,...,minute_1440`;
 * the original Azure 2019 files (`invocations_per_function_md.anon.dNN.csv`):
   `HashOwner,HashApp,HashFunction,Trigger,1,...,1440`.
@@ -24,11 +25,13 @@ Pattern classes (a heuristic on one row's day of counts, checked in this order):
 from __future__ import annotations
 
 import csv
+import gzip
 import statistics
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 import numpy as np
 
@@ -45,6 +48,7 @@ BURSTY_PEAK_OVER_MEDIAN_ACTIVE = 5.0
 
 _INVITRO_HEADER = ("HashFunction", "HashApp", "HashOwner")
 _AZURE_HEADER = ("HashOwner", "HashApp", "HashFunction", "Trigger")
+_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 class TraceFormatError(ValueError):
@@ -127,10 +131,20 @@ def parse_trace_lines(lines: Iterable[str], source: str = "<trace>") -> list[Tra
     return rows
 
 
+def open_trace(path: Path) -> TextIO:
+    """Open a trace CSV as text for the csv module; a `.gz` suffix means gzip-compressed."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(newline="", encoding="utf-8")
+
+
 def read_trace(path: Path) -> list[TraceRow]:
-    """Read a trace CSV file (either schema)."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        return parse_trace_lines(handle, source=str(path))
+    """Read a trace CSV file (either schema), plain or gzip-compressed."""
+    try:
+        with open_trace(path) as handle:
+            return parse_trace_lines(handle, source=str(path))
+    except _GZIP_ERRORS as exc:
+        raise TraceFormatError(f"{path}: not a readable gzip file ({exc})") from exc
 
 
 def row_features(counts: Sequence[int]) -> RowFeatures:

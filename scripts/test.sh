@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "== import-linter (layering contracts in pyproject.toml)"
+.venv/bin/lint-imports --no-cache
 echo "== mypy (strict)"
 .venv/bin/mypy
 echo "== pytest"

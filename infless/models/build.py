@@ -25,19 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from infless.clock import perf_s
 from infless.errors import UnknownModel
 from infless.models.package import (
     MANIFEST_FILE,
     WEIGHTS_FILE,
-    PackageManifest,
     encode_manifest,
     is_zoo_name,
     load_manifest,
     package_dir_for,
 )
+from infless.models.validate import package_is_current, validate_package
 from infless.models.zoo import ZOO, ZooEntry, zoo_entry
 
 if TYPE_CHECKING:
@@ -78,18 +76,6 @@ def parameter_count(module: nn.Module) -> int:
 def state_nbytes(module: nn.Module) -> int:
     """Bytes of every state-dict tensor (parameters and persistent buffers)."""
     return sum(t.numel() * t.element_size() for t in module.state_dict().values())
-
-
-def package_is_current(package_dir: Path, entry: ZooEntry) -> bool:
-    """Cheap check: manifest decodes, equals the entry's, weights file has the recorded size."""
-    try:
-        manifest = load_manifest(package_dir)
-        weights_size = (package_dir / manifest.weights_file).stat().st_size
-    except (UnknownModel, OSError):
-        return False
-    expected = encode_manifest(entry.manifest())
-    found = encode_manifest(msgspec.structs.replace(manifest, weights_sha256="", weights_bytes=0))
-    return found == expected and manifest.weights_bytes == weights_size > 0
 
 
 @contextlib.contextmanager
@@ -179,24 +165,6 @@ def _cached_result(entry: ZooEntry, target: Path, started: float) -> BuildResult
 def build_package(name: str, repository: Path, *, force: bool = False) -> Path:
     """Build (or find current) zoo package `name` in `repository`; returns its directory."""
     return build_zoo_package(name, repository, force=force).path
-
-
-def validate_package(package_dir: Path) -> PackageManifest:
-    """A package's manifest, after checking that its weights file is there at its size."""
-    manifest = load_manifest(package_dir)
-    weights = package_dir / manifest.weights_file
-    try:
-        size = weights.stat().st_size
-    except OSError as exc:
-        raise UnknownModel(
-            f"package {package_dir}: weights file {manifest.weights_file} is missing"
-        ) from exc
-    if manifest.weights_bytes and size != manifest.weights_bytes:
-        raise UnknownModel(
-            f"package {package_dir}: {manifest.weights_file} has {size} bytes, the manifest "
-            f"records {manifest.weights_bytes}; rebuild the package"
-        )
-    return manifest
 
 
 def ensure_package(image: str, repository: Path) -> Path:

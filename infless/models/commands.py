@@ -96,12 +96,8 @@ class _ListedModel:
 
 
 def _list(repository: Path, *, as_json: bool) -> int:
-    from infless.models.build import (
-        build_meta_module,
-        package_is_current,
-        parameter_count,
-        state_nbytes,
-    )
+    from infless.models.build import build_meta_module, parameter_count, state_nbytes
+    from infless.models.validate import package_is_current
     from infless.models.zoo import ZOO
 
     rows: list[_ListedModel] = []

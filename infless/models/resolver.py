@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from infless.errors import UnknownModel
-from infless.models.build import package_is_current, validate_package
 from infless.models.package import MANIFEST_FILE, PackageManifest, is_zoo_name, package_dir_for
+from infless.models.validate import package_is_current, validate_package
 from infless.models.zoo import ZOO
 
 

@@ -114,8 +114,9 @@ def _run_profile(args: argparse.Namespace) -> int:
     from infless.profiler.calibration import ensure_calibration
     from infless.profiler.database import ProfileDatabase
     from infless.profiler.operators import ProfilePlan
+    from infless.profiler.prediction import default_db_path
     from infless.profiler.profiling import ProfileProgress
-    from infless.profiler.service import default_db_path, ensure_profiles, graph_for, model_source
+    from infless.profiler.service import ensure_profiles, graph_for, model_source
 
     if args.quick and not args.names:
         raise ValueError("--quick profiles what NAMES need: name at least one model or package")
@@ -153,11 +154,11 @@ def _run_profile(args: argparse.Namespace) -> int:
 def _run_predict(args: argparse.Namespace) -> int:
     from infless.profiler.database import ProfileDatabase
     from infless.profiler.operators import ProfilePlan
+    from infless.profiler.prediction import default_db_path
     from infless.profiler.profiling import check_reference_kernel
     from infless.profiler.reference import reference_kernel
     from infless.profiler.service import (
         build_predictor,
-        default_db_path,
         graph_for,
         measure_model_ms,
         measure_speed_now,

@@ -19,15 +19,16 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from infless.models.package import PackageManifest, load_manifest
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.graph import GRAPH_FORMAT, OperatorGraph
-from infless.profiler.predictor import Calibration, CombinedOperatorPredictor
-from infless.profiler.speed import SpeedIndex, typical_index
+from infless.profiler.prediction import DEFAULT_STATE_DIR, predictor_from
+from infless.profiler.predictor import CombinedOperatorPredictor
+from infless.profiler.speed import SpeedIndex
 from infless.profiler.structure import BranchMode
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     from infless.profiler.profiling import ProfileProgress
 
 log = logging.getLogger(__name__)
-DEFAULT_STATE_DIR = Path("state")
-DEFAULT_DB_NAME = "profiles.sqlite"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +103,6 @@ def model_source(name: str) -> ModelSource:
         f"{name!r} is neither a zoo model ({', '.join(sorted(ZOO))}) nor a function package "
         f"directory (no {path / 'manifest.json'})"
     )
-
-
-def default_db_path(state_dir: Path = DEFAULT_STATE_DIR) -> Path:
-    return state_dir / DEFAULT_DB_NAME
 
 
 def graph_for(source: ModelSource, state_dir: Path | None = DEFAULT_STATE_DIR) -> OperatorGraph:
@@ -184,35 +179,18 @@ def build_predictor(
     speed_now: SpeedIndex | None = None,
     speed_index: bool = True,
 ) -> CombinedOperatorPredictor:
-    """A predictor with `graphs` registered; with `plan`, missing operators are profiled first.
-
-    `statistic` picks which stored figure an operator costs: the typical time (the mean of
-    the fastest half of the repetitions, the default) or the fastest repetition. `speed`
-    "typical" rescales every row from the speed index stored with it to the database's
-    median index, and predicts for `speed_now` when given (see `measure_speed_now`);
-    "as-measured" takes the stored times as they are (no speed correction at all).
-    """
+    """A predictor with `graphs` registered (`prediction.predictor_from`); with `plan`, the
+    operators `db` lacks are profiled first (that imports torch)."""
     graphs = list(graphs)
     if plan is not None:
         from infless.profiler.profiling import ProfileProgress
 
         progress = ProfileProgress(log=log_line or (lambda _l: None))
         ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)
-    predictor = CombinedOperatorPredictor(calibration=Calibration.of(db.calibration()))
-    if speed == "typical":
-        predictor.profile_speed = typical_index(db.speed_points())
-        predictor.speed_now = speed_now
-    predictor.branch_mode = branch_mode
-    if offset_pct is not None:
-        predictor.offset_pct = offset_pct
-    keys = [k for g in graphs for k in g.signatures()]
-    rows = [row for found in db.rows_for(keys).values() for row in found]
-    if statistic == "min":
-        rows = [replace(row, time_ms=row.min_ms) for row in rows]
-    predictor.add_profiles(rows)
-    for graph in graphs:
-        predictor.register(graph.model_key, graph)
-    return predictor
+    return predictor_from(
+        db, graphs, offset_pct=offset_pct, branch_mode=branch_mode, statistic=statistic,
+        speed=speed, speed_now=speed_now,
+    )  # fmt: skip
 
 
 def measure_model_ms(

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from infless.profiler.database import ProfileDatabase
 from infless.profiler.graph import OperatorGraph
+from infless.profiler.prediction import default_db_path, predictor_from
 from infless.profiler.predictor import CombinedOperatorPredictor
-from infless.profiler.service import build_predictor, default_db_path
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def load_profiled_predictor(
         graphs = [g for key in sorted(set(model_keys)) if (g := cached_graph(state_dir, key))]
         if not graphs:
             return None
-        return build_predictor(ProfileDatabase(db_path), graphs)
+        return predictor_from(ProfileDatabase(db_path), graphs)
     except Exception:  # a stale or foreign profile database must not stop autoscaling
         log.exception("ignoring the operator profiles in %s", state_dir)
         return None

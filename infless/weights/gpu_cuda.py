@@ -6,7 +6,8 @@ from host tensors (normally the store's mapped files), exported with
 `UntypedStorage._share_cuda_()` — the handle torch.multiprocessing itself sends. An instance
 rebuilds the tensors with `open_shared`, which is what `torch.multiprocessing.reductions.
 rebuild_cuda_tensor` does, minus pickle. Untested here: there is no GPU on these machines;
-the bookkeeping around it is tested in `gpu_tier` with a fake device.
+the bookkeeping around it is tested in `gpu_tier` with a fake device. Not wired yet: the
+GPU backend that a later step connects (see `gpu_tier`'s status note).
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ interface (`gpu_cuda.CudaDevice` for real, a fake in tests). What an instance re
 `SharedModel`: one IPC handle for a model-sized device buffer plus each tensor's place in it
 (model-granularity sharing, TrIMS §V-B: one handle per model keeps the IPC overhead at one
 open per instance). The CPU path (store + attach) never needs this module.
+
+Status: the GPU backend, not wired yet. GPU discovery (`cluster.gpus`) already feeds the
+pool's server capacity, so the planner places <b, c, g> with g > 0 when a GPU exists; what a
+later step adds is the holder process running this tier and `gpu_cuda`, the starter asking
+it for a `SharedModel` when an instance has a GPU share, and the worker opening it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from infless.scaling.config import POLICY_NAMES, ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor, ScaledPredictor
 from infless.sim.engine import SimConfig, SimFunction, Simulation, simulate
 from infless.sim.model import SimResult
-from infless.sim.workload import bursty
+from infless.sim.workload import RateSchedule, bursty
 
 # "truth": what batches really take; the planner sees it through a 10 % safety offset (§3.3)
 TRUTH = AnalyticPredictor(
@@ -94,3 +94,31 @@ def test_a_thousand_servers() -> None:
     used = [s for s in sim.servers if s.free_cpus < s.cpus]
     assert 0 < len(used) <= 60  # best fit packs 30 functions onto few servers
     assert all(s.free_cpus == s.cpus for s in sim.servers if s not in used)
+
+
+def test_the_simulator_runs_the_servers_prewarm_manager_on_scale_to_zero_functions() -> None:
+    """Bursts every 20 s, idle between: the cold-start policy (fixed 4-s keep-alive) releases
+    the function after each burst and the next burst wakes it; no request is left behind."""
+    points: list[tuple[float, float]] = [(0.0, 0.0)]
+    for start_s in (5.0, 25.0, 45.0):
+        points += [(start_s, 0.0), (start_s + 0.001, 60.0), (start_s + 2.0, 60.0)]
+        points += [(start_s + 2.001, 0.0)]
+    function = SimFunction(
+        "periodic", "textcnn", 50.0, 8, RateSchedule(tuple(points)), scale_to_zero=True
+    )
+    cfg = SimConfig(
+        servers=1, duration_s=60.0, prewarm=False, coldstart="fixed",
+        coldstart_params=(("keepalive_s", 4.0),),
+    )  # fmt: skip
+    sim = Simulation([function], TRUTH, cfg, ScalingConfig(), PLANNER)
+    result = sim.run()
+    assert sim.prewarm is not None
+    described = sim.prewarm.describe("periodic")
+    assert described is not None
+    releases = described["releases"]
+    assert isinstance(releases, int)
+    assert releases >= 2  # after each of the first two bursts (at least)
+    assert result.instance_starts >= 3  # the first start, then a wake per later burst
+    # requests that found nothing running waited for the woken instance, none was left
+    assert result.unserved == 0
+    assert result.completed + result.rejected == result.requests

@@ -1,9 +1,23 @@
-"""The gateway process never imports torch: its modules must stay torch-free."""
+"""The layering rules hold, and a wrong import breaks them.
+
+The rules are import-linter contracts in pyproject.toml (scripts/test.sh runs `lint-imports`
+on the tree); here a copy of the tree with wrong imports planted must break exactly the
+contracts they violate. Config sections stay leaves, and the gateway process, started the
+way `infless serve` starts it, has no torch in it.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import grimp
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 GATEWAY_MODULES = [
     "infless.app",
@@ -20,6 +34,78 @@ GATEWAY_MODULES = [
     "infless.control.pool",
     "infless.sim.engine",
 ]
+
+# planted line -> the contract it must break
+PLANTED = {
+    "infless/gateway/invoke.py": (
+        "import torch  # planted",
+        "The gateway process never imports torch",
+    ),
+    "infless/scaling/planner.py": (
+        "import infless.control.pool  # planted",
+        "Policies and their shells never import HTTP, workers or the pool",
+    ),
+    "infless/dataplane/router.py": (
+        "import infless.control.desired  # planted",
+        "The data plane never reaches up into control, policies or HTTP",
+    ),
+    "infless/types.py": (
+        "import infless.models.package  # planted",
+        "Core types, errors and the clock depend on nothing above them",
+    ),
+    "loadgen/client.py": (
+        "import infless.errors  # planted",
+        "The load generator is HTTP-only: nothing of infless, no torch",
+    ),
+}
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LINT_IMPORTS, "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _broken(output: str) -> set[str]:
+    return {line.removesuffix(" BROKEN") for line in output.splitlines() if line.endswith("BROKEN")}
+
+
+def test_planted_wrong_imports_break_exactly_their_contracts(tmp_path: Path) -> None:
+    copy = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for package in ("infless", "loadgen"):
+        shutil.copytree(REPO / package, copy / package, ignore=ignore)
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+
+    clean = _lint(copy)
+    assert clean.returncode == 0, clean.stdout[-3000:]
+    assert _broken(clean.stdout) == set()
+
+    for relative, (line, _) in PLANTED.items():
+        path = copy / relative
+        path.write_text(path.read_text() + f"\n{line}\n")
+    planted = _lint(copy)
+    assert planted.returncode != 0
+    assert _broken(planted.stdout) == {contract for _, contract in PLANTED.values()}
+
+
+def test_config_sections_are_leaves() -> None:
+    """`infless.config` aggregates the packages' `config` modules and nothing else; those
+    import nothing of infless but errors and types."""
+    graph = grimp.build_graph("infless")
+    base = {"infless.errors", "infless.types"}
+    sections = {m for m in graph.modules if m.endswith(".config") and m != "infless.config"}
+    assert {"infless.scaling.config", "infless.coldstart.config"} <= sections
+    assert graph.find_modules_directly_imported_by("infless.config") <= sections | base
+    for section in sections:
+        imported = graph.find_modules_directly_imported_by(section)
+        assert imported <= base, (section, imported)
 
 
 def test_gateway_side_modules_do_not_import_torch() -> None:

@@ -13,13 +13,9 @@ import msgspec
 import pytest
 
 from infless.errors import UnknownModel
-from infless.models.build import (
-    build_package,
-    build_zoo_package,
-    ensure_package,
-    package_is_current,
-)
+from infless.models.build import build_package, build_zoo_package, ensure_package
 from infless.models.package import MANIFEST_FILE, WEIGHTS_FILE, encode_manifest, load_manifest
+from infless.models.validate import package_is_current
 from infless.models.zoo import ZOO
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
