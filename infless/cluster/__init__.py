@@ -1,1 +1,2 @@
-"""This server's resources: CPU cores (affinity, cgroups later) and GPUs."""
+"""This server's resources: CPU cores (allocation, cgroups v1/v2, affinity) and GPUs (NVML
+discovery, MPS shares)."""

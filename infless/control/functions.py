@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infless.control.desired import DesiredState, Owner
+from infless.control.desired import DesiredState
 from infless.dataplane.activity import FunctionActivity
 from infless.dataplane.router import FunctionRouter
 from infless.models.package import PackageManifest
@@ -62,7 +62,3 @@ class DeployedFunction:
         """The function's `com.openfaas.scale.zero` label; None when it has none."""
         label = self.spec.labels.get(SCALE_ZERO_LABEL)
         return None if label is None else label.strip().lower() == "true"
-
-    @property
-    def manual(self) -> bool:
-        return self.desired.owner is Owner.MANUAL

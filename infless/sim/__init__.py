@@ -1,2 +1,3 @@
-"""Discrete-event simulation of many servers driven by the real scaling policies, dispatcher and
-batch policy — no processes, no wall clock (see `engine`)."""
+"""Discrete-event simulation of many servers driven by the server's own control plane (the
+same autoscaler and prewarm manager, through the scaling port), dispatcher and batch
+policy — no processes, no wall clock (see `engine` and `cluster`)."""
