@@ -61,6 +61,14 @@ class WantedInstance:
     exec_ms: float | None = None
 
 
+def planned_instance(instance_id: str, start: StartInstance) -> WantedInstance:
+    """The entry a planner's `StartInstance` asks for: its config, placement, share, t_exec."""
+    return WantedInstance(
+        instance_id, start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
+        start.exec_ms,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class DesiredState:
     owner: Owner

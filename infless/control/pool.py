@@ -70,10 +70,7 @@ class _Mint:
         return d.WantedInstance(self._id(), config, fixed_batch=False, server_id=self._server_id)
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
-        return d.WantedInstance(
-            self._id(), start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
-            start.exec_ms,
-        )  # fmt: skip
+        return d.planned_instance(self._id(), start)
 
 
 class WorkerPool:

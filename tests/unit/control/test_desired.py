@@ -28,10 +28,7 @@ class Mint:
         return WantedInstance(f"f-{next(self._ids)}", UNIFORM, fixed_batch=False)
 
     def planned(self, start: StartInstance) -> WantedInstance:
-        return WantedInstance(
-            f"f-{next(self._ids)}", start.config, True, start.r_up_rps, start.server_id,
-            start.gpu_index, start.exec_ms,
-        )  # fmt: skip
+        return d.planned_instance(f"f-{next(self._ids)}", start)
 
 
 def start(b: int, c: int) -> StartInstance:
