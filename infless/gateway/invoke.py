@@ -1,24 +1,63 @@
-"""The invoke route `/function/{name}`: decode one JSON sample, encode its answer.
+"""The invoke route `/function/{name}`: decode one sample, encode its answer.
 
-Everything between (lookup, admission, counting, activity, timeout, metrics) is the
-function frontend's (`control.frontend`); this module only speaks HTTP around it.
-Errors become JSON with their status.
+The body's `Content-Type` picks the format: `application/msgpack` and
+`application/octet-stream` (raw tensor bytes) are the compact ones (`compact`), anything else
+is JSON (`codec`); the answer comes back in the request's format. Everything between
+(lookup, admission, counting, activity, timeout, metrics) is the function frontend's
+(`control.frontend`); this module only speaks HTTP around it. Errors become JSON with their
+status.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
 from infless.clock import wall_ns
 from infless.control.frontend import FunctionFrontend
-from infless.dataplane.request import Outcome
+from infless.dataplane.request import Array, Outcome
 from infless.errors import InflessError, PayloadTooLarge
+from infless.gateway import compact
 from infless.gateway.codec import decode_inputs, encode_outputs
 from infless.gateway.errors import error_response
+from infless.types import TensorSpec
 
 JSON = "application/json"
+MSGPACK_TYPES = frozenset({compact.MSGPACK, "application/x-msgpack"})
+
+
+def body_format(content_type: str | None) -> str:
+    """The format a request's `Content-Type` names: msgpack, raw, else JSON."""
+    if not content_type:
+        return JSON
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in MSGPACK_TYPES:
+        return compact.MSGPACK
+    return compact.RAW if media == compact.RAW else JSON
+
+
+def decode_sample(
+    body: bytes, fmt: str, headers: Mapping[str, str], specs: Sequence[TensorSpec]
+) -> dict[str, Array]:
+    if fmt == compact.MSGPACK:
+        return compact.decode_msgpack(body, specs)
+    if fmt == compact.RAW:
+        return compact.decode_raw(body, headers, specs)
+    return decode_inputs(body, specs)
+
+
+def encode_answer(outputs: Mapping[str, Array], fmt: str) -> web.Response:
+    if fmt == compact.RAW and len(outputs) == 1:
+        (value,) = outputs.values()
+        return web.Response(
+            body=compact.encode_raw(value), content_type=compact.RAW,
+            headers=compact.raw_headers(value),
+        )  # fmt: skip
+    if fmt != JSON:
+        return web.Response(body=compact.encode_msgpack(outputs), content_type=compact.MSGPACK)
+    return web.Response(body=encode_outputs(outputs), content_type=JSON)
 
 
 def timing_headers(outcome: Outcome) -> dict[str, str]:
@@ -46,7 +85,9 @@ class InvokeHandler:
         call = frontend.open(request.match_info["name"])
         try:
             function = frontend.bind(call, request.content_length)
-            inputs = decode_inputs(await request.read(), function.input_specs)
+            fmt = body_format(request.headers.get("Content-Type"))
+            body = await request.read()
+            inputs = decode_sample(body, fmt, request.headers, function.input_specs)
             (outcome,) = await frontend.run(call, [inputs])
         except InflessError as error:
             response = error_response(error)
@@ -56,11 +97,8 @@ class InvokeHandler:
                 PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}")
             )
         else:
-            response = web.Response(
-                body=encode_outputs(outcome.outputs),
-                content_type=JSON,
-                headers=timing_headers(outcome),
-            )
+            response = encode_answer(outcome.outputs, fmt)
+            response.headers.update(timing_headers(outcome))
         duration_s = frontend.close(call, response.status)
         response.headers["X-Call-Id"] = call_id
         response.headers["X-Start-Time"] = str(start_ns)

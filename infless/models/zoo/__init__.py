@@ -255,6 +255,23 @@ _ENTRIES: list[ZooEntry] = [
         table_gflops=0.53,
     ),
     ZooEntry(
+        name="textcnn-64",
+        builder="textcnn",
+        kwargs={
+            "vocab_size": 5000,
+            "embed_dim": 128,
+            "kernel_sizes": [3, 4, 5],
+            "filters": 100,
+            "classes": 2,
+        },
+        inputs=(_sig("token_ids", "int64", 64),),
+        outputs=_probabilities(2),
+        seed=1013,
+        postprocess="softmax",
+        description="the classic small TextCNN (kernels 3/4/5 × 100 filters, vocabulary 5000, "
+        "128-d embeddings) over 64 tokens → 2 classes; a small benchmark model, not in Table 1",
+    ),
+    ZooEntry(
         name="mnist",
         builder="mnist_cnn",
         kwargs={"num_classes": 10, "hidden": 56},
