@@ -24,7 +24,7 @@ from infless.cluster.gpus import GpuInventory, discover_gpus
 from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
-from infless.control.frontend import FunctionFrontend
+from infless.control.frontend import FunctionFrontend, LoopLagProbe
 from infless.control.functions import DeployedFunction
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
@@ -66,6 +66,7 @@ class Platform:
     confiner: CpuConfiner | None
     gpus: GpuInventory
     tickers: tuple[Ticker, ...]
+    loop_lag: LoopLagProbe
 
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
@@ -112,6 +113,7 @@ def make_starter(
         start_timeout_s=config.workers.start_timeout_s,
         warmup_rounds=config.batching.warmup_rounds,
         private_weights=config.store.private_weights,
+        nice=config.workers.nice,
     )
     return ProcessStarter(settings, launcher, store, confiner, templates)
 
@@ -171,10 +173,11 @@ def build_platform(
     frontend = FunctionFrontend(
         pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes
     )
+    loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     logs = LogBuffer(clock.wall)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
-        logs, autoscaler, confiner, gpus, tuple(tickers),
+        logs, autoscaler, confiner, gpus, tuple(tickers), loop_lag,
     )  # fmt: skip
 
 
@@ -199,10 +202,12 @@ def create_app(
         await platform.functions.restore(list(config.functions))
         for ticker in platform.tickers:
             ticker.start()
+        platform.loop_lag.start()
 
     async def cleanup(_: web.Application) -> None:
         for ticker in platform.tickers:
             await ticker.stop()
+        await platform.loop_lag.stop()
         await platform.pool.stop()
         if platform.confiner is not None:
             platform.confiner.remove_parent()

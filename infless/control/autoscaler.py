@@ -2,8 +2,11 @@
 
 On every `tick` it reads the target's snapshot through the scaling port, counts each
 function's new arrivals into the demand estimate, feeds the instances' measured batch times
-to the predictor, asks the configured policy for a plan over the functions the autoscaler
-owns (see `control.desired`), and hands the plan back to the target. It never sees the pool,
+to the predictor, raises the demand of functions whose measured p99 nears the SLO or that
+refused requests (`scaling.feedback`), asks the configured policy for a plan over the
+functions the autoscaler owns (see `control.desired`), holds back releases of young
+instances while demand has not fallen (`scaling.stability`), and hands the plan back to the
+target. It never sees the pool,
 instances or workers: the server's pool and the simulator both implement the port, and both
 run this same object. It reads no clock either (the snapshot carries `now`); a `Ticker`
 calls `tick` on a server, the simulator calls it at its own tick events.
@@ -19,8 +22,10 @@ from infless.control.port import FunctionState, ScalingTarget
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand, DemandState, estimate, forget, record_interval
+from infless.scaling.feedback import next_pressure, pressed
 from infless.scaling.measured import MeasuredPredictor
 from infless.scaling.predictors import LatencyPredictor
+from infless.scaling.stability import Stability, hold
 from infless.scaling.view import PoolView, ScalingPlan, StartInstance, StopInstance
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,9 @@ class Autoscaler:
         self._policy = policy or get_policy(cfg.policy)
         self._demand = DemandState()
         self._seen_arrivals: dict[str, int] = {}
+        self._seen_refused: dict[str, int] = {}
+        self.pressure: dict[str, float] = {}  # demand factors from the latency feedback
+        self._stability = Stability()
         self._last_tick_s: float | None = None
         self._profiles = profiles
         self._profiled_keys: frozenset[str] | None = None
@@ -60,7 +68,8 @@ class Autoscaler:
         owned = [f for f in snapshot.functions if f.owner is Owner.AUTOSCALER]
         self._refresh_profiles(owned)
         self._observe(owned)
-        return self._plan(snapshot.pool_view(Owner.AUTOSCALER), demand)
+        self._feedback(owned)
+        return self._plan(snapshot.pool_view(Owner.AUTOSCALER), pressed(demand, self.pressure))
 
     def plan_for(self, demand: Demand) -> ScalingPlan:
         """Plan for a demand given from outside (the simulator's t = 0 prewarm)."""
@@ -68,6 +77,7 @@ class Autoscaler:
 
     def _plan(self, view: PoolView, demand: Demand) -> ScalingPlan:
         plan = self._policy(view, demand, self.predictor, self._cfg)
+        plan, self._stability = hold(plan, view, demand, self._stability, self._cfg.stability)
         self._log(plan)
         self._target.apply(plan)
         self.last_plan = plan
@@ -89,6 +99,22 @@ class Autoscaler:
             self._demand = record_interval(
                 self._demand, function.name, new, since_s, now, self._cfg.demand
             )
+
+    def _feedback(self, owned: Sequence[FunctionState]) -> None:
+        """Each owned function's demand factor from its p99 and its refusals this tick."""
+        pressure: dict[str, float] = {}
+        for function in owned:
+            refused = function.refused - self._seen_refused.get(function.name, function.refused)
+            self._seen_refused[function.name] = function.refused
+            factor = next_pressure(
+                self.pressure.get(function.name, 1.0), function.p99_ms, function.view.slo_ms,
+                refused, self._cfg.feedback,
+            )  # fmt: skip
+            if factor != self.pressure.get(function.name, 1.0):
+                log.info("autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",
+                         function.name, factor, function.p99_ms, refused)  # fmt: skip
+            pressure[function.name] = factor
+        self.pressure = pressure
 
     def _refresh_profiles(self, owned: Sequence[FunctionState]) -> None:
         """Configurations no instance measured are predicted from operator profiles."""

@@ -3,9 +3,12 @@
 A route decodes the request, and the frontend does the rest: it finds the function (`name`
 or OpenFaaS's `name.namespace`), counts the call, checks the body length, records the
 function's activity (the cold-start policy's input), admits each sample through the
-function's router (a multi-sample V2 request waits for room rather than failing when only
-some of its rows fit), awaits the outcomes within the gateway's timeout, and reports every
-step to the metrics observer. The route then encodes what it gets back.
+function's router with its budget — the SLO less what the request spends outside queue and
+batch (measured per function at its tail) and less the event loop's lag, so that a batch
+served by the deadline answers within the SLO — (a multi-sample V2 request waits for room
+rather than failing when only some of its rows fit), awaits the outcomes within the
+gateway's timeout, records each answer's latency (the autoscaler's p99 feedback), and
+reports every step to the metrics observer. The route then encodes what it gets back.
 `/function/{name}` and `/v2/models/{name}/infer` differ only in their codecs.
 Gateway side: never imports torch, never touches HTTP.
 """
@@ -13,12 +16,15 @@ Gateway side: never imports torch, never touches HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from infless.clock import Clock
 from infless.control.functions import DeployedFunction
+from infless.dataplane.latency import LoopLag
 from infless.dataplane.request import Array, Outcome, Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, GatewayTimeout, Overloaded, PayloadTooLarge
@@ -46,11 +52,12 @@ class CallObserver(Protocol):
 
 @dataclass(slots=True)
 class Call:
-    """One request at the front door: when it came, and for which function once known."""
+    """One request at the front door: when it came, for which function, what it got."""
 
     name: str
     started_s: float
     function: DeployedFunction | None = None
+    outcomes: list[Outcome] | None = None
 
 
 class FunctionFrontend:
@@ -67,6 +74,7 @@ class FunctionFrontend:
         self._observer = observer
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
+        self.loop_lag = LoopLag()  # fed by `LoopLagProbe`
 
     def find(self, name: str) -> DeployedFunction:
         """`name` or OpenFaaS's `name.namespace` -> the deployed function, else 404."""
@@ -98,6 +106,17 @@ class FunctionFrontend:
             )
         return function
 
+    def check_room(self, call: Call) -> None:
+        """Refuse at once (429) a call no instance could answer in time, before its body is
+        read and decoded: under overload, a refusal costs the HTTP exchange and no more."""
+        function = call.function
+        assert function is not None, "bind the call to its function first"
+        function.router.check_room(self.budget_s(function))
+
+    def budget_s(self, function: DeployedFunction) -> float:
+        """How long a request of `function` arriving now may take to be served."""
+        return function.latency.budget_ms(self.loop_lag.tail_ms) / 1000.0
+
     async def run(self, call: Call, samples: Sequence[Sample]) -> list[Outcome]:
         """Admit every sample, await all of them, answer in order (or raise the first
         failure); the function counts as busy from the first admission to the last answer."""
@@ -105,10 +124,12 @@ class FunctionFrontend:
         assert function is not None, "bind the call to its function first"
         activity = function.activity
         activity.arrive(self._clock.now())
+        budget_s = self.budget_s(function)
         try:
-            outcomes = await run_samples(function.router, samples, self.timeout_s)
+            outcomes = await run_samples(function.router, samples, self.timeout_s, budget_s)
         finally:
             activity.finish(self._clock.now())
+        call.outcomes = outcomes
         observer = self._observer
         for o in outcomes:
             cold = o.cold_start_ms > 0
@@ -124,14 +145,22 @@ class FunctionFrontend:
 
     def close(self, call: Call, status: int) -> float:
         """The call is answered with `status`; returns its duration in seconds."""
-        duration_s = self._clock.now() - call.started_s
-        if call.function is not None:
+        now = self._clock.now()
+        duration_s = now - call.started_s
+        function = call.function
+        if function is not None:
             self._observer.request_done(call.name, status, duration_s)
+            if call.outcomes:
+                duration_ms = duration_s * 1000.0
+                inside_ms = max(o.queue_ms + o.service_ms for o in call.outcomes)
+                function.latency.answered_in(
+                    now, duration_ms + self.loop_lag.tail_ms, duration_ms - inside_ms
+                )
         return duration_s
 
 
 async def run_samples(
-    router: FunctionRouter, samples: Sequence[Sample], timeout_s: float
+    router: FunctionRouter, samples: Sequence[Sample], timeout_s: float, budget_s: float = math.inf
 ) -> list[Outcome]:
     """Submit each sample, await all of them, answer in order (or raise the first failure).
 
@@ -142,12 +171,12 @@ async def run_samples(
     try:
         async with asyncio.timeout(timeout_s):
             if len(samples) == 1:  # the common case, kept short
-                pendings.append(router.submit(samples[0]))
+                pendings.append(router.submit(samples[0], budget_s))
                 return [await pendings[0].future]
             for sample in samples:
                 while True:
                     try:
-                        pendings.append(router.submit(sample))
+                        pendings.append(router.submit(sample, budget_s))
                         break
                     except Overloaded:
                         unfinished = [p.future for p in pendings if not p.future.done()]
@@ -178,3 +207,31 @@ def _settle(pendings: Sequence[Pending], router: FunctionRouter) -> None:
             future.cancel()
         elif not future.cancelled():
             future.exception()  # retrieved: no "exception was never retrieved" noise
+
+
+class LoopLagProbe:
+    """Measures how late the event loop runs a timer, every `interval_s`, into `lag`."""
+
+    def __init__(self, clock: Clock, lag: LoopLag, interval_s: float = 0.05) -> None:
+        self._clock = clock
+        self._lag = lag
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        clock = self._clock
+        while True:
+            due_s = clock.now() + self._interval_s
+            await clock.sleep_until(due_s)
+            self._lag.observe((clock.now() - due_s) * 1000.0)

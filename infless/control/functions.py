@@ -2,8 +2,8 @@
 
 - the pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owner's
   transitions in `control.desired`) and `health` (starts and their failures);
-- the data plane writes `router` (its instances and queues) and `activity` (the frontend,
-  on every request);
+- the data plane writes `router` (its instances and queues), `activity` and `latency` (the
+  frontend, on every request);
 - nothing else writes anything here; everybody may read.
 Gateway side: never imports torch.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infless.control.desired import DesiredState
 from infless.dataplane.activity import FunctionActivity
+from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.router import FunctionRouter
 from infless.models.package import PackageManifest
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
@@ -40,6 +41,7 @@ class DeployedFunction:
     manifest: PackageManifest
     router: FunctionRouter
     desired: DesiredState
+    latency: FunctionLatency
     activity: FunctionActivity = field(default_factory=FunctionActivity)
     health: StartHealth = field(default_factory=StartHealth)
     boots: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by worker id

@@ -31,6 +31,7 @@ from infless.control.functions import DeployedFunction
 from infless.control.port import ActivityView, FunctionState, Measured, Snapshot
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.policy import BatchSettings, powers_of_two_up_to, settle
 from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
@@ -112,8 +113,9 @@ class WorkerPool:
     ) -> DeployedFunction:
         waiting_capacity = max(64, spec.max_batch * self._batching.queue_capacity_batches)
         router = FunctionRouter(spec.name, self._clock, waiting_capacity, self._wake)
+        latency = FunctionLatency(spec.slo_ms, self._batching.tail_quantile)
         function = DeployedFunction(
-            spec, package_dir, manifest, router, d.DesiredState(self._owner)
+            spec, package_dir, manifest, router, d.DesiredState(self._owner), latency
         )
         function.activity.idle_since_s = self._clock.now()
         self.functions[spec.name] = function
@@ -225,6 +227,8 @@ class WorkerPool:
             ),
             start_s=function.health.last_start_s,
             measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
+            p99_ms=function.latency.p99_ms(now),
+            refused=function.router.rejected,
         )
 
     def _instance_views(self, function: DeployedFunction, now: float) -> tuple[InstanceView, ...]:
@@ -302,6 +306,7 @@ class WorkerPool:
             input_specs=function.input_specs,
             on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
             worker_id=worker_id,
+            tail_quantile=self._batching.tail_quantile,
         )
         function.router.add(instance)
         task = asyncio.create_task(self._boot(function, instance, entry), name=f"boot-{worker_id}")
@@ -359,6 +364,7 @@ class WorkerPool:
         return settle(
             exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
             batching.queue_capacity_batches, mode=batching.dispatch, batch_size=fixed_batch,
+            utilization=batching.target_utilization,
         )  # fmt: skip
 
     def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:

@@ -46,6 +46,8 @@ class FunctionState:
     activity: ActivityView = field(default_factory=ActivityView)
     start_s: float = 0.0  # how long its last instance took to become ready
     measured: tuple[Measured, ...] = ()
+    p99_ms: float | None = None  # the latency it delivered lately (None: too few answers)
+    refused: int = 0  # requests refused for lack of capacity (429), ever
 
     @property
     def name(self) -> str:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from infless.clock import Clock
+from infless.dataplane.latency import ExecModel
 from infless.dataplane.policy import BatchSettings, update_exec_ms
 from infless.dataplane.queue import BatchQueue, QueueClosed
 from infless.dataplane.request import Array, Outcome, Pending
@@ -71,6 +73,7 @@ class Instance:
         input_specs: Sequence[TensorSpec],
         on_orphans: Callable[[Instance, list[Pending]], None],
         worker_id: str = "",
+        tail_quantile: float = 0.95,
     ) -> None:
         self.instance_id = instance_id  # the desired state's entry it serves
         self.worker_id = worker_id or instance_id  # this worker's own (a replacement's differs)
@@ -91,11 +94,14 @@ class Instance:
         self.last_active_s = self.started_at_s  # when it last finished a batch
         self.error: str | None = None
         self._clock = clock
+        self._tail_quantile = tail_quantile
         self._input_specs = tuple(input_specs)
         self._on_orphans = on_orphans
         self._runner: asyncio.Task[None] | None = None
         self._in_flight: list[Pending] = []
+        self._dispatched_s = 0.0
         self._retune: Retune | None = None
+        self.model: ExecModel | None = None  # service times at their tail, once ready
 
     @property
     def pid(self) -> int:
@@ -134,7 +140,9 @@ class Instance:
         self.start_breakdown = ready.start
         self.config = InstanceConfig(settings.batch_size, self.config.cpus, self.config.gpu_pct)
         self.share_rps = settings.batch_size * 1000.0 / max(settings.exec_ms, 0.1)
-        self.queue = BatchQueue(self._clock, settings)
+        measured = self.exec_ms_by_batch or {settings.batch_size: max(settings.exec_ms, 0.1)}
+        self.model = ExecModel(measured, settings.batch_size, self._tail_quantile)
+        self.queue = BatchQueue(self._clock, settings, self.model)
         self.state = InstanceState.READY
         self.ready_at_s = self.last_active_s = self._clock.now()
         self._runner = asyncio.create_task(self._run(), name=f"runner-{self.instance_id}")
@@ -149,7 +157,7 @@ class Instance:
                 batch = await queue.next_batch()
             except QueueClosed:
                 return
-            dispatched_s = self._clock.now()
+            dispatched_s = self._dispatched_s = self._clock.now()
             self._in_flight = batch
             try:
                 result = await handle.run_batch(pack_batch(specs, batch))
@@ -169,6 +177,9 @@ class Instance:
     def _resolve(self, batch: list[Pending], result: p.BatchResult, dispatched_s: float) -> None:
         outputs = unpack_outputs(result.outputs)
         size = len(batch)
+        service_ms = (self._clock.now() - dispatched_s) * 1000.0
+        if self.model is not None:
+            self.model.observe(size, service_ms)
         self.last_active_s = dispatched_s
         self.batches += 1
         self.served += size
@@ -186,8 +197,24 @@ class Instance:
                     queue_ms=(dispatched_s - pending.arrival_s) * 1000.0,
                     exec_ms=result.exec_ms,
                     cold_start_ms=pending.cold_start_ms,
+                    service_ms=service_ms,
                 )
             )
+
+    def finish_by_s(self, now_s: float) -> float:
+        """When a request admitted now would have its batch served, at the tail: the batch
+        in flight finishes, the full batches queued ahead of it run, then its own."""
+        model, queue = self.model, self.queue
+        if model is None or queue is None:
+            return math.inf
+        busy_until_s = now_s
+        if self._in_flight:
+            busy_until_s = max(
+                now_s, self._dispatched_s + model.tail_ms(len(self._in_flight)) / 1e3
+            )
+        b = model.max_batch
+        ahead, own = divmod(len(queue), b)
+        return busy_until_s + (ahead * model.tail_ms(b) + model.tail_ms(own + 1)) / 1000.0
 
     def mark_dead(self, reason: str) -> None:
         """The worker is gone: stop accepting and hand every unfinished request back."""

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-DispatchMode = Literal["deadline", "adaptive", "eager"]
+DispatchMode = Literal["slo", "deadline", "adaptive", "eager"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,7 @@ class BatchSettings:
     capacity: int
     exec_ms: float
     mode: DispatchMode = "deadline"
+    utilization: float = 0.6  # "slo": the busiest a worker may run on the smallest batch
 
 
 def feasible(batch_size: int, exec_ms: float, slo_ms: float) -> bool:
@@ -67,6 +68,7 @@ def settle(
     capacity_batches: int,
     mode: DispatchMode = "deadline",
     batch_size: int | None = None,
+    utilization: float = 0.6,
 ) -> BatchSettings:
     """Batch settings for an instance from its measured (or predicted) execution times.
 
@@ -83,6 +85,7 @@ def settle(
         capacity=queue_capacity(batch_size, exec_ms, slo_ms, capacity_batches),
         exec_ms=exec_ms,
         mode=mode,
+        utilization=utilization,
     )
 
 
@@ -132,6 +135,36 @@ def dispatch_at(
         return deadline_s
     fill_eta_s = (batch_size - queue_length) * interarrival_s
     return min(deadline_s, deadline_s - fill_eta_s)
+
+
+FILL_SLACK = 2.0  # "slo": a batch waits at most this many times its expected fill time
+
+
+def slo_dispatch_at(
+    queue_length: int,
+    target: int,
+    oldest_arrival_s: float,
+    latest_start_s: float,
+    interarrival_s: float,
+) -> float:
+    """When a free worker should take the waiting batch ("slo" dispatch).
+
+    `target` is the smallest batch that sustains the recent arrival rate (see
+    `ExecModel.smallest_sustaining`): once that many wait, now — a bigger batch would only
+    add waiting. Before that, no later than `FILL_SLACK` times the time the target batch
+    takes to fill at the recent inter-arrival gap (counted from the oldest arrival: when
+    arrivals slow down, a batch does not wait for the ones that do not come), nor than
+    `latest_start_s` (the oldest request's deadline less the batch's service time at its
+    tail), and earlier when the missing requests could not arrive by then.
+    -inf for "now", +inf when nothing waits.
+    """
+    if queue_length <= 0:
+        return math.inf
+    if queue_length >= target:
+        return -math.inf
+    fill_eta_s = (target - queue_length) * interarrival_s
+    waited_enough_s = oldest_arrival_s + FILL_SLACK * target * interarrival_s
+    return min(latest_start_s - fill_eta_s, waited_enough_s, latest_start_s)
 
 
 def dispatch_due(

@@ -1,9 +1,13 @@
-"""BatchQueue: one instance's bounded queue, releasing a batch when full or at its deadline.
+"""BatchQueue: one instance's bounded queue, releasing a batch when it is due.
 
-A batch leaves when b requests wait, or when the oldest has waited the batch timeout
-(t_slo - t_exec - slack). Only the instance's runner calls `next_batch`, and only when its
-worker is free, so at most one batch is in flight per instance. Time comes from the
-injected Clock; the decision itself is `policy.dispatch_at`.
+In "slo" dispatch (the default) every request carries its deadline: a batch leaves when the
+smallest batch that sustains the recent arrival rate waits, or when the oldest request's
+deadline minus the batch's tail service time comes, or sooner when the batch cannot fill by
+then (`policy.slo_dispatch_at`; the service times and the smallest batch come from the
+instance's `ExecModel`). The other modes (INFless's "deadline", "adaptive", "eager") use the
+fixed batch timeout (`policy.dispatch_at`). A batch takes what waits, up to b. Only the
+instance's runner calls `next_batch`, and only when its worker is free, so at most one
+batch is in flight per instance. Time comes from the injected Clock.
 """
 
 from __future__ import annotations
@@ -13,10 +17,17 @@ import math
 from collections import deque
 
 from infless.clock import Clock
-from infless.dataplane.policy import BatchSettings, dispatch_at, update_interarrival
+from infless.dataplane.latency import ExecModel
+from infless.dataplane.policy import (
+    BatchSettings,
+    dispatch_at,
+    slo_dispatch_at,
+    update_interarrival,
+)
 from infless.dataplane.request import Pending
 
 _TIMER_RESOLUTION_S = 1e-6  # a wake-up this close to its time counts as on time
+TARGET_EVERY = 8  # arrivals between re-derivations of the smallest sustaining batch
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
@@ -33,14 +44,21 @@ class QueueClosed(Exception):
 
 
 class BatchQueue:
-    def __init__(self, clock: Clock, settings: BatchSettings) -> None:
+    def __init__(
+        self, clock: Clock, settings: BatchSettings, model: ExecModel | None = None
+    ) -> None:
+        if settings.mode == "slo" and model is None:
+            raise ValueError('"slo" dispatch needs the instance\'s ExecModel')
         self._clock = clock
         self._settings = settings
+        self._model = model
         self._items: deque[Pending] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._last_arrival_s = math.nan
+        self._arrivals = 0
         self.interarrival_s = math.inf  # EWMA of the gaps between arrivals here
+        self.target = settings.batch_size if model is None else 1  # "slo": when to go
 
     @property
     def settings(self) -> BatchSettings:
@@ -74,10 +92,14 @@ class BatchQueue:
             )
         self._last_arrival_s = now
         self._items.append(pending)
+        self._arrivals += 1
+        if self._model is not None and self._arrivals % TARGET_EVERY == 0:
+            rate_rps = 1.0 / self.interarrival_s if self.interarrival_s > 0 else math.inf
+            self.target = self._model.smallest_sustaining(rate_rps, self._settings.utilization)
         # Wake the runner only when its decision can change: the first request starts a
-        # deadline, a full batch ends the wait. Other arrivals need no wake-up.
+        # deadline, a batch of the target size or a full one ends the wait.
         length = len(self._items)
-        if length in (1, self._settings.batch_size):
+        if length in (1, self.target, self._settings.batch_size):
             self._wake()
         return pending.future  # type: ignore[return-value]
 
@@ -93,6 +115,8 @@ class BatchQueue:
             if items:
                 if self._closed:
                     due_s = -math.inf  # draining: flush without waiting
+                elif self._model is not None and settings.mode == "slo":
+                    due_s = self._slo_due(items, settings.batch_size, self._model)
                 else:
                     due_s = dispatch_at(
                         len(items),
@@ -110,6 +134,17 @@ class BatchQueue:
                 raise QueueClosed("queue closed")
             else:
                 await self._wait(None)
+
+    def _slo_due(self, items: deque[Pending], batch_size: int, model: ExecModel) -> float:
+        head = items[0]
+        size = min(len(items), batch_size)
+        deadline_s = head.deadline_s
+        if math.isinf(deadline_s):  # no deadline given: the fixed timeout's
+            deadline_s = head.arrival_s + self._settings.timeout_s + model.tail_ms(size) / 1000
+        latest_start_s = deadline_s - model.tail_ms(size) / 1000.0
+        return slo_dispatch_at(
+            len(items), self.target, head.arrival_s, latest_start_s, self.interarrival_s
+        )
 
     async def _wait(self, deadline: float | None) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -4,6 +4,7 @@ queue, the dispatcher and the gateway routes; no behaviour beyond resolving its 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,19 +21,25 @@ class Outcome:
     instance_id: str
     batch_size: int
     queue_ms: float
-    exec_ms: float
+    exec_ms: float  # the forward pass, as the worker timed it
     cold_start_ms: float
+    service_ms: float = 0.0  # the batch as the gateway saw it: dispatch to result
 
 
 @dataclass(slots=True, eq=False)
 class Pending:
-    """One sample on its way through a function's queues; `attempts` counts worker failures."""
+    """One sample on its way through a function's queues; `attempts` counts worker failures.
+
+    `deadline_s` is when its batch must have finished for the answer to make the SLO
+    (arrival + the SLO less the time spent outside queue and batch); inf: none given.
+    """
 
     inputs: dict[str, Array]
     arrival_s: float
     future: asyncio.Future[Outcome]
     attempts: int = 0
     cold_start_ms: float = 0.0
+    deadline_s: float = math.inf
 
     def fail(self, error: BaseException) -> None:
         if not self.future.done():

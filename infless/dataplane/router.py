@@ -1,15 +1,21 @@
 """FunctionRouter: everything between an accepted request of one function and an instance queue.
 
-Routes each request through the rate-share dispatcher; holds requests in a bounded waiting
-room while the function has no ready instance (a cold start, which it asks the pool to
-begin); retries requests orphaned by a dead worker once, then answers 503. Overload (every
-ready instance's queue full) is a 429 with Retry-After. Gateway side: no torch, no I/O.
+Admission by deadline: a request carries the time by which its batch must be served (its
+arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
+instance; the request joins it when that instance's predicted finish (the batch in flight,
+the full batches queued ahead, its own batch, all at their tail service time) meets the
+deadline, else the instance that would finish it first, if that one meets it; else it is
+refused at once (429) with a Retry-After from the predicted drain — work that cannot finish
+in time is never queued. The router holds requests in a bounded waiting room while the
+function has no ready instance (a cold start, which it asks the pool to begin), and retries
+requests orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -41,34 +47,65 @@ class FunctionRouter:
         self.cold_starts = 0
         self.retries = 0
         self.arrivals = 0  # samples submitted ever, admitted or not: the demand (only grows)
+        self.rejected = 0  # samples refused for lack of capacity (429), ever
 
     # -- the request path ---------------------------------------------------------------
-    def submit(self, inputs: dict[str, Array]) -> Pending:
+    def submit(self, inputs: dict[str, Array], budget_s: float = math.inf) -> Pending:
+        """Admit one sample whose batch must be served within `budget_s`, or raise
+        Overloaded (429) when no instance can; inf: admit wherever there is room."""
         future = asyncio.get_running_loop().create_future()
-        pending = Pending(inputs=inputs, arrival_s=self._clock.now(), future=future)
+        now = self._clock.now()
+        pending = Pending(inputs, now, future, deadline_s=now + budget_s)
         self.arrivals += 1
-        self._route(pending)
+        self._route(pending, now)
         return pending
 
-    def _route(self, pending: Pending) -> None:
-        instance = self._dispatcher.choose(self.instances)
-        if instance is not None:
-            assert instance.queue is not None
-            try:
-                instance.queue.submit(pending)
-            except (QueueFull, QueueClosed):
-                pass
-            else:
-                return
-        if any(i.state is InstanceState.READY for i in self.instances):
+    def check_room(self, budget_s: float) -> None:
+        """Refuse (Overloaded, 429) a request that no ready instance could serve within
+        `budget_s` even if it were the only one left — before its body is decoded, so that
+        an overload costs as little as it can. With no ready instance it may wait (cold)."""
+        now = self._clock.now()
+        ready = [i for i in self.instances if i.state is InstanceState.READY]
+        if not ready:
+            return
+        finish_s = min(i.finish_by_s(now) for i in ready)
+        if finish_s > now + budget_s:
+            self.arrivals += 1
+            self.rejected += 1
             raise Overloaded(
-                f"function {self.name!r} is at capacity: every instance queue is full",
-                retry_after_s=1.0,
+                f"function {self.name!r} is at capacity: no instance can answer within its "
+                "latency target",
+                retry_after_s=max(1.0, finish_s - now - budget_s),
+            )
+
+    def _route(self, pending: Pending, now: float) -> None:
+        deadline_s = pending.deadline_s
+        chosen = self._dispatcher.choose(self.instances)
+        if chosen is not None:
+            if chosen.finish_by_s(now) <= deadline_s and _admit(chosen, pending):
+                return
+            best, finish_s = None, math.inf
+            for instance in self.instances:
+                if instance is not chosen and instance.accepting:
+                    at_s = instance.finish_by_s(now)
+                    if at_s < finish_s:
+                        best, finish_s = instance, at_s
+            if best is not None and finish_s <= deadline_s and _admit(best, pending):
+                return
+        ready = [i for i in self.instances if i.state is InstanceState.READY]
+        if ready:
+            self.rejected += 1
+            drain_s = min(i.finish_by_s(now) for i in ready) - deadline_s
+            raise Overloaded(
+                f"function {self.name!r} is at capacity: no instance can answer within its "
+                "latency target",
+                retry_after_s=max(1.0, drain_s),
             )
         self._wait_for_instance(pending)
 
     def _wait_for_instance(self, pending: Pending, *, admitted: bool = False) -> None:
         if not admitted and len(self._waiting) >= self._waiting_capacity:
+            self.rejected += 1
             raise Overloaded(
                 f"function {self.name!r} is starting and {len(self._waiting)} requests "
                 "already wait for it",
@@ -156,3 +193,15 @@ class FunctionRouter:
     @property
     def ready_count(self) -> int:
         return sum(1 for i in self.instances if i.state is InstanceState.READY)
+
+
+def _admit(instance: Instance, pending: Pending) -> bool:
+    """Queue `pending` on `instance`; False when its queue is full or closing."""
+    queue = instance.queue
+    if queue is None:
+        return False
+    try:
+        queue.submit(pending)
+    except (QueueFull, QueueClosed):
+        return False
+    return True

@@ -85,6 +85,7 @@ class InvokeHandler:
         call = frontend.open(request.match_info["name"])
         try:
             function = frontend.bind(call, request.content_length)
+            frontend.check_room(call)
             fmt = body_format(request.headers.get("Content-Type"))
             body = await request.read()
             inputs = decode_sample(body, fmt, request.headers, function.input_specs)

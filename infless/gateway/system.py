@@ -60,6 +60,8 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "maxInstances": spec.max_instances,
         "tenant": spec.tenant,
         "coldStarts": function.router.cold_starts,
+        "rejected": function.router.rejected,
+        "overheadMs": round(function.latency.overhead_ms, 3),
         "retries": function.router.retries,
         "lastError": function.health.last_error,
         "owner": function.desired.owner.value,
@@ -72,6 +74,7 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
 
 def instance_status(instance: Instance) -> dict[str, object]:
     start = instance.start_breakdown
+    model = instance.model
     settings = instance.queue.settings if instance.queue is not None else None
     return {
         "id": instance.instance_id,
@@ -90,6 +93,11 @@ def instance_status(instance: Instance) -> dict[str, object]:
         "shareRps": round(instance.share_rps, 3),
         "batchTimeoutMs": None if settings is None else round(settings.timeout_s * 1000, 3),
         "execMsByBatch": {str(b): round(ms, 3) for b, ms in instance.exec_ms_by_batch.items()},
+        "serviceMsByBatch": None
+        if model is None
+        else {str(b): round(ms, 3) for b, ms in sorted(model.by_batch().items())},
+        "tailRatio": None if model is None else round(model.tail_ratio, 3),
+        "targetBatch": None if instance.queue is None else instance.queue.target,
         "start": {
             "spawnMs": round(start.spawn_ms, 1),
             "buildMs": round(start.build_ms, 1),

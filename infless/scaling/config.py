@@ -35,6 +35,40 @@ class DemandConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     trend_z: float = 3.0  # a growth within this many Poisson standard deviations is noise
 
 
+class FeedbackConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    enabled: bool = True
+    p99_high: float = 0.8  # of the SLO: above it (or a refusal), more capacity
+    p99_low: float = 0.5  # of the SLO: below it with no refusal, the pressure decays
+    step: float = 0.25  # the factor grows by this much per tick under pressure
+    decay: float = 0.9  # per tick without pressure, towards 1
+    max_factor: float = 4.0
+
+
+def check_feedback(cfg: FeedbackConfig, section: str) -> list[str]:
+    if not 0 < cfg.p99_low <= cfg.p99_high or cfg.step <= 0 or not 0 < cfg.decay < 1:
+        return [
+            f"{section}: need 0 < p99_low ({cfg.p99_low}) <= p99_high ({cfg.p99_high}), "
+            f"step ({cfg.step}) > 0 and decay ({cfg.decay}) in (0, 1)"
+        ]
+    if cfg.max_factor < 1:
+        return [f"{section}.max_factor = {cfg.max_factor}: must be >= 1"]
+    return []
+
+
+class StabilityConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    min_lifetime_s: float = 30.0
+    fall_ratio: float = 0.6  # a release within the lifetime needs demand below this share
+
+
+def check_stability(cfg: StabilityConfig, section: str) -> list[str]:
+    if cfg.min_lifetime_s < 0 or not 0 < cfg.fall_ratio <= 1:
+        return [
+            f"{section}: need min_lifetime_s ({cfg.min_lifetime_s}) >= 0 and fall_ratio "
+            f"({cfg.fall_ratio}) in (0, 1]"
+        ]
+    return []
+
+
 class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     policy: str = "infless"  # "none": no autoscaler, instance counts are set by hand
     tick_s: float = 0.5  # how often the autoscaler shell plans (the planner never reads time)
@@ -58,6 +92,8 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     batch_baseline_size: int = 0  # batch: the offline batch size (0 = largest feasible)
     cpu_overcommit: float = 1.0  # the server offers cores × this to instances (small hosts)
     demand: DemandConfig = DemandConfig()
+    feedback: FeedbackConfig = FeedbackConfig()  # measured p99 and refusals add capacity
+    stability: StabilityConfig = StabilityConfig()  # no release within a minimum lifetime
 
     @property
     def beta(self) -> float:
@@ -109,6 +145,8 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
     if not 0 < cfg.downsize_ratio <= 1:
         problems.append(f"{section}.downsize_ratio = {cfg.downsize_ratio}: must be in (0, 1]")
     problems.extend(_check_baselines(cfg, section))
+    problems.extend(check_feedback(cfg.feedback, f"{section}.feedback"))
+    problems.extend(check_stability(cfg.stability, f"{section}.stability"))
     d = cfg.demand
     if (
         not 0 < d.bucket_s <= d.short_window_s <= d.long_window_s

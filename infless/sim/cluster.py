@@ -72,6 +72,7 @@ class SimFunctionState:
     idle_arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_IDLE_ARRIVALS))
     idle_arrival_count: int = 0
     last_start_s: float = 0.0
+    refused: int = 0  # arrivals that found every queue full
 
     def arrive(self, now_s: float) -> None:
         self.arrived += 1
@@ -140,6 +141,7 @@ class SimCluster:
         self.now_s = 0.0
         self.starts = self.stops = 0
         self.configs: Counter[str] = Counter()
+        self.events: list[tuple[float, str, str]] = []  # (time, "start" | "stop", instance)
 
     # -- the scaling port --------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -183,8 +185,9 @@ class SimCluster:
             fn.idle_arrival_count,
         )
         return FunctionState(
-            view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s
-        )
+            view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s,
+            refused=fn.refused,
+        )  # fmt: skip
 
     def apply(self, plan: ScalingPlan) -> None:
         per_function: dict[str, list[Action]] = defaultdict(list)
@@ -243,6 +246,7 @@ class SimCluster:
         instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps
         fn.instances[instance.instance_id] = instance
         self.starts += 1
+        self.events.append((self.now_s, "start", instance.instance_id))
         self.configs[f"{fn.spec.name} {config_label(c)}"] += 1
         self._on_start(instance)
 
@@ -256,6 +260,7 @@ class SimCluster:
             fn.ready.remove(instance)
         fn.dispatcher.forget(instance.instance_id)
         instance.state = SimState.DRAINING
+        self.events.append((self.now_s, "stop", instance.instance_id))
         if instance.idle:
             self.finish(instance)
 

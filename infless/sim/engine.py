@@ -181,6 +181,7 @@ class Simulation:
             self._try_dispatch(instance, now)
         elif fn.ready:
             self.rejected += 1
+            fn.refused += 1
             self.late_by_s[int(now)] += 1
             fn.finish(now)
         else:

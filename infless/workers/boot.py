@@ -79,6 +79,7 @@ class StartSettings:
     start_timeout_s: float
     warmup_rounds: int
     private_weights: bool  # no store: clone the weights into private memory (bench baseline)
+    nice: int = 0  # workers' niceness: the gateway's event loop goes first on shared cores
 
 
 class ProcessStarter:
@@ -119,6 +120,7 @@ class ProcessStarter:
             warmup_rounds=self._settings.warmup_rounds,
             store_tensors=stored,
             private_weights=stored is None and self._settings.private_weights,
+            nice=self._settings.nice,
         )
         try:
             ready = await handle.load(request, self._settings.start_timeout_s)

@@ -18,10 +18,16 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     cpus_per_instance: int = 1
     reserved_cpus: int = 0
     cgroups: bool = True
+    # Workers run this much nicer than the gateway: on cores shared with it, the gateway's
+    # event loop (admission, batching, answers) is never kept waiting behind a batch.
+    nice: int = 10
 
 
 def check_workers(cfg: WorkersConfig) -> list[str]:
     """Every problem with the section, one sentence each."""
+    problems = []
     if cfg.cpus_per_instance < 1:
-        return [f"workers.cpus_per_instance = {cfg.cpus_per_instance}: must be >= 1"]
-    return []
+        problems.append(f"workers.cpus_per_instance = {cfg.cpus_per_instance}: must be >= 1")
+    if not 0 <= cfg.nice <= 19:
+        problems.append(f"workers.nice = {cfg.nice}: must be 0..19")
+    return problems

@@ -158,6 +158,9 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
     import torch
 
     keep_freed_memory()  # each batch reuses the last one's activation pages: no page faults
+    if request.nice:  # before torch starts its threads: they inherit it
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, request.nice)
 
     if request.cpu_ids:
         os.sched_setaffinity(0, request.cpu_ids)

@@ -44,6 +44,7 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     warmup_rounds: int = 3
     store_tensors: list[StoredTensor] | None = None
     private_weights: bool = False
+    nice: int = 0  # the worker's scheduling niceness: > 0 yields the cores to the gateway
 
 
 class StartBreakdown(msgspec.Struct, frozen=True):

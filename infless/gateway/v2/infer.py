@@ -65,6 +65,7 @@ class V2InferHandler:
         try:
             function = frontend.bind(call, request.content_length)
             check_version(request)
+            frontend.check_room(call)
             response = await self._infer(call, function, request)
         except InflessError as error:
             response = v2_error_response(error)

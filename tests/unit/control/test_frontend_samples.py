@@ -5,6 +5,7 @@ and leaves no unretrieved exception behind."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import cast
 
@@ -29,7 +30,7 @@ class FakeRouter:
         self.forgotten: list[Pending] = []
         self.overloads = 0
 
-    def submit(self, inputs: dict[str, Array]) -> Pending:
+    def submit(self, inputs: dict[str, Array], budget_s: float = math.inf) -> Pending:
         if sum(not p.future.done() for p in self.pending) >= self.capacity:
             self.overloads += 1
             raise Overloaded("full", retry_after_s=1.0)

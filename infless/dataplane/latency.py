@@ -1,0 +1,186 @@
+"""What the data plane measures to keep deadlines: batch service times at their tail, the time
+a request spends outside queue and batch, and the tail latency a function delivers.
+
+- `ExecModel`: one instance's batch service time (gateway-observed: dispatch to result) per
+  batch size — the mean (warm-up timings, then an EWMA of served batches, interpolated
+  between sizes) times a tail ratio, the `tail_quantile` of service/mean over recent
+  batches. It answers the admission and dispatch questions: how long a batch of k takes at
+  the tail, and the smallest batch that sustains a rate.
+- `FunctionLatency`: per function, the time its requests spend outside queue and batch
+  (reading, decoding, encoding, writing: a tail quantile over recent requests), the latency
+  of recent answers per second (the autoscaler's p99 feedback), and the budget a new request
+  gets: the SLO less that overhead, scaled by a factor that shrinks while the recent p99
+  runs above `target` × SLO and grows back below `relax` × SLO — what no model foresaw
+  (cores taken by other processes, a loaded client) is corrected by what was measured.
+- `LoopLag`: how late the event loop runs timers (a request waits that long before the
+  gateway even reads it).
+
+Plain bookkeeping: no I/O, no clock (times are arguments), never imports torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Mapping
+
+TAIL_WINDOW = 256  # recent batches (or requests) a tail quantile is taken over
+TAIL_EVERY = 16  # samples between recomputations of a tail quantile
+MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in its size's mean
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` (nearest rank); 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class ExecModel:
+    def __init__(
+        self, measured_ms: Mapping[int, float], max_batch: int, tail_quantile: float = 0.95
+    ) -> None:
+        if not measured_ms:
+            raise ValueError("an ExecModel needs at least one measured batch size")
+        self.max_batch = max_batch
+        self._q = tail_quantile
+        self._mean = {b: max(ms, 1e-3) for b, ms in measured_ms.items()}
+        self._sizes = sorted(self._mean)
+        self._ratios: deque[float] = deque(maxlen=TAIL_WINDOW)
+        self._seen = 0
+        self.tail_ratio = 1.0
+        self._tails = self._tail_table()
+
+    def _tail_table(self) -> list[float]:
+        """tail_ms for every batch size up to the largest (read on every request)."""
+        return [0.0, *(self.mean_ms(b) * self.tail_ratio for b in range(1, self.max_batch + 1))]
+
+    def mean_ms(self, batch_size: int) -> float:
+        """The mean service time of a batch of `batch_size`, interpolated between measured
+        sizes (and never below a smaller size's): linear beyond the largest."""
+        sizes, mean = self._sizes, self._mean
+        if batch_size in mean:
+            value = mean[batch_size]
+        else:
+            right = bisect.bisect_left(sizes, batch_size)
+            if right == 0:
+                value = mean[sizes[0]]
+            elif right == len(sizes):
+                last = sizes[-1]
+                value = mean[last] * batch_size / last
+            else:
+                b0, b1 = sizes[right - 1], sizes[right]
+                value = mean[b0] + (batch_size - b0) / (b1 - b0) * (mean[b1] - mean[b0])
+        below = bisect.bisect_right(sizes, batch_size) - 1
+        return max(value, mean[sizes[below]]) if below >= 0 else value
+
+    def tail_ms(self, batch_size: int) -> float:
+        if 0 < batch_size <= self.max_batch:
+            return self._tails[batch_size]
+        return self.mean_ms(batch_size) * self.tail_ratio
+
+    def observe(self, batch_size: int, service_ms: float) -> None:
+        """A served batch: its ratio to the expected mean feeds the tail; its time the mean."""
+        expected = self.mean_ms(batch_size)
+        self._ratios.append(service_ms / expected)
+        previous = self._mean.get(batch_size)
+        if previous is None:
+            bisect.insort(self._sizes, batch_size)
+            previous = expected
+        self._mean[batch_size] = previous + MEAN_WEIGHT * (service_ms - previous)
+        self._seen += 1
+        if self._seen % TAIL_EVERY == 0:
+            self.tail_ratio = max(1.0, quantile(list(self._ratios), self._q))
+        self._tails = self._tail_table()
+
+    def smallest_sustaining(self, rate_rps: float, utilization: float) -> int:
+        """The smallest batch whose mean service time keeps the worker busy at most
+        `utilization` of the time at `rate_rps` (the largest batch when none does)."""
+        if rate_rps <= 0:
+            return 1
+        tails, ratio = self._tails, self.tail_ratio
+        for b in range(1, self.max_batch + 1):
+            if rate_rps * tails[b] / ratio / 1000.0 / b <= utilization:
+                return b
+        return self.max_batch
+
+    def by_batch(self) -> dict[int, float]:
+        """The mean per batch size served or measured (what /system/instances shows)."""
+        return dict(self._mean)
+
+
+BUDGET_WINDOW = 512  # recent answers whose p99 steers the budget
+BUDGET_EVERY = 64  # answers between steering steps
+BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
+
+
+class FunctionLatency:
+    """A function's recent latencies as the gateway sees them (see the module docstring)."""
+
+    def __init__(
+        self,
+        slo_ms: float,
+        tail_quantile: float = 0.95,
+        window_s: int = 5,
+        target: float = 0.9,
+        relax: float = 0.7,
+    ) -> None:
+        self.slo_ms = slo_ms
+        self._q = tail_quantile
+        self._overheads: deque[float] = deque(maxlen=TAIL_WINDOW)
+        self._seen = 0
+        self.overhead_ms = 1.0  # tail of the time outside queue and batch
+        self._window_s = window_s
+        self._seconds: deque[tuple[int, list[float]]] = deque(maxlen=window_s + 1)
+        self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
+        self._target, self._relax = target, relax
+        self.budget_factor = 1.0
+        self.answered = 0
+
+    def budget_ms(self, loop_lag_ms: float) -> float:
+        """How long a new request's batch may take to be served (see the module docstring)."""
+        return max(0.0, self.budget_factor * self.slo_ms - self.overhead_ms - loop_lag_ms)
+
+    def answered_in(self, now_s: float, latency_ms: float, overhead_ms: float) -> None:
+        self.answered += 1
+        self._overheads.append(overhead_ms)
+        self._recent.append(latency_ms)
+        self._seen += 1
+        if self._seen % TAIL_EVERY == 0:
+            self.overhead_ms = quantile(list(self._overheads), self._q)
+        if self._seen % BUDGET_EVERY == 0:
+            self._steer(quantile(list(self._recent), 0.99))
+        second = math.floor(now_s)
+        seconds = self._seconds
+        if not seconds or seconds[-1][0] != second:
+            seconds.append((second, []))
+        bucket = seconds[-1][1]
+        if len(bucket) < 8192:  # enough for a p99; a flood must not grow it
+            bucket.append(latency_ms)
+
+    def _steer(self, p99_ms: float) -> None:
+        if p99_ms > self._target * self.slo_ms:
+            self.budget_factor = max(BUDGET_FLOOR, self.budget_factor * 0.9)
+        elif p99_ms < self._relax * self.slo_ms:
+            self.budget_factor = min(1.0, self.budget_factor * 1.05)
+
+    def p99_ms(self, now_s: float) -> float | None:
+        """The p99 of the answers of the last `window_s` whole seconds and this one."""
+        oldest = math.floor(now_s) - self._window_s
+        values = [v for second, bucket in self._seconds if second >= oldest for v in bucket]
+        return quantile(values, 0.99) if len(values) >= 20 else None
+
+
+class LoopLag:
+    """How late the event loop ran a timer, over recent probes (a tail quantile)."""
+
+    def __init__(self, tail_quantile: float = 0.95) -> None:
+        self._q = tail_quantile
+        self._lags: deque[float] = deque(maxlen=64)
+        self.tail_ms = 0.0
+
+    def observe(self, late_ms: float) -> None:
+        self._lags.append(max(0.0, late_ms))
+        self.tail_ms = quantile(list(self._lags), self._q)
