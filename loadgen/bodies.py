@@ -1,6 +1,7 @@
 """Request bodies from a function's input signature: random, seeded, valid for each dtype.
 
-Pure: no I/O. Bodies are encoded once, before a run (the client only sends bytes).
+Pure: no I/O. Bodies are encoded once, before a run (the client only sends bytes); the
+compact and V2 encodings of the same samples are `formats`'s.
 
 Rules (one sample, no batch dimension):
 
@@ -19,7 +20,7 @@ One input is sent as `{"inputs": X}`, several as `{"inputs": {name: X, ...}}`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,8 +65,11 @@ def int_bounds(spec: InputSpec) -> tuple[int, int]:
     return low, high
 
 
-def sample_input(spec: InputSpec, rng: np.random.Generator, seq_len: int) -> Any:
-    """One input's value as nested lists (or a scalar for shape [])."""
+def sample_array(spec: InputSpec, rng: np.random.Generator, seq_len: int) -> np.ndarray[Any, Any]:
+    """One input's value as an array: float64 (rounded), int64 or bool, the signature's shape.
+
+    The JSON body sends these values as they are; the binary formats cast them to the
+    signature's dtype (`formats.wire_array`)."""
     shape = concrete_shape(spec.shape, seq_len)
     values: np.ndarray[Any, Any]
     if spec.dtype in _FLOATS:
@@ -80,21 +84,58 @@ def sample_input(spec: InputSpec, rng: np.random.Generator, seq_len: int) -> Any
             f"input {spec.name!r}: dtype {spec.dtype!r} is not supported "
             f"(use one of {', '.join(sorted(_FLOATS | _INTS | {'bool'}))})"
         )
-    return values.tolist()
+    return values
 
 
-def sample_payload(
+def sample_input(spec: InputSpec, rng: np.random.Generator, seq_len: int) -> Any:
+    """One input's value as nested lists (or a scalar for shape [])."""
+    return sample_array(spec, rng, seq_len).tolist()
+
+
+def sample_arrays(
     inputs: Sequence[InputSpec], rng: np.random.Generator, seq_len_range: tuple[int, int]
-) -> dict[str, Any]:
+) -> dict[str, np.ndarray[Any, Any]]:
+    """One sample: every input's array (see `sample_array`), in signature order."""
     if not inputs:
         raise SignatureError("the function's signature lists no inputs; cannot build a body")
     low, high = seq_len_range
     if not 1 <= low <= high:
         raise SignatureError(f"seq_len {low}:{high}: need 1 <= min <= max")
     seq_len = int(rng.integers(low, high + 1))
-    if len(inputs) == 1:
-        return {"inputs": sample_input(inputs[0], rng, seq_len)}
-    return {"inputs": {spec.name: sample_input(spec, rng, seq_len) for spec in inputs}}
+    return {spec.name: sample_array(spec, rng, seq_len) for spec in inputs}
+
+
+def sample_payload(
+    inputs: Sequence[InputSpec], rng: np.random.Generator, seq_len_range: tuple[int, int]
+) -> dict[str, Any]:
+    """One sample as the JSON document `{"inputs": X}`."""
+    return json_payload(sample_arrays(inputs, rng, seq_len_range))
+
+
+def json_payload(arrays: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, Any]:
+    if len(arrays) == 1:
+        (value,) = arrays.values()
+        return {"inputs": value.tolist()}
+    return {"inputs": {name: value.tolist() for name, value in arrays.items()}}
+
+
+def sample_rng(function_name: str, seed: int) -> np.random.Generator:
+    """The function's own generator: adding a function does not change the others' bodies."""
+    name_key = int.from_bytes(hashlib.sha256(function_name.encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, name_key])
+
+
+def make_samples(
+    function: FunctionInfo,
+    count: int,
+    seed: int,
+    seq_len_range: tuple[int, int] = DEFAULT_SEQ_LEN,
+) -> tuple[dict[str, np.ndarray[Any, Any]], ...]:
+    """`count` seeded samples for the function (the same ones whatever the body format)."""
+    if count < 1:
+        raise ValueError(f"count={count}: need at least one body")
+    rng = sample_rng(function.name, seed)
+    return tuple(sample_arrays(function.inputs, rng, seq_len_range) for _ in range(count))
 
 
 def make_bodies(
@@ -103,12 +144,6 @@ def make_bodies(
     seed: int,
     seq_len_range: tuple[int, int] = DEFAULT_SEQ_LEN,
 ) -> tuple[bytes, ...]:
-    """`count` distinct encoded bodies for the function; the client cycles through them."""
-    if count < 1:
-        raise ValueError(f"count={count}: need at least one body")
-    # Seed per function name so adding a function does not change the others' bodies.
-    name_key = int.from_bytes(hashlib.sha256(function.name.encode()).digest()[:8], "little")
-    rng = np.random.default_rng([seed, name_key])
-    return tuple(
-        orjson.dumps(sample_payload(function.inputs, rng, seq_len_range)) for _ in range(count)
-    )
+    """`count` distinct JSON bodies for the function; the client cycles through them."""
+    samples = make_samples(function, count, seed, seq_len_range)
+    return tuple(orjson.dumps(json_payload(sample)) for sample in samples)

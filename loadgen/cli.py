@@ -2,9 +2,10 @@
 
 Modes: replay, synthetic, max-rate, classify.
 
-Parses arguments into workload specs and run options, then hands over to `runner`. Exposes
-`configure(parser, name)` and `run(args) -> int` for infless's subcommand table. Must not
-import `infless`; heavy imports (aiohttp, matplotlib) wait until `run`.
+Parses arguments (the flags every load mode shares are `cliargs`'s) into workload specs and
+run options, then hands over to `runner`. Exposes `configure(parser, name)` and
+`run(args) -> int` for infless's subcommand table. Must not import `infless`; heavy imports
+(aiohttp, matplotlib) wait until `run`.
 """
 
 from __future__ import annotations
@@ -16,22 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+from loadgen.cliargs import add_common_flags
+
 # Copies of traces.PATTERN_CLASSES and workloads.SYNTHETIC_SHAPES (a test keeps them equal), so
 # building the parser does not import numpy.
 PATTERN_CLASSES = ("idle", "sporadic", "periodic", "bursty", "other")
 SYNTHETIC_SHAPES = ("constant", "poisson", "step", "ramp", "burst")
-
-
-def _seq_len(text: str) -> tuple[int, int]:
-    low, _, high = text.partition(":")
-    try:
-        bounds = (int(low), int(high or low))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seq-len {text!r}: use MIN:MAX, e.g. 8:32") from None
-    if not 1 <= bounds[0] <= bounds[1]:
-        raise argparse.ArgumentTypeError(f"--seq-len {text!r}: need 1 <= MIN <= MAX")
-    return bounds
+CLOSED = "closed"  # the closed-loop shape (workloads.ClosedLoopSpec), beside the schedules
 
 
 def _names(values: list[str] | None) -> list[str]:
@@ -43,50 +35,6 @@ def _rates(text: str) -> tuple[float, ...]:
         return tuple(float(r) for r in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--rates {text!r}: use comma-separated rps") from None
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--gateway", default=DEFAULT_GATEWAY, help=f"gateway URL (default {DEFAULT_GATEWAY})"
-    )
-    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback gateway")
-    p.add_argument("--out", type=Path, help="report directory (default loadgen-reports/KIND-TIME)")
-    p.add_argument("--seed", type=int, default=0, help="seed for arrivals and bodies (default 0)")
-    p.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout (default 30)")
-    p.add_argument(
-        "--max-duration-s",
-        type=float,
-        default=600.0,
-        help="hard cap on the time spent sending (default 600)",
-    )
-    p.add_argument(
-        "--max-requests",
-        type=int,
-        default=10_000,
-        help="hard cap on requests per run or per max-rate step (default 10000)",
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        help="connection pool size (default: sized from the peak rate)",
-    )
-    p.add_argument(
-        "--poll-interval-s",
-        type=float,
-        default=1.0,
-        help="poll /system/instances this often; 0 disables (default 1)",
-    )
-    p.add_argument("--slo-ms", type=float, help="override every function's SLO")
-    p.add_argument(
-        "--bodies", type=int, default=16, help="distinct bodies per function (default 16)"
-    )
-    p.add_argument(
-        "--seq-len",
-        type=_seq_len,
-        default=(8, 32),
-        help="length range for -1 dims, MIN:MAX (default 8:32)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -136,10 +84,15 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     scale.add_argument(
         "--scale", type=float, help="multiply counts instead (1 keeps the trace's counts)"
     )
-    _common(replay)
+    add_common_flags(replay)
 
     synth = sub.add_parser("synthetic", help="constant/poisson/step/ramp/burst load")
-    synth.add_argument("--shape", choices=SYNTHETIC_SHAPES, default="poisson")
+    synth.add_argument("--shape", choices=(*SYNTHETIC_SHAPES, CLOSED), default="poisson")
+    synth.add_argument(
+        "--concurrency",
+        type=int,
+        help="--shape closed: clients per function, each sending on its answer (default 1)",
+    )
     synth.add_argument("--rate-rps", type=float, default=5.0, help="per function (default 5)")
     synth.add_argument("--duration-s", type=float, default=30.0, help="default 30")
     synth.add_argument("--rates", type=_rates, default=(), help="step levels, e.g. 2,5,10")
@@ -151,7 +104,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     synth.add_argument(
         "--functions", action="append", help="function names (default: all deployed)"
     )
-    _common(synth)
+    add_common_flags(synth)
 
     search = sub.add_parser("max-rate", help="search the highest rate that meets the SLO")
     search.add_argument("--function", help="function to drive (default: the first deployed)")
@@ -162,7 +115,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     search.add_argument("--max-rate-rps", type=float, default=2000.0)
     search.add_argument("--precision", type=float, default=0.1, help="stop bisecting at this gap")
     search.add_argument("--pause-s", type=float, default=1.0, help="idle seconds between steps")
-    _common(search)
+    add_common_flags(search)
 
     classify = sub.add_parser("classify", help="show trace rows with their pattern class (offline)")
     classify.add_argument("--trace", type=Path, required=True)
@@ -193,6 +146,7 @@ def _classify(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace, base_url: str, kind: str) -> Any:
+    from loadgen.auth import load_credentials
     from loadgen.runner import RunOptions
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -209,6 +163,10 @@ def _options(args: argparse.Namespace, base_url: str, kind: str) -> Any:
         seq_len_range=args.seq_len,
         slo_ms=args.slo_ms,
         command=getattr(args, "command_line", None) or shlex.join(["infless", *sys.argv[1:]]),
+        body_format=args.body_format,
+        route=args.route,
+        credentials=load_credentials(args.token, args.user, args.password_file),
+        allow_remote=args.allow_remote,
     )
 
 
@@ -244,6 +202,32 @@ def _replay_schedule(args: argparse.Namespace, function_names: list[str]) -> Any
     return workloads.replay_schedule(pairs, spec, args.max_requests, args.max_duration_s)
 
 
+def _closed_loop_plan(args: argparse.Namespace, names: list[str]) -> Any:
+    from loadgen.workloads import ClosedLoopSpec, closed_loop_plan
+
+    concurrency = 1 if args.concurrency is None else args.concurrency
+    spec = ClosedLoopSpec(concurrency=concurrency, duration_s=args.duration_s)
+    return closed_loop_plan(spec, names, args.max_requests, args.max_duration_s)
+
+
+def _finish(records: Any, out_dir: Path) -> int:
+    """Print the outcome; 1 when the gateway refused requests for lack of credentials."""
+    from loadgen.auth import AUTH_FLAGS, TOKEN_FLAG
+
+    ok = sum(1 for r in records if r.ok)
+    print(f"{len(records)} requests, {ok} ok, {len(records) - ok} failed")
+    print(f"report: {out_dir}/report.md")
+    unauthorized = sum(1 for r in records if r.status == 401)
+    if unauthorized:
+        print(
+            f"loadgen: {unauthorized} requests were refused with HTTP 401 (unauthorized): "
+            f"pass {TOKEN_FLAG} or {AUTH_FLAGS}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.loadgen_mode == "classify":
         return _classify(args)
@@ -270,7 +254,9 @@ def run(args: argparse.Namespace) -> int:
                 step_s=args.step_s,
             )
             names = [args.function] if args.function else []
-            functions = runner.run_async(lambda: runner.discover_functions(base_url, names))
+            functions = runner.run_async(
+                lambda: runner.discover_functions(base_url, names, options.credentials)
+            )
             state = runner.run_async(
                 lambda: runner.run_max_rate(
                     functions[0],
@@ -285,9 +271,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"max sustainable rate for {functions[0].name}: {state.result_rps} rps")
         else:
             functions = runner.run_async(
-                lambda: runner.discover_functions(base_url, _names(args.functions))
+                lambda: runner.discover_functions(
+                    base_url, _names(args.functions), options.credentials
+                )
             )
             names = [f.name for f in functions]
+            if kind == "synthetic" and args.shape == CLOSED:
+                plan = _closed_loop_plan(args, names)
+                print(f"{plan.description}: {len(plan.clients)} clients", file=sys.stderr)
+                result, _ = runner.run_async(
+                    lambda: runner.run_closed_loop(plan, functions, options, progress)
+                )
+                return _finish(result.records, options.out_dir)
+            if kind == "synthetic" and args.concurrency is not None:
+                raise ValueError(
+                    f"--concurrency {args.concurrency} applies to --shape closed only "
+                    f"(not --shape {args.shape})"
+                )
             if kind == "replay":
                 schedule = _replay_schedule(args, names)
             else:
@@ -308,8 +308,7 @@ def run(args: argparse.Namespace) -> int:
             result, _ = runner.run_async(
                 lambda: runner.run_schedule(kind, schedule, functions, options, progress)
             )
-            ok = sum(1 for r in result.records if r.ok)
-            print(f"{len(result.records)} requests, {ok} ok, {len(result.records) - ok} failed")
+            return _finish(result.records, options.out_dir)
         print(f"report: {options.out_dir}/report.md")
     except (TargetError, TraceFormatError, ValueError) as exc:
         print(f"loadgen: {exc}", file=sys.stderr)

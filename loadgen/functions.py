@@ -40,6 +40,7 @@ class FunctionInfo:
     slo_ms: float | None
     max_batch: int | None
     inputs: tuple[InputSpec, ...]
+    output_names: tuple[str, ...] = ()  # the signature's outputs (V2 asks for them by name)
 
 
 def check_target(url: str, allow_remote: bool) -> str:
@@ -128,4 +129,8 @@ def parse_function_status(raw: dict[str, Any]) -> FunctionInfo:
     signature = raw.get("signature") or {}
     raw_inputs = signature.get("inputs", []) if isinstance(signature, dict) else []
     inputs = tuple(parse_input_spec(i, name) for i in raw_inputs if isinstance(i, dict))
-    return FunctionInfo(name=name, slo_ms=slo_ms, max_batch=max_batch, inputs=inputs)
+    raw_outputs = signature.get("outputs", []) if isinstance(signature, dict) else []
+    outputs = tuple(str(o["name"]) for o in raw_outputs if isinstance(o, dict) and o.get("name"))
+    return FunctionInfo(
+        name=name, slo_ms=slo_ms, max_batch=max_batch, inputs=inputs, output_names=outputs
+    )

@@ -12,7 +12,7 @@ from collections import deque
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from loadgen.client import LiveCounters
+from loadgen.drivers import LiveCounters
 
 RATE_WINDOW_S = 2.0
 

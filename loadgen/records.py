@@ -35,6 +35,7 @@ class RequestRecord:
     cold_start_ms: float = NAN
     duration_ms: float = NAN  # the gateway's X-Duration-Seconds, in ms
     step: int = 0  # max-rate search step (0 for other runs)
+    retry_after_s: float = NAN  # a refusal's Retry-After, in seconds
 
     @property
     def ok(self) -> bool:
@@ -86,7 +87,7 @@ def _float(text: str) -> float:
 def read_records_csv(path: Path) -> list[RequestRecord]:
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = set(RECORD_COLUMNS) - set(reader.fieldnames or ())
+        missing = set(RECORD_COLUMNS) - set(reader.fieldnames or ()) - {"retry_after_s"}
         if missing:
             raise ValueError(f"{path}: missing columns {sorted(missing)}")
         return [
@@ -107,6 +108,7 @@ def read_records_csv(path: Path) -> list[RequestRecord]:
                 cold_start_ms=_float(row["cold_start_ms"]),
                 duration_ms=_float(row["duration_ms"]),
                 step=int(row["step"] or 0),
+                retry_after_s=_float(row.get("retry_after_s") or ""),
             )
             for row in reader
         ]

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from loadgen import plots
+from loadgen.auth import AUTH_FLAGS, TOKEN_FLAG
 from loadgen.maxrate import SearchState
 from loadgen.records import InstanceSample, RequestRecord, write_instances_csv, write_records_csv
 from loadgen.stats import OVERALL, FunctionSummary, summarize, summary_to_json
+
+CLOSED_LOOP_LAG = "not applicable: closed loop (each client sends when its previous answer arrives)"
 
 PLOT_FILES: tuple[str, ...] = (
     "latency_cdf.png",
@@ -45,6 +48,8 @@ class RunInfo:
     dropped_by_cap: int
     connection_limit: int
     command: str
+    requests: str = ""  # what was sent, e.g. "json bodies on /function/{name}"
+    closed_loop: bool = False  # no schedule: send lag does not apply
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -71,6 +76,12 @@ def _table(summaries: Mapping[str, FunctionSummary]) -> list[str]:
     return lines
 
 
+def _lag(info: RunInfo, overall: FunctionSummary) -> str:
+    if info.closed_loop:
+        return CLOSED_LOOP_LAG
+    return f"{_fmt(overall.send_lag_ms_p99, 2)} ms (send time minus scheduled time)"
+
+
 def _warnings(info: RunInfo, summaries: Mapping[str, FunctionSummary]) -> list[str]:
     notes: list[str] = []
     overall = summaries[OVERALL]
@@ -80,6 +91,12 @@ def _warnings(info: RunInfo, summaries: Mapping[str, FunctionSummary]) -> list[s
         )
     if info.not_sent:
         notes.append(f"{info.not_sent} requests were not sent: the duration cap ran out.")
+    unauthorized = overall.errors_by_status.get("401", 0)
+    if unauthorized:
+        notes.append(
+            f"{unauthorized} requests were refused with HTTP 401 (unauthorized): pass "
+            f"{TOKEN_FLAG} or {AUTH_FLAGS}."
+        )
     if overall.send_lag_ms_p99 > CLIENT_LAG_WARN_MS:
         notes.append(
             f"The client fell behind its schedule (p99 send lag {overall.send_lag_ms_p99:.1f} ms):"
@@ -106,8 +123,11 @@ def _markdown(
         f"- workload: {info.schedule}",
         f"- started: {info.started_at}; window {info.window_s:.1f} s; "
         f"elapsed {info.elapsed_s:.1f} s",
-        f"- requests scheduled: {info.scheduled}; connection limit {info.connection_limit}; "
+        f"- requests {'sent' if info.closed_loop else 'scheduled'}: {info.scheduled}; "
+        f"connection limit {info.connection_limit}; "
         f"seed {info.seed}",
+        *([f"- requests: {info.requests}"] if info.requests else []),
+        f"- send lag p99: {_lag(info, summaries[OVERALL])}",
         f"- command: `{info.command}`",
         "",
         "## Summary",
@@ -173,6 +193,8 @@ def write_report(
     """Write every file of the report into `out_dir` (created) and return the summaries."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = summarize(records, slo_ms_by_function, info.window_s)
+    if info.closed_loop:  # no schedule to lag behind
+        summaries = {n: replace(s, send_lag_ms_p99=math.nan) for n, s in summaries.items()}
     write_records_csv(out_dir / "records.csv", records)
     write_instances_csv(out_dir / "instances.csv", samples)
     plots.plot_latency_cdf(out_dir / PLOT_FILES[0], records, summaries)
@@ -182,7 +204,10 @@ def write_report(
     plots.plot_batch_sizes(out_dir / PLOT_FILES[4], summaries)
     plot_files = list(PLOT_FILES)
     summary: dict[str, Any] = {
-        "run": {k: getattr(info, k) for k in info.__slots__},
+        "run": {
+            **{k: getattr(info, k) for k in info.__slots__},
+            **({"send_lag": CLOSED_LOOP_LAG} if info.closed_loop else {}),
+        },
         "overall": summary_to_json(summaries[OVERALL]),
         "functions": {n: summary_to_json(s) for n, s in summaries.items() if n != OVERALL},
         "instances": {

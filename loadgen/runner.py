@@ -12,19 +12,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
 
-from loadgen.bodies import DEFAULT_SEQ_LEN, make_bodies
-from loadgen.client import ClientConfig, OpenLoopClient, ProgressSink, RunResult, peak_rate_rps
+from loadgen.auth import NO_CREDENTIALS, Credentials
+from loadgen.bodies import DEFAULT_SEQ_LEN
+from loadgen.client import (
+    ClientConfig,
+    OpenLoopClient,
+    ProgressSink,
+    RunResult,
+    fd_ceiling,
+    peak_rate_rps,
+)
+from loadgen.formats import BodyFormat, PreparedRequest, Route, describe, prepare_requests
 from loadgen.functions import FunctionInfo, parse_function_status
 from loadgen.maxrate import SearchConfig, SearchState, judge_step, next_rate, record_step
 from loadgen.records import InstanceSample, RequestRecord
 from loadgen.report import RunInfo, write_report
 from loadgen.stats import summarize_function
-from loadgen.workloads import Schedule, SyntheticSpec, synthetic_schedule
+from loadgen.workloads import ClosedLoopPlan, Schedule, SyntheticSpec, synthetic_schedule
 
 DISCOVERY_TIMEOUT_S = 10.0
 
@@ -47,24 +56,35 @@ class RunOptions:
     seq_len_range: tuple[int, int] = DEFAULT_SEQ_LEN
     slo_ms: float | None = None  # overrides every function's SLO when given
     command: str = ""
+    body_format: BodyFormat = "json"
+    route: Route = "function"
+    credentials: Credentials = NO_CREDENTIALS
+    allow_remote: bool = False
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
+async def _get_json(session: aiohttp.ClientSession, url: str, credentials: Credentials) -> Any:
     async with session.get(url, allow_redirects=False) as response:
         payload = await response.read()
         if response.status == 404:
             raise GatewayError(f"GET {url}: 404 not found")
+        if response.status in (401, 403):
+            hint = credentials.hint(urlsplit(url).path)
+            raise GatewayError(f"GET {url}: HTTP {response.status}: {hint}")
         if response.status != 200:
             raise GatewayError(f"GET {url}: HTTP {response.status}: {payload[:200]!r}")
         return orjson.loads(payload)
 
 
-async def discover_functions(base_url: str, names: Sequence[str]) -> list[FunctionInfo]:
+async def discover_functions(
+    base_url: str, names: Sequence[str], credentials: Credentials = NO_CREDENTIALS
+) -> list[FunctionInfo]:
     """The named functions (all deployed ones when `names` is empty), with signatures."""
     timeout = aiohttp.ClientTimeout(total=DISCOVERY_TIMEOUT_S)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            deployed = await _get_json(session, f"{base_url}/system/functions")
+        async with aiohttp.ClientSession(
+            timeout=timeout, headers=credentials.system_headers()
+        ) as session:
+            deployed = await _get_json(session, f"{base_url}/system/functions", credentials)
             if not isinstance(deployed, list):
                 raise GatewayError(f"GET {base_url}/system/functions: expected a JSON list")
             known = [str(f.get("name")) for f in deployed if isinstance(f, dict)]
@@ -78,7 +98,9 @@ async def discover_functions(base_url: str, names: Sequence[str]) -> list[Functi
                         f"function {name!r} is not deployed at {base_url} (deployed: "
                         f"{', '.join(known) or 'none'})"
                     )
-                raw = await _get_json(session, f"{base_url}/system/function/{quote(name, safe='')}")
+                raw = await _get_json(
+                    session, f"{base_url}/system/function/{quote(name, safe='')}", credentials
+                )
                 infos.append(parse_function_status(raw))
             return infos
     except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
@@ -93,9 +115,17 @@ def slo_table(
 
 def build_bodies(
     functions: Sequence[FunctionInfo], options: RunOptions
-) -> dict[str, tuple[bytes, ...]]:
+) -> dict[str, tuple[PreparedRequest, ...]]:
+    """Each function's requests in the options' route and format, encoded once."""
     return {
-        f.name: make_bodies(f, options.bodies_per_function, options.seed, options.seq_len_range)
+        f.name: prepare_requests(
+            f,
+            options.bodies_per_function,
+            options.seed,
+            options.seq_len_range,
+            options.body_format,
+            options.route,
+        )
         for f in functions
     }
 
@@ -111,6 +141,28 @@ def _client_config(options: RunOptions) -> ClientConfig:
         max_duration_s=options.max_duration_s,
         max_connections=options.max_connections,
         poll_interval_s=options.poll_interval_s,
+        credentials=options.credentials,
+        allow_remote=options.allow_remote,
+    )
+
+
+def _run_info(
+    kind: str, options: RunOptions, description: str, started_at: str, result: RunResult
+) -> RunInfo:
+    return RunInfo(
+        kind=kind,
+        gateway=options.base_url,
+        schedule=description,
+        seed=options.seed,
+        started_at=started_at,
+        window_s=result.window_s,
+        elapsed_s=result.elapsed_s,
+        scheduled=len(result.records) + result.not_sent,
+        not_sent=result.not_sent,
+        dropped_by_cap=0,
+        connection_limit=0,
+        command=options.command,
+        requests=describe(options.body_format, options.route),
     )
 
 
@@ -127,19 +179,50 @@ async def run_schedule(
     async with OpenLoopClient(_client_config(options), peak_rate_rps(schedule)) as client:
         result = await client.run(schedule, bodies, progress, label=kind)
         limit = client.connection_limit
-    info = RunInfo(
-        kind=kind,
-        gateway=options.base_url,
-        schedule=schedule.description,
-        seed=options.seed,
-        started_at=started_at,
-        window_s=result.window_s,
-        elapsed_s=result.elapsed_s,
+    info = replace(
+        _run_info(kind, options, schedule.description, started_at, result),
         scheduled=len(schedule.arrivals),
-        not_sent=result.not_sent,
         dropped_by_cap=schedule.dropped_by_cap,
         connection_limit=limit,
-        command=options.command,
+    )
+    write_report(
+        options.out_dir,
+        info,
+        result.records,
+        result.instance_samples,
+        slo_table(functions, options.slo_ms),
+    )
+    return result, info
+
+
+async def run_closed_loop(
+    plan: ClosedLoopPlan,
+    functions: Sequence[FunctionInfo],
+    options: RunOptions,
+    progress: ProgressSink | None,
+) -> tuple[RunResult, RunInfo]:
+    """Drive a closed-loop plan and write its report (send lag marked as not applicable)."""
+    clients = len(plan.clients)
+    if options.max_connections is not None and clients > options.max_connections:
+        raise ValueError(
+            f"--concurrency: {clients} clients in all need {clients} connections, more than "
+            f"--max-connections {options.max_connections}"
+        )
+    if clients > fd_ceiling():
+        raise ValueError(
+            f"--concurrency: {clients} clients in all need {clients} connections, more than "
+            f"the {fd_ceiling()} this process may open (raise `ulimit -n`, or run several "
+            "loadgen processes)"
+        )
+    bodies = build_bodies(functions, options)
+    started_at = _now_iso()
+    async with OpenLoopClient(_client_config(options), 0.0, min_connections=clients) as client:
+        result = await client.run_closed(plan, bodies, progress, label="closed loop")
+        limit = client.connection_limit
+    info = replace(
+        _run_info("synthetic", options, plan.description, started_at, result),
+        connection_limit=limit,
+        closed_loop=True,
     )
     write_report(
         options.out_dir,
@@ -215,12 +298,17 @@ async def run_max_rate(
         dropped_by_cap=0,
         connection_limit=limit,
         command=options.command,
+        requests=describe(options.body_format, options.route),
     )
     write_report(options.out_dir, info, records, samples, {function.name: slo_ms}, search=state)
     return state
 
 
 def run_async(coroutine_factory: Callable[[], Any]) -> Any:
-    """Plain asyncio: uvloop measured no faster here (client CPU ~120-250 us per request
-    either way) and its timers tick in whole milliseconds."""
-    return asyncio.run(coroutine_factory())
+    """On uvloop when it is importable (the engine's callbacks run faster there; its timers
+    tick in whole milliseconds, which only rounds send times), else plain asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine_factory())
+    return uvloop.run(coroutine_factory())

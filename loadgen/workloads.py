@@ -11,6 +11,9 @@ Pure: no I/O, no clock, no network. The same arguments and seed give the same sc
 * Synthetic: `constant` (evenly spaced), `poisson` (homogeneous), `step` (Poisson at each
   level for `step_s`), `ramp` (Poisson, rate linear from `rate_rps` to `ramp_to_rps`),
   `burst` (Poisson at `rate_rps` for `on_s`, then at `off_rate_rps` for `off_s`, repeated).
+* Closed loop: no schedule but a plan: `concurrency` clients per function, each sending its
+  next request as soon as its previous answer arrives, while the run is younger than its
+  duration and fewer than `max_requests` were sent in all.
 """
 
 from __future__ import annotations
@@ -268,4 +271,54 @@ def _finish(
         duration_s=min(duration_s, max_duration_s),
         description=description,
         dropped_by_cap=total - len(arrivals),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopSpec:
+    concurrency: int  # clients per function
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"--concurrency {self.concurrency}: need at least 1 client")
+        if not self.duration_s > 0:
+            raise ValueError(f"--duration-s {self.duration_s}: must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopPlan:
+    clients: tuple[str, ...]  # the function each client drives
+    duration_s: float  # no request is sent later than this after the start
+    max_requests: int  # no more requests than this in all
+    description: str
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.clients))
+
+    def may_send(self, elapsed_s: float, sent: int) -> bool:
+        """Whether a client whose answer just arrived sends again."""
+        return sent < self.max_requests and elapsed_s < self.duration_s
+
+
+def closed_loop_plan(
+    spec: ClosedLoopSpec, functions: Sequence[str], max_requests: int, max_duration_s: float
+) -> ClosedLoopPlan:
+    """`concurrency` clients per function, interleaved (client k drives function k % F), so a
+    small `max_requests` still reaches every function."""
+    if not functions:
+        raise ValueError("a closed-loop load needs at least one function")
+    if max_requests < 0 or not max_duration_s > 0:
+        raise ValueError(f"caps max_requests={max_requests}, max_duration_s={max_duration_s}")
+    clients = tuple(functions[k % len(functions)] for k in range(spec.concurrency * len(functions)))
+    description = (
+        f"synthetic closed loop: {spec.concurrency} client(s) per function, each sending when "
+        f"its previous answer arrives, for {spec.duration_s:g} s on {', '.join(functions)}"
+    )
+    return ClosedLoopPlan(
+        clients=clients,
+        duration_s=min(spec.duration_s, max_duration_s),
+        max_requests=max_requests,
+        description=description,
     )

@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import pytest
 
 from loadgen.bodies import make_bodies
-from loadgen.client import (
-    ClientConfig,
-    OpenLoopClient,
-    connection_limit,
-    error_code,
-    instance_samples,
-    timing_from_headers,
-)
+from loadgen.client import ClientConfig, OpenLoopClient, connection_limit
 from loadgen.functions import FunctionInfo, InputSpec
 from loadgen.records import NO_RESPONSE
+from loadgen.responses import error_code, instance_samples, timing_from_headers
 from loadgen.workloads import Arrival, Schedule, SyntheticSpec, synthetic_schedule
 from tests.support.fake_gateway import MNIST, FakeGateway, serve
 
@@ -147,6 +142,9 @@ def test_header_parsing() -> None:
 def test_error_codes_and_instance_samples() -> None:
     assert error_code(429, b'{"error": "busy", "code": "overloaded"}') == "overloaded"
     assert error_code(502, b"<html>bad gateway</html>") == "http_502"
+    packed = msgspec.msgpack.encode({"error": "x", "code": "invalid_input"})
+    assert error_code(422, packed, "application/msgpack") == "invalid_input"
+    assert error_code(422, packed, "application/json") == "http_422"
     samples = instance_samples(
         1.0, [{"function": "a", "state": "ready"}] * 2 + [{"function": "a", "state": "starting"}]
     )
