@@ -155,6 +155,7 @@ def run_step(
     rows = _records(out)
     answered = summary["ok"]
     rejected = [r for r in rows if r.get("status") == "429"]
+    without_retry_after = [r for r in rejected if not r.get("retry_after_s")]
     latency = summary["latency"]
     instances = gw.get("/system/instances")
     return Step(
@@ -165,7 +166,7 @@ def run_step(
         answered=answered,
         slo_violations=summary["slo_violations"],
         rejected_429=len(rejected),
-        missing_retry_after=0,
+        missing_retry_after=len(without_retry_after),
         other_errors=summary["errors"] - len(rejected),
         server_cpu_us_per_request=server_cpu / max(1, summary["requests"]) * 1e6,
         client_cpu_us_per_request=client_cpu / max(1, summary["requests"]) * 1e6,

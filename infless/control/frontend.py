@@ -113,9 +113,22 @@ class FunctionFrontend:
         assert function is not None, "bind the call to its function first"
         function.router.check_room(self.budget_s(function))
 
+    def describe(self, function: DeployedFunction) -> dict[str, object]:
+        """How requests of `function` are admitted now (for /system/function)."""
+        latency = function.latency
+        p99_ms = latency.p99_ms(self._clock.now())
+        return {
+            "budgetMs": round(self.budget_s(function) * 1000.0, 3),
+            "budgetFactor": round(latency.budget_factor, 3),
+            "overheadMs": round(latency.overhead_ms, 3),
+            "loopLagMs": round(self.loop_lag.tail_ms, 3),
+            "p99Ms": None if p99_ms is None else round(p99_ms, 3),
+            "refused": function.router.rejected,
+        }
+
     def budget_s(self, function: DeployedFunction) -> float:
         """How long a request of `function` arriving now may take to be served."""
-        return function.latency.budget_ms(self.loop_lag.tail_ms) / 1000.0
+        return function.latency.budget_ms(self._clock.now(), self.loop_lag.tail_ms) / 1000.0
 
     async def run(self, call: Call, samples: Sequence[Sample]) -> list[Outcome]:
         """Admit every sample, await all of them, answer in order (or raise the first

@@ -11,7 +11,10 @@ a request spends outside queue and batch, and the tail latency a function delive
   of recent answers per second (the autoscaler's p99 feedback), and the budget a new request
   gets: the SLO less that overhead, scaled by a factor that shrinks while the recent p99
   runs above `target` × SLO and grows back below `relax` × SLO — what no model foresaw
-  (cores taken by other processes, a loaded client) is corrected by what was measured.
+  (cores taken by other processes, a loaded client) is corrected by what was measured. The
+  overhead measured lasts as long as answers keep coming: with none for a second (every
+  request refused), it halves every second, so a burst of slow answers cannot lock a
+  function out.
 - `LoopLag`: how late the event loop runs timers (a request waits that long before the
   gateway even reads it).
 
@@ -114,6 +117,7 @@ class ExecModel:
 BUDGET_WINDOW = 512  # recent answers whose p99 steers the budget
 BUDGET_EVERY = 64  # answers between steering steps
 BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
+OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
 
 
 class FunctionLatency:
@@ -132,6 +136,7 @@ class FunctionLatency:
         self._overheads: deque[float] = deque(maxlen=TAIL_WINDOW)
         self._seen = 0
         self.overhead_ms = 1.0  # tail of the time outside queue and batch
+        self._overhead_at_s = -math.inf  # when it was last measured
         self._window_s = window_s
         self._seconds: deque[tuple[int, list[float]]] = deque(maxlen=window_s + 1)
         self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
@@ -139,9 +144,13 @@ class FunctionLatency:
         self.budget_factor = 1.0
         self.answered = 0
 
-    def budget_ms(self, loop_lag_ms: float) -> float:
+    def budget_ms(self, now_s: float, loop_lag_ms: float) -> float:
         """How long a new request's batch may take to be served (see the module docstring)."""
-        return max(0.0, self.budget_factor * self.slo_ms - self.overhead_ms - loop_lag_ms)
+        overhead_ms = self.overhead_ms
+        stale_s = now_s - self._overhead_at_s - OVERHEAD_FRESH_S
+        if stale_s > 0:
+            overhead_ms *= 0.5**stale_s
+        return max(0.0, self.budget_factor * self.slo_ms - overhead_ms - loop_lag_ms)
 
     def answered_in(self, now_s: float, latency_ms: float, overhead_ms: float) -> None:
         self.answered += 1
@@ -150,6 +159,7 @@ class FunctionLatency:
         self._seen += 1
         if self._seen % TAIL_EVERY == 0:
             self.overhead_ms = quantile(list(self._overheads), self._q)
+            self._overhead_at_s = now_s
         if self._seen % BUDGET_EVERY == 0:
             self._steer(quantile(list(self._recent), 0.99))
         second = math.floor(now_s)

@@ -61,7 +61,6 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "tenant": spec.tenant,
         "coldStarts": function.router.cold_starts,
         "rejected": function.router.rejected,
-        "overheadMs": round(function.latency.overhead_ms, 3),
         "retries": function.router.retries,
         "lastError": function.health.last_error,
         "owner": function.desired.owner.value,
@@ -146,6 +145,7 @@ class SystemRoutes:
         function = self._ctx.frontend.find(request.match_info["name"])
         status = function_status(function)
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
+        status["admission"] = self._ctx.frontend.describe(function)
         return _json(status)
 
     async def create(self, request: web.Request) -> web.Response:
