@@ -78,18 +78,20 @@ class Step:
 
 
 def _tree_cpu_s(pid: int) -> float:
-    total = 0.0
-    with_children = [psutil.Process(pid)]
+    """CPU seconds of a process and everything below it, the exited ones included (a
+    reaped worker's time moves into its parent's children counters)."""
     try:
-        with_children += psutil.Process(pid).children(recursive=True)
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return 0.0
-    for process in with_children:
+    total = 0.0
+    for process in tree:
         try:
-            times = process.cpu_times()
+            t = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
+        total += t.user + t.system + t.children_user + t.children_system
     return total
 
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
-from infless.cluster.cpus import CpuAllocator, HostCpu, usable_cpus
+from infless.cluster.cpus import CpuAllocator, usable_cpus
 from infless.cluster.gpus import GpuInventory, discover_gpus
 from infless.coldstart.policies import build_policy
 from infless.config import Config
@@ -145,7 +145,6 @@ def build_platform(
         gpu_pct=gpus.share_capacity_pct,
         autoscaled=autoscaled,
         on_instance_change=instances_changed,
-        cpu_busy=HostCpu(cores).sample,
     )
     tickers: list[Ticker] = []
     autoscaler = None

@@ -1,17 +1,13 @@
-"""CPU cores of this server: allocation for instances (least-loaded cores first) and how busy
-they are.
+"""CPU core allocation for instances on this server: least-loaded cores first.
 
 Instances may share cores when there are more instances than cores (the OS time-slices
 them); the allocator spreads them so no core carries two instances while another is idle.
-`CpuAllocator` is pure bookkeeping (applying the set — affinity, cgroups — happens in the
-worker and pool); `HostCpu` reads the kernel's counters.
+Pure bookkeeping: applying the set (affinity / cgroups) happens in the worker and pool.
 """
 
 from __future__ import annotations
 
 import os
-
-import psutil
 
 
 def usable_cpus(reserved: int) -> tuple[int, ...]:
@@ -42,34 +38,3 @@ class CpuAllocator:
 
     def load(self) -> dict[int, int]:
         return dict(self._load)
-
-
-class HostCpu:
-    """How busy this server's cores were lately: read from the kernel's CPU counters at each
-    `sample`, smoothed over the last few (an I/O shell for the autoscaler's snapshot)."""
-
-    def __init__(self, cores: tuple[int, ...]) -> None:
-        self._cores = cores
-        self._last = self._read()
-        self.busy: float | None = None
-
-    def _read(self) -> tuple[float, float]:
-        per_core = psutil.cpu_times(percpu=True)
-        busy = total = 0.0
-        for core in self._cores:
-            if core < len(per_core):
-                times = per_core[core]
-                core_total = sum(times)
-                total += core_total
-                busy += core_total - times.idle - getattr(times, "iowait", 0.0)
-        return busy, total
-
-    def sample(self) -> float | None:
-        """The share of the cores busy since the previous sample (smoothed); None at first."""
-        busy, total = self._read()
-        d_busy, d_total = busy - self._last[0], total - self._last[1]
-        if d_total >= 0.05 * len(self._cores):  # enough ticks of the kernel's clock
-            fraction = min(1.0, max(0.0, d_busy / d_total))
-            self.busy = fraction if self.busy is None else 0.5 * (self.busy + fraction)
-            self._last = (busy, total)
-        return self.busy

@@ -68,8 +68,8 @@ class Autoscaler:
         owned = [f for f in snapshot.functions if f.owner is Owner.AUTOSCALER]
         self._refresh_profiles(owned)
         self._observe(owned)
-        busy = [s.cpu_busy for s in snapshot.servers if s.cpu_busy is not None]
-        self._feedback(owned, max(busy) if busy else None)
+        idle = [s.idle_cores for s in snapshot.servers if s.idle_cores is not None]
+        self._feedback(owned, sum(idle) if idle else None)
         return self._plan(snapshot.pool_view(Owner.AUTOSCALER), pressed(demand, self.pressure))
 
     def plan_for(self, demand: Demand) -> ScalingPlan:
@@ -101,7 +101,7 @@ class Autoscaler:
                 self._demand, function.name, new, since_s, now, self._cfg.demand
             )
 
-    def _feedback(self, owned: Sequence[FunctionState], host_busy: float | None) -> None:
+    def _feedback(self, owned: Sequence[FunctionState], idle_cores: int | None) -> None:
         """Each owned function's demand factor from its p99 and its refusals this tick."""
         pressure: dict[str, float] = {}
         for function in owned:
@@ -109,7 +109,7 @@ class Autoscaler:
             self._seen_refused[function.name] = function.refused
             factor = next_pressure(
                 self.pressure.get(function.name, 1.0), function.p99_ms, function.view.slo_ms,
-                refused, self._cfg.feedback, host_busy,
+                refused, self._cfg.feedback, idle_cores,
             )  # fmt: skip
             if factor != self.pressure.get(function.name, 1.0):
                 log.info("autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",

@@ -87,7 +87,6 @@ class WorkerPool:
         autoscaled: bool = False,
         server_id: str = LOCAL_SERVER,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
-        cpu_busy: Callable[[], float | None] | None = None,
     ) -> None:
         self._clock = clock
         self.starter = starter
@@ -98,7 +97,6 @@ class WorkerPool:
         self._owner = d.Owner.AUTOSCALER if autoscaled else d.Owner.MANUAL
         self._server_id = server_id
         self._on_change = on_instance_change
-        self._cpu_busy = cpu_busy  # how busy the server's cores are (None: not measured)
         self.functions: dict[str, DeployedFunction] = {}
         self._stopping = False
         self._background: set[asyncio.Task[Any]] = set()  # drains and releases: awaited
@@ -201,9 +199,9 @@ class WorkerPool:
                     used_cpus += instance.config.cpus
         free_gpu = tuple(max(0, c - u) for c, u in zip(self._gpu_pct, used_gpu, strict=True))
         free_cpus = max(0, self._capacity_cpus - used_cpus)
-        busy = None if self._cpu_busy is None else self._cpu_busy()
+        idle = sum(1 for load in self._allocator.load().values() if load == 0)
         return ServerView(
-            self._server_id, self._capacity_cpus, free_cpus, self._gpu_pct, free_gpu, busy
+            self._server_id, self._capacity_cpus, free_cpus, self._gpu_pct, free_gpu, idle
         )
 
     def _function_state(self, function: DeployedFunction, now: float) -> FunctionState:

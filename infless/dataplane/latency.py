@@ -114,8 +114,7 @@ class ExecModel:
         return dict(self._mean)
 
 
-BUDGET_WINDOW = 512  # recent answers whose p99 steers the budget
-BUDGET_EVERY = 64  # answers between steering steps
+STEER_EVERY_S = 0.5  # how often the budget is steered, from the answers of the last ~2 s
 BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
 OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
 
@@ -139,8 +138,8 @@ class FunctionLatency:
         self._overhead_at_s = -math.inf  # when it was last measured
         self._window_s = window_s
         self._seconds: deque[tuple[int, list[float]]] = deque(maxlen=window_s + 1)
-        self._recent: deque[float] = deque(maxlen=BUDGET_WINDOW)
         self._target, self._relax = target, relax
+        self._steered_s = -math.inf
         self.budget_factor = 1.0
         self.answered = 0
 
@@ -155,13 +154,10 @@ class FunctionLatency:
     def answered_in(self, now_s: float, latency_ms: float, overhead_ms: float) -> None:
         self.answered += 1
         self._overheads.append(overhead_ms)
-        self._recent.append(latency_ms)
         self._seen += 1
         if self._seen % TAIL_EVERY == 0:
             self.overhead_ms = quantile(list(self._overheads), self._q)
             self._overhead_at_s = now_s
-        if self._seen % BUDGET_EVERY == 0:
-            self._steer(quantile(list(self._recent), 0.99))
         second = math.floor(now_s)
         seconds = self._seconds
         if not seconds or seconds[-1][0] != second:
@@ -169,12 +165,17 @@ class FunctionLatency:
         bucket = seconds[-1][1]
         if len(bucket) < 8192:  # enough for a p99; a flood must not grow it
             bucket.append(latency_ms)
+        if now_s - self._steered_s >= STEER_EVERY_S:
+            self._steered_s = now_s
+            recent = [v for s, b in seconds if s >= second - 1 for v in b]
+            if len(recent) >= 20:
+                self._steer(quantile(recent, 0.99))
 
     def _steer(self, p99_ms: float) -> None:
         if p99_ms > self._target * self.slo_ms:
-            self.budget_factor = max(BUDGET_FLOOR, self.budget_factor * 0.9)
+            self.budget_factor = max(BUDGET_FLOOR, self.budget_factor * 0.85)
         elif p99_ms < self._relax * self.slo_ms:
-            self.budget_factor = min(1.0, self.budget_factor * 1.05)
+            self.budget_factor = min(1.0, self.budget_factor * 1.1)
 
     def p99_ms(self, now_s: float) -> float | None:
         """The p99 of the answers of the last `window_s` whole seconds and this one."""

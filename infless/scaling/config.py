@@ -42,7 +42,6 @@ class FeedbackConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     step: float = 0.25  # the factor grows by this much per tick under pressure
     decay: float = 0.9  # per tick without pressure, towards 1
     max_factor: float = 4.0
-    host_busy_limit: float = 0.85  # busier than this, more instances only slow each other
 
 
 def check_feedback(cfg: FeedbackConfig, section: str) -> list[str]:

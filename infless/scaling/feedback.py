@@ -4,9 +4,10 @@ The planner sizes capacity from predicted (or warm-up) service times; on a small
 gateway, the client and other instances share the cores, and a function can miss its SLO
 while the prediction says one instance suffices. So each function carries a pressure
 factor that multiplies its demand: it grows by `step` on every tick whose measured p99 is
-above `p99_high` × SLO or that refused requests for lack of capacity — unless the server's
-cores are already busier than `host_busy_limit` (then more instances would only slow each
-other down, and the admission of the data plane sheds the excess instead) — and decays back
+above `p99_high` × SLO or that refused requests for lack of capacity, while the server has
+a core no instance runs on (idle cores are used before the SLO is missed; with every core
+taken, more instances would only slow each other down, and the data plane's admission sheds
+the excess instead) — and decays back
 towards 1 (× `decay` per tick) while the p99 is below `p99_low` × SLO with no refusal.
 Between the two it holds. Pure: no I/O, no clock.
 """
@@ -25,13 +26,14 @@ def next_pressure(
     slo_ms: float,
     refused: int,
     cfg: FeedbackConfig,
-    host_busy: float | None = None,
+    idle_cores: int | None = None,
 ) -> float:
-    """The function's demand factor after one tick of measurements."""
+    """The function's demand factor after one tick of measurements (`idle_cores`: the
+    server's cores with no instance; None when not known, as in the simulator)."""
     if not cfg.enabled:
         return 1.0
     if refused > 0 or (p99_ms is not None and p99_ms > cfg.p99_high * slo_ms):
-        if host_busy is not None and host_busy > cfg.host_busy_limit:
+        if idle_cores == 0:
             return factor
         return min(cfg.max_factor, factor + cfg.step)
     if p99_ms is None or p99_ms < cfg.p99_low * slo_ms:

@@ -35,7 +35,7 @@ class ServerView:
     free_cpus: int
     gpu_pct: tuple[int, ...] = ()  # capacity per GPU device, in percent (100 each)
     free_gpu_pct: tuple[int, ...] = ()  # free share per device, same order
-    cpu_busy: float | None = None  # the share of its cores busy lately (None: not measured)
+    idle_cores: int | None = None  # cores no instance runs on (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
