@@ -70,14 +70,16 @@ class Autoscaler:
         self._observe(owned)
         idle = [s.idle_cores for s in snapshot.servers if s.idle_cores is not None]
         self._feedback(owned, sum(idle) if idle else None)
-        return self._plan(snapshot.pool_view(Owner.AUTOSCALER), pressed(demand, self.pressure))
+        return self._plan(snapshot.pool_view(Owner.AUTOSCALER), demand)
 
     def plan_for(self, demand: Demand) -> ScalingPlan:
         """Plan for a demand given from outside (the simulator's t = 0 prewarm)."""
         return self._plan(self._target.snapshot().pool_view(Owner.AUTOSCALER), demand)
 
     def _plan(self, view: PoolView, demand: Demand) -> ScalingPlan:
-        plan = self._policy(view, demand, self.predictor, self._cfg)
+        """Plan for the demand as the feedback presses it; releases of young instances wait
+        until the demand itself (not the pressure) has fallen."""
+        plan = self._policy(view, pressed(demand, self.pressure), self.predictor, self._cfg)
         plan, self._stability = hold(plan, view, demand, self._stability, self._cfg.stability)
         self._log(plan)
         self._target.apply(plan)

@@ -134,7 +134,7 @@ class FunctionLatency:
         self._q = tail_quantile
         self._overheads: deque[float] = deque(maxlen=TAIL_WINDOW)
         self._seen = 0
-        self.overhead_ms = 1.0  # tail of the time outside queue and batch
+        self.overhead_ms = 0.0  # tail of the time outside queue and batch (none measured yet)
         self._overhead_at_s = -math.inf  # when it was last measured
         self._window_s = window_s
         self._seconds: deque[tuple[int, list[float]]] = deque(maxlen=window_s + 1)

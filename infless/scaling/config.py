@@ -40,7 +40,7 @@ class FeedbackConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     p99_high: float = 0.8  # of the SLO: above it (or a refusal), more capacity
     p99_low: float = 0.5  # of the SLO: below it with no refusal, the pressure decays
     step: float = 0.25  # the factor grows by this much per tick under pressure
-    decay: float = 0.9  # per tick without pressure, towards 1
+    decay: float = 0.97  # per tick without pressure, towards 1 (half-life ~11 s at 0.5 s)
     max_factor: float = 4.0
 
 
@@ -58,10 +58,11 @@ def check_feedback(cfg: FeedbackConfig, section: str) -> list[str]:
 class StabilityConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     min_lifetime_s: float = 30.0
     fall_ratio: float = 0.6  # a release within the lifetime needs demand below this share
+    downsize_after_s: float = 30.0  # below its band this long before a smaller set starts
 
 
 def check_stability(cfg: StabilityConfig, section: str) -> list[str]:
-    if cfg.min_lifetime_s < 0 or not 0 < cfg.fall_ratio <= 1:
+    if cfg.min_lifetime_s < 0 or cfg.downsize_after_s < 0 or not 0 < cfg.fall_ratio <= 1:
         return [
             f"{section}: need min_lifetime_s ({cfg.min_lifetime_s}) >= 0 and fall_ratio "
             f"({cfg.fall_ratio}) in (0, 1]"

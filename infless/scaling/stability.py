@@ -1,13 +1,19 @@
-"""No flapping: an instance is not released within a minimum lifetime unless demand has fallen.
+"""No flapping: an instance is not released within a minimum lifetime unless demand has fallen,
+and a function is not resized downwards on one tick's evidence.
 
-The planner decides from the demand estimate of the moment; a burst that passes, a share
-that shifts or a smaller configuration that now fits can make it release an instance it
-started seconds earlier — and start another the next time the estimate rises. `hold` filters
-a plan: a release (`StopInstance` for "release", "zero-demand" or "keep-alive") of an
-instance younger than `min_lifetime_s` is dropped unless the function's demand is now below
-`fall_ratio` × the demand when the instance was first seen. Stops for being over the
-function's maximum always go through. `Stability` remembers each instance's demand at
-start. Pure: no I/O, no clock (the view carries `now`).
+The planner decides from the estimates of the moment; a burst that passes, a share that
+shifts, or measured service times that wander (which move every instance's [r_low, r_up])
+can make it release an instance it started seconds earlier, or replace underfed instances by
+smaller ones ("downsize") and back. `hold` filters a plan:
+- a release (`StopInstance` for "release", "zero-demand" or "keep-alive") of an instance
+  younger than `min_lifetime_s` is dropped unless the function's demand is now below
+  `fall_ratio` × its demand when the instance was first seen (stops for being over the
+  function's maximum always go through);
+- starts planned while the function's demand is below its band (the downsize, which
+  adds no capacity) are dropped until the function has been below the band for
+  `downsize_after_s`.
+`Stability` remembers each instance's demand at start and since when each function has been
+below its band. Pure: no I/O, no clock (the view carries `now`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from dataclasses import dataclass, field
 
 from infless.scaling.config import StabilityConfig
 from infless.scaling.demand import Demand
-from infless.scaling.view import PoolView, ScalingPlan, StopInstance
+from infless.scaling.shares import Regime
+from infless.scaling.view import PoolView, ScalingPlan, StartInstance, StopInstance
 
 HELD_REASONS = frozenset({"release", "zero-demand", "keep-alive"})
 
@@ -24,6 +31,7 @@ HELD_REASONS = frozenset({"release", "zero-demand", "keep-alive"})
 @dataclass(frozen=True, slots=True)
 class Stability:
     demand_at_start: dict[str, float] = field(default_factory=dict)  # instance id -> rps
+    below_since_s: dict[str, float] = field(default_factory=dict)  # function -> time
 
 
 def hold(
@@ -37,8 +45,17 @@ def hold(
         for instance in view_of.instances:
             seen[instance.instance_id] = state.demand_at_start.get(instance.instance_id, rate)
             started[instance.instance_id] = (view_of.name, instance.started_s)
+    below: dict[str, float] = {}
+    for decision in plan.decisions:
+        if decision.regime is Regime.BELOW:
+            below[decision.function] = state.below_since_s.get(decision.function, view.now_s)
     kept = []
+    downsized: set[str] = set()
     for action in plan.actions:
+        if isinstance(action, StartInstance) and action.function in below:
+            if view.now_s - below[action.function] < cfg.downsize_after_s:
+                continue
+            downsized.add(action.function)
         if isinstance(action, StopInstance) and action.reason in HELD_REASONS:
             name, started_s = started.get(action.instance_id, ("", -1e18))
             young = view.now_s - started_s < cfg.min_lifetime_s
@@ -46,6 +63,8 @@ def hold(
             if young and not fallen:
                 continue
         kept.append(action)
+    for name in downsized:  # the next downsize waits its turn again
+        below[name] = view.now_s
     if len(kept) == len(plan.actions):
-        return plan, Stability(seen)
-    return ScalingPlan(tuple(kept), plan.decisions), Stability(seen)
+        return plan, Stability(seen, below)
+    return ScalingPlan(tuple(kept), plan.decisions), Stability(seen, below)

@@ -121,6 +121,7 @@ def test_header_parsing() -> None:
             "X-Infless-Exec-Ms": "7",
             "X-Infless-Cold-Start": "true",
             "X-Infless-Cold-Start-Ms": "900",
+            "Retry-After": "2",
         }
     )
     assert timing == {
@@ -132,10 +133,12 @@ def test_header_parsing() -> None:
         "cold_start": True,
         "cold_start_ms": 900.0,
         "duration_ms": 250.0,
+        "retry_after_s": 2.0,
     }
     empty = timing_from_headers({"X-Infless-Batch-Size": "x"})
     assert empty["batch_size"] == 0
     assert math.isnan(empty["queue_ms"])
+    assert math.isnan(empty["retry_after_s"])
     assert empty["cold_start"] is False
 
 

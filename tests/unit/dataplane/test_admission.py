@@ -1,0 +1,130 @@
+"""Admission by deadline, and batches released by deadline ("slo" dispatch), on real
+instances with in-process workers and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from infless.dataplane.instance import Instance
+from infless.dataplane.policy import BatchSettings
+from infless.dataplane.request import Pending
+from infless.dataplane.router import FunctionRouter
+from infless.errors import Overloaded
+from infless.types import InstanceConfig, TensorSpec
+from infless.workers import protocol as p
+from infless.workers.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
+from tests.support.clock import FakeClock
+
+SPECS = (TensorSpec("x", "float32", (2,)),)
+EXEC_MS = 10.0  # every batch, whatever its size: easy arithmetic
+
+
+class Harness:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.router = FunctionRouter("f", clock, waiting_capacity=4, request_cold_start=print)
+        self.handles: list[InProcessWorkerHandle] = []
+
+    def add(self, batch_size: int = 2, mode: str = "slo") -> Instance:
+        instance = Instance(
+            f"f-{len(self.handles)}", "f", InstanceConfig(batch_size, 1), (0,), self.clock, SPECS,
+            on_orphans=lambda *_: None,
+        )  # fmt: skip
+        self.router.add(instance)
+        handle = InProcessWorkerHandle(InProcessModel(latency_ms=constant_ms(EXEC_MS)), self.clock)
+        ready = p.Ready(pid=0, exec_ms={1: EXEC_MS, batch_size: EXEC_MS}, start=p.StartBreakdown())
+        settings = BatchSettings(batch_size, 0.04, 64, EXEC_MS, mode=mode)  # type: ignore[arg-type]
+        instance.become_ready(handle, settings, ready)
+        self.router.instance_ready(instance)
+        self.handles.append(handle)
+        return instance
+
+    def submit(self, budget_s: float) -> Pending:
+        return self.router.submit({"x": np.zeros(2, dtype=np.float32)}, budget_s)
+
+
+async def _spin() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_request_that_cannot_be_served_in_time_is_refused_at_once() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    instance = harness.add(batch_size=2)
+    first = [harness.submit(0.045) for _ in range(2)]  # a full batch: runs now, done at 10 ms
+    await _spin()
+    queued = [harness.submit(0.045) for _ in range(4)]  # two more batches: done at 20, 30 ms
+    # a seventh would finish after the batch in flight and two full batches, then its own:
+    # 10 + 10 + 10 + 10 = 40 ms; within a 45 ms budget, outside a 35 ms one
+    assert instance.finish_by_s(clock.now()) == pytest.approx(clock.now() + 0.040)
+    admitted = harness.submit(0.045)
+    with pytest.raises(Overloaded) as refused:
+        harness.submit(0.035)
+    assert refused.value.retry_after_s is not None
+    assert refused.value.retry_after_s >= 1.0
+    assert harness.router.rejected == 1
+    assert instance.queue_length == 5  # the refused one was never queued
+    for _ in range(12):
+        await clock.advance(0.005)
+    outcomes = [await asyncio.wait_for(x.future, 1.0) for x in (*first, *queued, admitted)]
+    assert all(o.queue_ms + o.service_ms <= 45.0 + 1e-6 for o in outcomes)
+
+
+async def test_the_router_moves_a_late_request_to_an_instance_that_makes_it() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    busy, idle = harness.add(batch_size=1), harness.add(batch_size=1)
+    idle.share_rps, busy.share_rps = 1e-6, 1e6  # the dispatcher always proposes `busy`
+    chain = [harness.submit(1.0) for _ in range(3)]  # 30 ms of work queued on `busy`
+    assert busy.queue_length + busy.in_flight == 3
+    late_on_busy = harness.submit(0.015)  # busy: done in 40 ms; idle: in 10 ms
+    await _spin()
+    assert harness.handles[1].batch_sizes == [1]  # served by the idle instance
+    await clock.advance(0.011)
+    assert (await asyncio.wait_for(late_on_busy.future, 1.0)).instance_id == idle.instance_id
+    for _ in range(8):
+        await clock.advance(0.01)
+    await asyncio.wait_for(asyncio.gather(*(c.future for c in chain)), 1.0)
+
+
+async def test_check_room_refuses_before_anything_is_decoded() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    harness.add(batch_size=1)
+    for _ in range(5):
+        harness.submit(1.0)  # 50 ms of work
+    harness.router.check_room(0.1)  # 60 ms ahead for one more: fits in 100
+    with pytest.raises(Overloaded):
+        harness.router.check_room(0.03)
+    assert harness.router.rejected == 1
+    for _ in range(8):
+        await clock.advance(0.01)
+
+
+async def test_a_partial_batch_waits_a_bounded_time_and_never_past_its_latest_start() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    harness.add(batch_size=8)
+    harness.submit(0.030)  # the first goes at once (nothing is known of the rate yet)
+    waiting = []
+    for _ in range(7):  # then 1 ms apart: ~1000 rps, which only a full batch of 8 sustains
+        await clock.advance(0.001)
+        waiting.append(harness.submit(0.030))
+    oldest_s = waiting[0].arrival_s
+    # the worker is free again at 10 ms; the 7 waiting are one short of the target (8). The
+    # batch goes FILL_SLACK x 8 gaps (16 ms) after the oldest arrival, before its latest
+    # start (its deadline, 30 ms after it, less the 10 ms a batch takes)
+    while clock.now() < oldest_s + 0.0152:
+        await clock.advance(0.0005)
+    assert harness.handles[0].batch_sizes == [1]
+    await clock.advance(0.001)
+    assert harness.handles[0].batch_sizes == [1, 7]
+    for _ in range(12):
+        await clock.advance(0.002)
+    outcomes = [await asyncio.wait_for(w.future, 1.0) for w in waiting]
+    assert outcomes[0].queue_ms == pytest.approx(16.0, abs=0.6)
+    assert all(o.queue_ms + o.service_ms <= 30.0 + 1e-6 for o in outcomes)

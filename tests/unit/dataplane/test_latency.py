@@ -1,0 +1,96 @@
+"""What the data plane measures: service times at their tail, the smallest sustaining batch,
+the overhead outside queue and batch, and the budget steered by the measured p99."""
+
+from __future__ import annotations
+
+import pytest
+
+from infless.dataplane.latency import ExecModel, FunctionLatency, LoopLag, quantile
+from infless.dataplane.policy import FILL_SLACK, slo_dispatch_at
+
+WARMUP = {1: 1.0, 2: 1.2, 4: 1.6, 8: 2.4, 16: 4.0, 32: 7.2}
+
+
+def test_quantile_is_the_nearest_rank() -> None:
+    assert quantile([], 0.99) == 0.0
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert quantile([float(v) for v in range(100)], 0.95) == 94.0
+
+
+def test_means_interpolate_between_measured_sizes_and_never_fall() -> None:
+    model = ExecModel(WARMUP, max_batch=32)
+    assert model.mean_ms(4) == 1.6
+    assert model.mean_ms(6) == pytest.approx(2.0)  # halfway between 4 and 8
+    assert model.mean_ms(64) == pytest.approx(14.4)  # linear beyond the largest
+    assert model.tail_ms(8) == model.mean_ms(8)  # no served batch yet: the tail is the mean
+
+
+def test_the_tail_ratio_follows_the_spread_of_served_batches() -> None:
+    model = ExecModel(WARMUP, max_batch=32, tail_quantile=0.95)
+    for k in range(64):
+        model.observe(8, 2.4 * (3.0 if k % 10 == 0 else 1.0))  # one batch in ten is 3x slower
+    assert 2.5 < model.tail_ratio <= 3.0
+    assert model.tail_ms(8) == pytest.approx(model.mean_ms(8) * model.tail_ratio)
+    model.observe(5, 2.0)  # a size never measured joins the table
+    assert 5 in model.by_batch()
+
+
+def test_the_smallest_sustaining_batch_grows_with_the_rate() -> None:
+    model = ExecModel(WARMUP, max_batch=32)
+    assert model.smallest_sustaining(0.0, 0.6) == 1
+    assert model.smallest_sustaining(300.0, 0.6) == 1  # 300 rps x 1 ms = 30 % busy
+    b = model.smallest_sustaining(2000.0, 0.6)  # needs b / t_exec(b) >= 3333 rps
+    assert 4 < b <= 8
+    assert 2000.0 * model.mean_ms(b) / 1000.0 / b <= 0.6
+    assert model.smallest_sustaining(1e6, 0.6) == 32  # nothing sustains it: the largest
+
+
+def test_slo_dispatch_goes_at_the_target_and_waits_a_bounded_time_before() -> None:
+    assert slo_dispatch_at(0, 4, 0.0, 1.0, 0.001) == float("inf")
+    assert slo_dispatch_at(4, 4, 0.0, 1.0, 0.001) == float("-inf")
+    # two of four wait, 1 ms apart: no longer than FILL_SLACK x the target's fill time
+    assert slo_dispatch_at(2, 4, 10.0, 11.0, 0.001) == pytest.approx(10.0 + FILL_SLACK * 0.004)
+    # arrivals too slow to fill before the latest start: go when they fall behind
+    assert slo_dispatch_at(1, 4, 10.0, 10.02, 0.05) == pytest.approx(10.02 - 0.15)
+    # close to the latest start, the fill time left decides
+    assert slo_dispatch_at(1, 8, 10.0, 10.001, 1e-4) == pytest.approx(10.001 - 7e-4)
+    # one arrival seen (no gap yet): nothing to wait for
+    assert slo_dispatch_at(1, 8, 10.0, 10.001, float("inf")) == float("-inf")
+
+
+def test_the_budget_is_the_slo_less_overheads_and_shrinks_while_p99_runs_high() -> None:
+    latency = FunctionLatency(slo_ms=50.0)
+    assert latency.budget_ms(0.0, loop_lag_ms=2.0) == pytest.approx(50.0 - 2.0)  # none measured
+    now = 100.0
+    for k in range(400):  # answers at 48 ms: above 0.9 x SLO
+        latency.answered_in(now + k * 0.01, 48.0, overhead_ms=3.0)
+    assert latency.overhead_ms == pytest.approx(3.0)
+    assert latency.budget_factor < 0.7
+    squeezed = latency.budget_ms(now + 4.0, 0.0)
+    assert squeezed < 0.7 * 50.0 - 3.0 + 1e-9
+    for k in range(800):  # then fast answers: it grows back to the whole SLO
+        latency.answered_in(now + 4.0 + k * 0.01, 5.0, overhead_ms=3.0)
+    assert latency.budget_factor == 1.0
+    p99 = latency.p99_ms(now + 12.0)
+    assert p99 == pytest.approx(5.0)
+
+
+def test_an_overhead_no_answer_refreshes_fades() -> None:
+    latency = FunctionLatency(slo_ms=50.0)
+    for k in range(32):
+        latency.answered_in(10.0 + k * 0.001, 40.0, overhead_ms=30.0)  # a burst of slow ones
+    assert latency.budget_ms(10.1, 0.0) < 50.0 - 29.0
+    # nothing answered since (every request refused): after 1 s the overhead halves per s
+    assert latency.budget_ms(13.0, 0.0) > latency.budget_ms(11.5, 0.0) > 50.0 - 30.0
+
+
+def test_loop_lag_keeps_a_tail_of_recent_probes() -> None:
+    lag = LoopLag(tail_quantile=0.95)
+    for k in range(40):
+        lag.observe(20.0 if k == 39 else 0.5)
+    assert lag.tail_ms == 0.5  # one late timer in forty is below the 95th percentile
+    for _ in range(4):
+        lag.observe(20.0)
+    assert lag.tail_ms == 20.0
+    lag.observe(-1.0)  # an early wake-up counts as on time
+    assert min(lag._lags) == 0.0
