@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Mapping
 
 TAIL_WINDOW = 256  # recent batches (or requests) a tail quantile is taken over
+FIRST_TAIL_RATIO = 2.0  # the tail ratio assumed until TAIL_EVERY batches were served
 TAIL_EVERY = 16  # samples between recomputations of a tail quantile
 MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in its size's mean
 
@@ -53,7 +54,8 @@ class ExecModel:
         self._sizes = sorted(self._mean)
         self._ratios: deque[float] = deque(maxlen=TAIL_WINDOW)
         self._seen = 0
-        self.tail_ratio = 1.0
+        # warm-up timings were taken alone on the instance's cores; serving shares them
+        self.tail_ratio = FIRST_TAIL_RATIO
         self._tails = self._tail_table()
 
     def _tail_table(self) -> list[float]:

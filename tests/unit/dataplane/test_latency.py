@@ -22,7 +22,8 @@ def test_means_interpolate_between_measured_sizes_and_never_fall() -> None:
     assert model.mean_ms(4) == 1.6
     assert model.mean_ms(6) == pytest.approx(2.0)  # halfway between 4 and 8
     assert model.mean_ms(64) == pytest.approx(14.4)  # linear beyond the largest
-    assert model.tail_ms(8) == model.mean_ms(8)  # no served batch yet: the tail is the mean
+    # nothing served yet: warm-up timings were taken alone, serving shares the cores
+    assert model.tail_ms(8) == pytest.approx(model.mean_ms(8) * 2.0)
 
 
 def test_the_tail_ratio_follows_the_spread_of_served_batches() -> None:
