@@ -31,7 +31,7 @@ from collections.abc import Mapping
 TAIL_WINDOW = 256  # recent batches (or requests) a tail quantile is taken over
 FIRST_TAIL_RATIO = 2.0  # the tail ratio assumed until TAIL_EVERY batches were served
 TAIL_EVERY = 16  # samples between recomputations of a tail quantile
-MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in its size's mean
+MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in its size's mean (after its first few)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -51,6 +51,7 @@ class ExecModel:
         self.max_batch = max_batch
         self._q = tail_quantile
         self._mean = {b: max(ms, 1e-3) for b, ms in measured_ms.items()}
+        self._count = dict.fromkeys(self._mean, 1)  # samples behind each size's mean
         self._sizes = sorted(self._mean)
         self._ratios: deque[float] = deque(maxlen=TAIL_WINDOW)
         self._seen = 0
@@ -94,7 +95,12 @@ class ExecModel:
         if previous is None:
             bisect.insort(self._sizes, batch_size)
             previous = expected
-        self._mean[batch_size] = previous + MEAN_WEIGHT * (service_ms - previous)
+        # a running mean at first (warm-up timings are taken alone; serving is what counts),
+        # then an EWMA
+        count = self._count.get(batch_size, 0) + 1
+        self._count[batch_size] = count
+        weight = max(MEAN_WEIGHT, 1.0 / count)
+        self._mean[batch_size] = previous + weight * (service_ms - previous)
         self._seen += 1
         if self._seen % TAIL_EVERY == 0:
             self.tail_ratio = max(1.0, quantile(list(self._ratios), self._q))
