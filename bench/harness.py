@@ -115,14 +115,19 @@ def gateway(workdir: Path, functions_toml: str, extra_toml: str = "") -> Iterato
 
 
 async def closed_loop(
-    url: str, body: bytes, concurrency: int, duration_s: float, max_requests: int = 200_000
+    url: str,
+    body: bytes,
+    concurrency: int,
+    duration_s: float,
+    max_requests: int = 200_000,
+    content_type: str = "application/json",
 ) -> tuple[list[float], int, float]:
     """`concurrency` clients each sending back-to-back for `duration_s`; (latencies, errors, s)."""
     latencies: list[float] = []
     errors = 0
     sent = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": content_type}
     async with aiohttp.ClientSession(connector=connector) as session:
         started = time.perf_counter()
         stop_at = started + duration_s
@@ -144,10 +149,18 @@ async def closed_loop(
     return latencies, errors, elapsed
 
 
-def drive(gw: Gateway, function: str, body: bytes, concurrency: int, duration_s: float) -> RunStats:
+def drive(
+    gw: Gateway,
+    function: str,
+    body: bytes,
+    concurrency: int,
+    duration_s: float,
+    content_type: str = "application/json",
+) -> RunStats:
     cpu_before = gw.cpu_seconds()
+    url = f"{gw.url}/function/{function}"
     latencies, errors, elapsed = asyncio.run(
-        closed_loop(f"{gw.url}/function/{function}", body, concurrency, duration_s)
+        closed_loop(url, body, concurrency, duration_s, content_type=content_type)
     )
     cpu = gw.cpu_seconds() - cpu_before
     return RunStats(

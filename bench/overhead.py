@@ -2,8 +2,10 @@
 
 Same run, same machine: (1) the model in this process, one sample per call; (2) the same
 model deployed on infless, driven over HTTP with one JSON sample per request, closed-loop at
-concurrency 1 (latency) and at high concurrency (throughput). Prints a table, the ratios,
-the gateway's CPU time per request, and a final JSON line.
+concurrency 1 (latency) and at high concurrency (throughput); (3) the same at high
+concurrency with the compact body (raw little-endian tensor bytes). Prints a table, the
+ratios, the gateway process's CPU time per request (its own, workers excluded) for each,
+and a final JSON line.
 
     .venv/bin/python -m bench.overhead [--model mnist] [--seconds 10] [--concurrency 64]
 """
@@ -60,6 +62,14 @@ def sample_body(model_name: str) -> bytes:
     return json.dumps({"inputs": value}).encode()
 
 
+def sample_raw(model_name: str) -> tuple[bytes, str]:
+    """The same zero sample as raw tensor bytes (one-input models), and its content type."""
+    manifest = json.loads((BENCH_MODELS / model_name / "manifest.json").read_text())
+    (spec,) = manifest["inputs"]
+    shape = [8 if d < 0 else d for d in spec["shape"]]
+    return np.zeros(shape, dtype=spec["dtype"]).tobytes(), "application/octet-stream"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mnist")
@@ -94,11 +104,14 @@ def main() -> int:
         drive(gw, "bench", body, 8, 2.0)  # warm the connection pool and caches
         single = drive(gw, "bench", body, 1, args.seconds)
         loaded = drive(gw, "bench", body, args.concurrency, args.seconds)
+        raw_body, raw_type = sample_raw(args.model)
+        loaded_raw = drive(gw, "bench", raw_body, args.concurrency, args.seconds, raw_type)
         instances = gw.get("/system/instances")
     rows = [
         ("in-process, 1 sample/call", direct),
         ("HTTP, concurrency 1", single),
         (f"HTTP, concurrency {args.concurrency}", loaded),
+        (f"HTTP raw body, concurrency {args.concurrency}", loaded_raw),
     ]
     print(
         f"model {args.model}, SLO {args.slo_ms:g} ms, max batch {args.max_batch}, "
@@ -125,6 +138,8 @@ def main() -> int:
         "http_loaded_p99_ms": round(loaded.p99_ms, 3),
         "http_loaded_errors": loaded.errors,
         "gateway_cpu_us_per_request": round(loaded.gateway_cpu_us_per_request, 1),
+        "http_loaded_raw_rps": round(loaded_raw.rps, 1),
+        "gateway_cpu_us_per_request_raw": round(loaded_raw.gateway_cpu_us_per_request, 1),
         "latency_overhead_ms_c1": round(single.p50_ms - direct.p50_ms, 3),
         "throughput_ratio_http_over_in_process": round(loaded.rps / direct.rps, 3),
         "batch_sizes": [i["batchSize"] for i in instances],

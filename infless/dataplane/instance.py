@@ -117,6 +117,12 @@ class Instance:
         return bool(self._in_flight) or self.queue_length > 0
 
     @property
+    def idle(self) -> bool:
+        """Ready with nothing running or queued: a request here is served as soon as it can
+        be (admission never refuses it: refusing would also stop the measurements)."""
+        return self.state is InstanceState.READY and not self.busy
+
+    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
@@ -208,10 +214,10 @@ class Instance:
         if model is None or queue is None:
             return math.inf
         busy_until_s = now_s
-        if self._in_flight:
-            busy_until_s = max(
-                now_s, self._dispatched_s + model.tail_ms(len(self._in_flight)) / 1e3
-            )
+        if self._in_flight:  # a batch running past its tail is given half its mean more
+            size = len(self._in_flight)
+            expected_s = self._dispatched_s + model.tail_ms(size) / 1000.0
+            busy_until_s = max(expected_s, now_s + model.mean_ms(size) / 2000.0)
         b = model.max_batch
         ahead, own = divmod(len(queue), b)
         return busy_until_s + (ahead * model.tail_ms(b) + model.tail_ms(own + 1)) / 1000.0

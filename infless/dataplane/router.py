@@ -4,7 +4,8 @@ Admission by deadline: a request carries the time by which its batch must be ser
 arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
 instance; the request joins it when that instance's predicted finish (the batch in flight,
 the full batches queued ahead, its own batch, all at their tail service time) meets the
-deadline, else the instance that would finish it first, if that one meets it; else it is
+deadline — or when it is idle: nothing would serve it sooner — else the instance that would
+finish it first, if that one meets it (or is idle); else it is
 refused at once (429) with a Retry-After from the predicted drain — work that cannot finish
 in time is never queued. The router holds requests in a bounded waiting room while the
 function has no ready instance (a cold start, which it asks the pool to begin), and retries
@@ -66,7 +67,7 @@ class FunctionRouter:
         an overload costs as little as it can. With no ready instance it may wait (cold)."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
-        if not ready:
+        if not ready or any(i.idle for i in ready):
             return
         finish_s = min(i.finish_by_s(now) for i in ready)
         if finish_s > now + budget_s:
@@ -82,12 +83,12 @@ class FunctionRouter:
         deadline_s = pending.deadline_s
         chosen = self._dispatcher.choose(self.instances)
         if chosen is not None:
-            if chosen.finish_by_s(now) <= deadline_s and _admit(chosen, pending):
+            if (chosen.idle or chosen.finish_by_s(now) <= deadline_s) and _admit(chosen, pending):
                 return
             best, finish_s = None, math.inf
             for instance in self.instances:
                 if instance is not chosen and instance.accepting:
-                    at_s = instance.finish_by_s(now)
+                    at_s = now if instance.idle else instance.finish_by_s(now)
                     if at_s < finish_s:
                         best, finish_s = instance, at_s
             if best is not None and finish_s <= deadline_s and _admit(best, pending):

@@ -137,3 +137,18 @@ async def test_a_partial_batch_waits_a_bounded_time_and_never_past_its_latest_st
     outcomes = [await asyncio.wait_for(w.future, 1.0) for w in waiting]
     assert outcomes[0].queue_ms == pytest.approx(16.0, abs=0.6)
     assert all(o.queue_ms + o.service_ms <= 50.0 + 1e-6 for o in outcomes)
+
+
+async def test_an_idle_instance_admits_even_when_its_tail_exceeds_the_budget() -> None:
+    """A model slower than the budget at its (first, conservative) tail is still served when
+    nothing waits: refusing would refuse every request forever, and never measure again."""
+    clock = FakeClock()
+    harness = Harness(clock)
+    instance = harness.add(batch_size=1)
+    assert instance.finish_by_s(clock.now()) > clock.now() + 0.015  # 20 ms at the tail
+    harness.router.check_room(0.015)
+    served = harness.submit(0.015)
+    with pytest.raises(Overloaded):  # busy now: the next one would be late
+        harness.submit(0.015)
+    await clock.advance(0.011)
+    assert (await asyncio.wait_for(served.future, 1.0)).batch_size == 1
