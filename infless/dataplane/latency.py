@@ -125,6 +125,7 @@ class ExecModel:
 STEER_EVERY_S = 0.5  # how often the budget is steered, from the answers of the last ~2 s
 BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
 OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
+OVERHEAD_EVERY = 32  # answers between recomputations of the overhead's tail
 
 
 class FunctionLatency:
@@ -163,7 +164,7 @@ class FunctionLatency:
         self.answered += 1
         self._overheads.append(overhead_ms)
         self._seen += 1
-        if self._seen % TAIL_EVERY == 0:
+        if self._seen % OVERHEAD_EVERY == 0:
             self.overhead_ms = quantile(list(self._overheads), self._q)
             self._overhead_at_s = now_s
         second = math.floor(now_s)

@@ -10,6 +10,7 @@ status.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -74,13 +75,26 @@ def timing_headers(outcome: Outcome) -> dict[str, str]:
     return headers
 
 
+class CallIds:
+    """Unique call ids, cheaply: a random prefix per gateway process and a counter (a fresh
+    UUID per request cost ~3 % of the gateway's CPU at high rates)."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}-{next(self._counter):x}"
+
+
 class InvokeHandler:
     def __init__(self, frontend: FunctionFrontend) -> None:
         self._frontend = frontend
+        self._call_ids = CallIds()
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         start_ns = wall_ns()
-        call_id = request.headers.get("X-Call-Id") or str(uuid.uuid4())
+        call_id = request.headers.get("X-Call-Id") or self._call_ids.next()
         frontend = self._frontend
         call = frontend.open(request.match_info["name"])
         try:
