@@ -12,7 +12,7 @@ from typing import ClassVar
 class InflessError(Exception):
     """Base of every error that reaches a caller."""
 
-    status: ClassVar[int] = 500
+    status: int = 500  # a class's own; `HandlerRefused` carries the one its handler raised
     code: ClassVar[str] = "internal"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
@@ -76,6 +76,17 @@ class Overloaded(InflessError):
 class InferenceFailed(InflessError):
     status = 500
     code = "inference_failed"
+
+
+class HandlerRefused(InflessError):
+    """A package's handler refused one request (`infless.handlers.HandlerError`, or it
+    raised): the status it chose and its message."""
+
+    code = "handler_error"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class WorkerUnavailable(InflessError):

@@ -25,11 +25,9 @@ from typing import Protocol
 from infless.clock import Clock
 from infless.control.functions import DeployedFunction
 from infless.dataplane.latency import LoopLag
-from infless.dataplane.request import Array, Outcome, Pending
+from infless.dataplane.request import Outcome, Pending, Sample
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, GatewayTimeout, Overloaded, PayloadTooLarge
-
-Sample = dict[str, Array]
 
 
 class CallObserver(Protocol):

@@ -2,9 +2,11 @@
 
 The runner takes a batch from the queue whenever the worker is free, packs the samples into
 one tensor per input (raw bytes), awaits the worker's result and resolves each request's
-future with its row. When the worker dies, the batch in flight and everything still queued
-are handed back (`on_orphans`) to be retried elsewhere. The worker is reached only through
-its `WorkerHandle` (a process, or in-process for tests). Gateway side: never imports torch.
+future with its row. A function with a handler queues raw requests instead: its batch goes
+to the worker as the bodies, and each request gets the handler's answer. When the worker
+dies, the batch in flight and everything still queued are handed back (`on_orphans`) to be
+retried elsewhere. The worker is reached only through its `WorkerHandle` (a process, or
+in-process for tests). Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -37,11 +39,17 @@ class InstanceState(enum.Enum):
     DEAD = "dead"
 
 
+def _tensors(pending: Pending) -> dict[str, Array]:
+    inputs = pending.inputs
+    assert not isinstance(inputs, p.RawRequest), "a batch is all raw requests or all tensors"
+    return inputs
+
+
 def pack_batch(specs: Sequence[TensorSpec], batch: Sequence[Pending]) -> dict[str, p.TensorData]:
     """Stack each input of the batch's samples into one tensor; variable dims are zero-padded."""
     packed: dict[str, p.TensorData] = {}
     for spec in specs:
-        rows = [pending.inputs[spec.name] for pending in batch]
+        rows = [_tensors(pending)[spec.name] for pending in batch]
         if any(d < 0 for d in spec.shape) and len({r.shape for r in rows}) > 1:
             target = tuple(max(r.shape[i] for r in rows) for i in range(len(spec.shape)))
             stacked = np.zeros((len(rows), *target), dtype=spec.dtype)
@@ -52,6 +60,19 @@ def pack_batch(specs: Sequence[TensorSpec], batch: Sequence[Pending]) -> dict[st
             stacked = np.stack(rows)
         packed[spec.name] = p.TensorData(spec.dtype, list(stacked.shape), stacked.tobytes())
     return packed
+
+
+def raw_requests(batch: Sequence[Pending]) -> list[p.RawRequest]:
+    requests = []
+    for pending in batch:
+        raw = pending.inputs
+        assert isinstance(raw, p.RawRequest), "a batch is all raw requests or all tensors"
+        requests.append(raw)
+    return requests
+
+
+def _answer_outputs(answer: p.Answer) -> dict[str, Array]:
+    return {} if answer.outputs is None else unpack_outputs(answer.outputs)
 
 
 def unpack_outputs(outputs: dict[str, p.TensorData]) -> dict[str, Array]:
@@ -166,7 +187,12 @@ class Instance:
             dispatched_s = self._dispatched_s = self._clock.now()
             self._in_flight = batch
             try:
-                result = await handle.run_batch(pack_batch(specs, batch))
+                if isinstance(batch[0].inputs, p.RawRequest):  # a function with a handler
+                    result: p.BatchResult | p.RequestsResult = await handle.run_requests(
+                        raw_requests(batch)
+                    )
+                else:
+                    result = await handle.run_batch(pack_batch(specs, batch))
             except WorkerDied:
                 self.mark_dead("worker exited mid-batch")
                 return
@@ -180,8 +206,9 @@ class Instance:
             self._in_flight = []
             self._resolve(batch, result, dispatched_s)
 
-    def _resolve(self, batch: list[Pending], result: p.BatchResult, dispatched_s: float) -> None:
-        outputs = unpack_outputs(result.outputs)
+    def _resolve(
+        self, batch: list[Pending], result: p.BatchResult | p.RequestsResult, dispatched_s: float
+    ) -> None:
         size = len(batch)
         service_ms = (self._clock.now() - dispatched_s) * 1000.0
         if self.model is not None:
@@ -194,16 +221,24 @@ class Instance:
         if self._retune is not None and self.batches % RETUNE_EVERY_BATCHES == 0:
             assert self.queue is not None
             self.queue.update(self._retune(exec_ms))
-        for row, pending in enumerate(batch):
+        if isinstance(result, p.RequestsResult):
+            rows = [_answer_outputs(answer) for answer in result.answers]
+            answers: list[p.Answer | None] = list(result.answers)
+        else:
+            outputs = unpack_outputs(result.outputs)
+            rows = [{name: array[row] for name, array in outputs.items()} for row in range(size)]
+            answers = [None] * size
+        for pending, row_outputs, answer in zip(batch, rows, answers, strict=True):
             pending.resolve(
                 Outcome(
-                    outputs={name: array[row] for name, array in outputs.items()},
+                    outputs=row_outputs,
                     instance_id=self.instance_id,
                     batch_size=size,
                     queue_ms=(dispatched_s - pending.arrival_s) * 1000.0,
                     exec_ms=result.exec_ms,
                     cold_start_ms=pending.cold_start_ms,
                     service_ms=service_ms,
+                    answer=answer,
                 )
             )
 

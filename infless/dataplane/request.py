@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from infless.workers.protocol import Answer, RawRequest
+
 Array = npt.NDArray[np.generic]
+# One request's input: its tensors by name, or — for a function with a handler — its body
+# as it came (the worker's handler turns it into tensors).
+Sample = dict[str, Array] | RawRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,7 @@ class Outcome:
     exec_ms: float  # the forward pass, as the worker timed it
     cold_start_ms: float
     service_ms: float = 0.0  # the batch as the gateway saw it: dispatch to result
+    answer: Answer | None = None  # a handler's answer (raw requests); `outputs` then {}
 
 
 @dataclass(slots=True, eq=False)
@@ -34,7 +40,7 @@ class Pending:
     (arrival + the SLO less the time spent outside queue and batch); inf: none given.
     """
 
-    inputs: dict[str, Array]
+    inputs: Sample
     arrival_s: float
     future: asyncio.Future[Outcome]
     attempts: int = 0

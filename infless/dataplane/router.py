@@ -24,7 +24,7 @@ from infless.clock import Clock
 from infless.dataplane.dispatcher import RateShareDispatcher
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.queue import QueueClosed, QueueFull
-from infless.dataplane.request import Array, Pending
+from infless.dataplane.request import Pending, Sample
 from infless.errors import Overloaded, WorkerUnavailable
 
 MAX_ATTEMPTS = 2  # the first try and one retry after a worker died
@@ -51,7 +51,7 @@ class FunctionRouter:
         self.rejected = 0  # samples refused for lack of capacity (429), ever
 
     # -- the request path ---------------------------------------------------------------
-    def submit(self, inputs: dict[str, Array], budget_s: float = math.inf) -> Pending:
+    def submit(self, inputs: Sample, budget_s: float = math.inf) -> Pending:
         """Admit one sample whose batch must be served within `budget_s`, or raise
         Overloaded (429) when no instance can; inf: admit wherever there is room."""
         future = asyncio.get_running_loop().create_future()

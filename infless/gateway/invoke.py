@@ -1,6 +1,8 @@
 """The invoke route `/function/{name}`: decode one sample, encode its answer.
 
-The body's `Content-Type` picks the format: `application/msgpack` and
+A function whose package has a handler takes the body as it came (text, an image, JSON of
+any shape), content type and all, and answers what its handler returns. Otherwise the
+body's `Content-Type` picks the format: `application/msgpack` and
 `application/octet-stream` (raw tensor bytes) are the compact ones (`compact`), anything else
 is JSON (`codec`); the answer comes back in the request's format. Everything between
 (lookup, admission, counting, activity, timeout, metrics) is the function frontend's
@@ -18,12 +20,13 @@ from aiohttp import web
 
 from infless.clock import wall_ns
 from infless.control.frontend import FunctionFrontend
-from infless.dataplane.request import Array, Outcome
+from infless.dataplane.request import Array, Outcome, Sample
 from infless.errors import InflessError, PayloadTooLarge
 from infless.gateway import compact
 from infless.gateway.codec import decode_inputs, encode_outputs
 from infless.gateway.errors import error_response
 from infless.types import TensorSpec
+from infless.workers.protocol import RawRequest
 
 JSON = "application/json"
 MSGPACK_TYPES = frozenset({compact.MSGPACK, "application/x-msgpack"})
@@ -100,10 +103,15 @@ class InvokeHandler:
         try:
             function = frontend.bind(call, request.content_length)
             frontend.check_room(call)
-            fmt = body_format(request.headers.get("Content-Type"))
+            content_type = request.headers.get("Content-Type")
+            fmt = body_format(content_type)
             body = await request.read()
-            inputs = decode_sample(body, fmt, request.headers, function.input_specs)
-            (outcome,) = await frontend.run(call, [inputs])
+            sample: Sample
+            if function.manifest.handler is not None:  # the body as it came, for the handler
+                sample = RawRequest(body, content_type or "application/octet-stream")
+            else:
+                sample = decode_sample(body, fmt, request.headers, function.input_specs)
+            (outcome,) = await frontend.run(call, [sample])
         except InflessError as error:
             response = error_response(error)
         except web.HTTPRequestEntityTooLarge:
@@ -112,7 +120,13 @@ class InvokeHandler:
                 PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}")
             )
         else:
-            response = encode_answer(outcome.outputs, fmt)
+            answer = outcome.answer
+            if answer is not None:
+                response = web.Response(
+                    status=answer.status, body=answer.body, content_type=answer.content_type
+                )
+            else:
+                response = encode_answer(outcome.outputs, fmt)
             response.headers.update(timing_headers(outcome))
         duration_s = frontend.close(call, response.status)
         response.headers["X-Call-Id"] = call_id

@@ -4,10 +4,18 @@ A package is a directory:
 
     <dir>/manifest.json        PackageManifest as JSON
     <dir>/weights.safetensors  the state dict, fp32 (or the model's own dtypes)
+    <dir>/src/                 optional: the model's own source, on sys.path in the worker
+    <dir>/...                  anything else the handler reads (a tokenizer, labels)
 
-`architecture` names a builder in the zoo (`infless.models.zoo`), `arch_kwargs` its keyword
-arguments; `inputs`/`outputs` are the signature without the batch dimension. `preprocess`
-and `postprocess` optionally name built-in steps applied in the worker ("softmax", ...).
+`architecture` names a builder in the zoo (`infless.models.zoo`) or a `module:callable`
+import path (found in `src/` or installed), `arch_kwargs` its keyword arguments;
+`inputs`/`outputs` are the signature without the batch dimension (-1: any length).
+`format` "torchscript" or "export" packages carry a TorchScript file or a `torch.export`
+program (`program_file`) instead of an architecture and weights. `handler` optionally names
+a `module:Class` (see `infless.handlers`) run in the worker around the batched forward;
+`preprocess`/`postprocess` optionally name built-in output steps ("softmax", ...).
+`requirements` lists the third-party distributions the package's source imports (checked at
+deploy); `digest` is the package's content digest (`packaging.digest`).
 Torch-free: the gateway imports this module.
 """
 
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -23,6 +32,7 @@ from infless.types import SUPPORTED_DTYPES, TensorSpec
 
 MANIFEST_FILE = "manifest.json"
 WEIGHTS_FILE = "weights.safetensors"
+SOURCE_DIR = "src"  # the package's own source, put on sys.path by the worker
 FORMAT_VERSION = 1
 # Output steps a worker can apply (`infless.models.loader.POSTPROCESS_STEPS` implements them).
 POSTPROCESS_NAMES: frozenset[str] = frozenset({"softmax", "sigmoid"})
@@ -54,6 +64,11 @@ class PackageManifest(msgspec.Struct, frozen=True):
     # Where the weights come from, e.g. "infless-zoo/weights-v1 seed=5000 fc.=5001"; a zoo
     # package whose provenance differs from the zoo's current one is rebuilt.
     provenance: str = ""
+    format: Literal["module", "torchscript", "export"] = "module"
+    program_file: str = ""  # "torchscript" / "export": the saved program in the package
+    handler: str | None = None  # "module:Class" around the batched forward (infless.handlers)
+    requirements: list[str] = []  # third-party distributions the source imports ("x==1.2")
+    digest: str = ""  # sha256 of the package's content (infless.packaging.digest)
 
     @property
     def input_specs(self) -> tuple[TensorSpec, ...]:
@@ -93,6 +108,10 @@ def load_manifest(package_dir: Path) -> PackageManifest:
             f"{path}: postprocess {manifest.postprocess!r} is unknown; "
             f"known steps: {', '.join(sorted(POSTPROCESS_NAMES))}"
         )
+    if manifest.format != "module" and not manifest.program_file:
+        raise UnknownModel(f"{path}: a {manifest.format!r} package needs its program_file")
+    if manifest.handler is not None and ":" not in manifest.handler:
+        raise UnknownModel(f"{path}: handler {manifest.handler!r}: expected 'module:Class'")
     return manifest
 
 

@@ -28,8 +28,15 @@ def package_is_current(package_dir: Path, entry: ZooEntry) -> bool:
 
 
 def validate_package(package_dir: Path) -> PackageManifest:
-    """A package's manifest, after checking that its weights file is there at its size."""
+    """A package's manifest, after checking that its weights (or program) file is there at
+    its size."""
     manifest = load_manifest(package_dir)
+    if manifest.format != "module":
+        if not (package_dir / manifest.program_file).is_file():
+            raise UnknownModel(
+                f"package {package_dir}: program file {manifest.program_file} is missing"
+            )
+        return manifest
     weights = package_dir / manifest.weights_file
     try:
         size = weights.stat().st_size

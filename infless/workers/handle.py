@@ -41,6 +41,8 @@ class WorkerHandle(Protocol):
 
     async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult: ...
 
+    async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult: ...
+
     async def ping(self, timeout_s: float) -> p.Pong: ...
 
     async def stop(self, timeout_s: float) -> None: ...
@@ -91,7 +93,7 @@ class ProcessWorkerHandle:
             await self._mark_dead()
 
     def _deliver(self, message: p.FromWorker) -> None:
-        if isinstance(message, p.BatchResult | p.BatchFailed):
+        if isinstance(message, p.BatchResult | p.RequestsResult | p.BatchFailed):
             future = self._pending.pop(message.batch_id, None)
         elif isinstance(message, p.Pong):
             future = self._pending.pop(-message.nonce, None)
@@ -158,6 +160,21 @@ class ProcessWorkerHandle:
         if isinstance(reply, p.BatchFailed):
             raise BatchError(reply.error)
         assert isinstance(reply, p.BatchResult)
+        return reply
+
+    async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult:
+        batch_id = next(self._batch_ids)
+        future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
+        self._pending[batch_id] = future
+        try:
+            self._send(p.RunRequests(batch_id, requests))
+        except WorkerDied:
+            self._pending.pop(batch_id, None)
+            raise
+        reply = await future
+        if isinstance(reply, p.BatchFailed):
+            raise BatchError(reply.error)
+        assert isinstance(reply, p.RequestsResult)
         return reply
 
     async def ping(self, timeout_s: float) -> p.Pong:

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infless.clock import Clock
+from infless.handlers import Handler
+from infless.types import TensorSpec
 from infless.workers import protocol as p
 from infless.workers.boot import Booted, BootOrder
-from infless.workers.handle import WorkerDied
+from infless.workers.handle import BatchError, WorkerDied
+from infless.workers.handling import serve_requests
 
 Arrays = dict[str, np.ndarray]
 Forward = Callable[[Arrays], Arrays]
@@ -38,6 +41,8 @@ def constant_ms(value_ms: float) -> LatencyMs:
 class InProcessModel:
     forward: Forward = doubling
     latency_ms: LatencyMs = field(default=constant_ms(5.0))
+    handler: Handler | None = None  # for requests: preprocess, this forward, postprocess
+    input_specs: tuple[TensorSpec, ...] = (TensorSpec("x", "float32", (2,)),)
 
 
 def _arrays(inputs: dict[str, p.TensorData]) -> Arrays:
@@ -77,11 +82,10 @@ class InProcessWorkerHandle:
         exec_ms = {b: self._exec_ms(b) for b in request.warmup_batch_sizes}
         return p.Ready(pid=self.pid, exec_ms=exec_ms, start=p.StartBreakdown())
 
-    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
+    async def _take(self, size: int) -> float:
+        """Account for a batch of `size`: it takes its latency on the clock, or dies."""
         if not self._alive:
             raise WorkerDied("in-process worker is dead")
-        arrays = _arrays(inputs)
-        size = next(iter(arrays.values())).shape[0]
         self.batch_sizes.append(size)
         exec_ms = self._exec_ms(size)
         interrupt: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -91,6 +95,19 @@ class InProcessWorkerHandle:
         work.cancel()
         if not self._alive:
             raise WorkerDied("in-process worker died mid-batch")
+        return exec_ms
+
+    async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult:
+        model = self._model
+        if model.handler is None:
+            raise BatchError("this in-process model has no handler")
+        exec_ms = await self._take(len(requests))
+        answers = serve_requests(model.handler, requests, model.forward, model.input_specs)
+        return p.RequestsResult(len(self.batch_sizes), answers, exec_ms)
+
+    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
+        arrays = _arrays(inputs)
+        exec_ms = await self._take(next(iter(arrays.values())).shape[0])
         outputs = {
             name: p.TensorData(str(a.dtype), list(a.shape), np.ascontiguousarray(a).tobytes())
             for name, a in self._model.forward(arrays).items()

@@ -21,7 +21,6 @@ import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -29,11 +28,7 @@ import numpy as np
 from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
-
-if TYPE_CHECKING:
-    import torch
-
-    from infless.models.package import PackageManifest
+from infless.workers.model import LoadedModel, build_model
 
 
 class _Channel:
@@ -62,61 +57,10 @@ class _Channel:
         self._sock.sendall(p.encode_frame(message))
 
 
-class _LoadedModel:
-    """A model ready to run: the module, its manifest, and tensor conversion both ways."""
-
-    def __init__(self, manifest: PackageManifest, module: torch.nn.Module) -> None:
-        self.manifest = manifest
-        self.module = module
-        self.input_names = [s.name for s in manifest.inputs]
-        self.output_names = [s.name for s in manifest.outputs]
-
-    def run(self, inputs: dict[str, p.TensorData]) -> dict[str, p.TensorData]:
-        import torch
-
-        tensors = []
-        for name in self.input_names:
-            data = inputs[name]
-            array = np.frombuffer(bytearray(data.data), dtype=data.dtype).reshape(data.shape)
-            tensors.append(torch.from_numpy(array))
-        with torch.inference_mode():
-            raw = self.module(*tensors)
-        outputs = self._name_outputs(raw)
-        if self.manifest.postprocess:
-            from infless.models.loader import apply_postprocess
-
-            outputs = apply_postprocess(self.manifest.postprocess, outputs)
-        result: dict[str, p.TensorData] = {}
-        for name in self.output_names:
-            array = outputs[name].detach().contiguous().numpy()
-            result[name] = p.TensorData(str(array.dtype), list(array.shape), array.tobytes())
-        return result
-
-    def _name_outputs(self, raw: Any) -> dict[str, torch.Tensor]:
-        if isinstance(raw, dict):
-            return {name: raw[name] for name in self.output_names}
-        values = list(raw) if isinstance(raw, tuple | list) else [raw]
-        if len(values) != len(self.output_names):
-            raise RuntimeError(
-                f"model returned {len(values)} outputs, the signature declares "
-                f"{len(self.output_names)} ({', '.join(self.output_names)})"
-            )
-        return dict(zip(self.output_names, values, strict=True))
-
-    def example_inputs(self, batch_size: int) -> dict[str, p.TensorData]:
-        """Zero-valued inputs of the signature's shape (variable dims as 8)."""
-        result = {}
-        for spec in self.manifest.inputs:
-            shape = [batch_size, *(8 if d < 0 else d for d in spec.shape)]
-            array = np.zeros(shape, dtype=spec.dtype)
-            result[spec.name] = p.TensorData(spec.dtype, shape, array.tobytes())
-        return result
-
-
 class _Template:
     """The model a template process loaded; the instances forked from it serve it as is."""
 
-    def __init__(self, request: p.LoadModel, model: _LoadedModel) -> None:
+    def __init__(self, request: p.LoadModel, model: LoadedModel) -> None:
         self.package_dir = request.package_dir
         self.stored = request.store_tensors
         self.model = model
@@ -133,27 +77,7 @@ class _Template:
 _template: _Template | None = None  # set in a template process, inherited by its children
 
 
-def _build(request: p.LoadModel) -> tuple[_LoadedModel, float]:
-    """The model on `meta`, then its weights attached; and when the attaching started."""
-    from infless.models.loader import attach_weights, build_module, load_package_weights
-    from infless.models.package import load_manifest
-
-    package_dir = Path(request.package_dir)
-    manifest = load_manifest(package_dir)
-    module = build_module(manifest, device="meta")
-    attach_started = perf_s()
-    if request.store_tensors is not None:
-        from infless.weights.attach import attach
-
-        state = attach(request.store_tensors)
-    else:
-        state = load_package_weights(package_dir, manifest)
-        if request.private_weights:  # drop the file mapping: anonymous memory per worker
-            state = {name: tensor.clone() for name, tensor in state.items()}
-    return _LoadedModel(manifest, attach_weights(module, state, manifest.name)), attach_started
-
-
-def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
+def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
     """Build and attach (or take the template's model), then time the warm-up batches."""
     import torch
 
@@ -170,7 +94,7 @@ def _load(request: p.LoadModel) -> tuple[_LoadedModel, p.Ready]:
     if _template is not None and _template.serves(request):
         model = _template.model  # built, attached and warmed in the template: shared pages
     else:
-        model, attach_started = _build(request)
+        model, attach_started = build_model(request)
     warmup_started = perf_s()
     exec_ms: dict[int, float] = {}
     for batch_size in request.warmup_batch_sizes:
@@ -249,15 +173,21 @@ def serve(sock: socket.socket) -> None:
         message = channel.receive()
         if message is None or isinstance(message, p.Shutdown):
             return
-        if isinstance(message, p.RunBatch):
+        if isinstance(message, p.RunBatch | p.RunRequests):
             started = perf_s()
             try:
-                outputs = model.run(message.inputs)
+                if isinstance(message, p.RunBatch):
+                    outputs = model.run(message.inputs)
+                else:
+                    answers = model.serve(message.requests)
             except Exception as exc:  # a bad batch fails that batch, not the worker
                 channel.send(p.BatchFailed(message.batch_id, f"{type(exc).__name__}: {exc}"))
                 continue
             exec_ms = (perf_s() - started) * 1000.0
-            channel.send(p.BatchResult(message.batch_id, outputs, exec_ms))
+            if isinstance(message, p.RunBatch):
+                channel.send(p.BatchResult(message.batch_id, outputs, exec_ms))
+            else:
+                channel.send(p.RequestsResult(message.batch_id, answers, exec_ms))
         elif isinstance(message, p.Ping):
             channel.send(p.Pong(message.nonce, _rss_bytes()))
 

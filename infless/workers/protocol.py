@@ -82,6 +82,39 @@ class BatchFailed(msgspec.Struct, tag="failed", frozen=True):
     error: str
 
 
+class RawRequest(msgspec.Struct, array_like=True, frozen=True):
+    """One request for a function with a handler: its body as it came, for `preprocess`.
+    `postprocess` False: answer the model's output tensors (the Open Inference Protocol)."""
+
+    body: bytes
+    content_type: str
+    postprocess: bool = True
+
+
+class RunRequests(msgspec.Struct, tag="run_requests", frozen=True):
+    """A batch of requests for the package's handler: preprocess each, run them as one
+    batch, postprocess each."""
+
+    batch_id: int
+    requests: list[RawRequest]
+
+
+class Answer(msgspec.Struct, array_like=True, frozen=True):
+    """One request's answer: the handler's response (status 200), its error (the status
+    and message it raised), or the model's outputs when it asked for no postprocess."""
+
+    status: int
+    body: bytes
+    content_type: str
+    outputs: dict[str, TensorData] | None = None
+
+
+class RequestsResult(msgspec.Struct, tag="requests_result", frozen=True):
+    batch_id: int
+    answers: list[Answer]
+    exec_ms: float
+
+
 class Ping(msgspec.Struct, tag="ping", frozen=True):
     nonce: int
 
@@ -95,8 +128,8 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
-ToWorker = LoadModel | RunBatch | Ping | Shutdown
-FromWorker = Ready | LoadFailed | BatchResult | BatchFailed | Pong
+ToWorker = LoadModel | RunBatch | RunRequests | Ping | Shutdown
+FromWorker = Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong
 Message = ToWorker | FromWorker
 
 _encoder = msgspec.msgpack.Encoder()

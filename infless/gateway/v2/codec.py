@@ -2,7 +2,8 @@
 
 A request body is a JSON header, optionally followed by raw tensor blobs when the
 `Inference-Header-Content-Length` header says where the JSON ends; binary inputs carry
-`parameters.binary_data_size` instead of `data`. Every malformed body is a `BadRequest`
+`parameters.binary_data_size` instead of `data`. `BYTES` inputs (request bodies for a
+function with a handler) are parsed by `byte_inputs`. Every malformed body is a `BadRequest`
 (400) naming the field. Pure: bytes in, arrays out — no I/O, no aiohttp, never torch.
 """
 
@@ -18,8 +19,16 @@ import orjson
 
 from infless.dataplane.request import Array
 from infless.errors import BadRequest
+from infless.gateway.v2.byte_inputs import (
+    BODY_INPUT,
+    BYTES,
+    bytes_from_binary,
+    bytes_from_json,
+    element_content_type,
+)
 from infless.gateway.v2.datatypes import numpy_dtype, v2_datatype
 from infless.types import TensorSpec
+from infless.workers.protocol import RawRequest
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_DIMS = 16
@@ -33,7 +42,8 @@ class InputTensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    array: Array
+    array: Array  # BYTES: an object array of `bytes`
+    content_type: str = ""  # BYTES: what each element is, for a handler
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +157,13 @@ def _input(raw: object, index: int, blobs: memoryview, offset: int) -> tuple[Inp
     if not isinstance(name, str) or not name:
         raise BadRequest(f"{where}.name must be a non-empty string")
     where = f"input {name!r}"
-    dtype = numpy_dtype(entry.get("datatype"), where)
     shape = _shape(entry.get("shape"), where)
     parameters = _object(entry.get("parameters"), f"{where}.parameters")
     _reject_shared_memory(parameters, where)
     count = math.prod(shape)
+    if entry.get("datatype") == BYTES:
+        return _bytes_input(entry, name, shape, parameters, blobs, offset)
+    dtype = numpy_dtype(entry.get("datatype"), where)
     if "binary_data_size" in parameters:
         if "data" in entry:
             raise BadRequest(f"{where}: give either data or binary_data_size, not both")
@@ -163,6 +175,35 @@ def _input(raw: object, index: int, blobs: memoryview, offset: int) -> tuple[Inp
     else:
         raise BadRequest(f"{where}: needs data, or parameters.binary_data_size with binary data")
     return InputTensor(name, str(entry["datatype"]), shape, flat.reshape(shape)), offset
+
+
+def _bytes_input(
+    entry: Mapping[str, Any],
+    name: str,
+    shape: tuple[int, ...],
+    parameters: Mapping[str, Any],
+    blobs: memoryview,
+    offset: int,
+) -> tuple[InputTensor, int]:
+    where = f"input {name!r}"
+    count = math.prod(shape)
+    binary = "binary_data_size" in parameters
+    if binary:
+        if "data" in entry:
+            raise BadRequest(f"{where}: give either data or binary_data_size, not both")
+        size = parameters["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadRequest(f"{where}.parameters.binary_data_size must be a non-negative integer")
+        if offset + size > len(blobs):
+            raise BadRequest(f"{where}: the body ends before its {size} bytes of binary data")
+        flat = bytes_from_binary(blobs[offset : offset + size], count, where)
+        offset += size
+    elif "data" in entry:
+        flat = bytes_from_json(entry["data"], count, where)
+    else:
+        raise BadRequest(f"{where}: needs data, or parameters.binary_data_size with binary data")
+    content_type = element_content_type(parameters, binary)
+    return InputTensor(name, BYTES, shape, flat.reshape(shape), content_type), offset
 
 
 def _requested_outputs(raw: object) -> tuple[RequestedOutput, ...] | None:
@@ -259,6 +300,28 @@ def bind_inputs(
         arrays[spec.name] = tensor.array.astype(np.dtype(spec.dtype), copy=False)
     assert batch is not None
     return batch, arrays
+
+
+def bind_bodies(inputs: Sequence[InputTensor]) -> list[RawRequest]:
+    """A request's inputs -> one raw request per row, for a function with a handler: its
+    one input `body` (BYTES, shape [-1, 1] or [-1]) holds a request body per row."""
+    if len(inputs) != 1 or inputs[0].name != BODY_INPUT:
+        raise BadRequest(
+            f"inputs: this function takes one input {BODY_INPUT!r} (BYTES, shape [-1, 1]: a "
+            f"request body per row), got {[i.name for i in inputs]}"
+        )
+    (tensor,) = inputs
+    shape = tensor.shape
+    if tensor.datatype != BYTES:
+        raise BadRequest(f"input {tensor.name!r} has datatype {tensor.datatype}, expected BYTES")
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1) or not shape[0]:
+        raise BadRequest(
+            f"input {tensor.name!r} has shape {list(shape)}, expected [-1, 1] or [-1] "
+            "(one body per row, at least one row)"
+        )
+    content_type = tensor.content_type
+    elements: list[bytes] = tensor.array.reshape(-1).tolist()
+    return [RawRequest(element, content_type, postprocess=False) for element in elements]
 
 
 def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tuple[str, bool]]:

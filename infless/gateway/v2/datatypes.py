@@ -1,7 +1,8 @@
 """The V2 tensor datatypes infless speaks and their numpy dtypes (both directions).
 
-Pure: a table and two lookups. BYTES and BF16 exist in the protocol but no function
-signature uses them, so they are named in errors and never decoded.
+Pure: a table and two lookups. BYTES is a function's request body, not a numeric tensor
+(`byte_inputs`); BF16 exists in the protocol but no signature uses it, so it is named in
+errors and never decoded.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ NUMPY_BY_V2: dict[str, np.dtype[np.generic]] = {
 }
 # Triton's model-configuration spelling (`TYPE_FP32`), for /v2/models/{name}/config.
 CONFIG_TYPE_PREFIX = "TYPE_"
-UNSUPPORTED = frozenset({"BYTES", "BF16"})
+UNSUPPORTED = frozenset({"BF16"})
 
 
 def v2_datatype(dtype: np.dtype[np.generic] | str) -> str:

@@ -2,7 +2,8 @@
 
 The batch dimension is split into samples, each admitted by the function frontend like a
 `/function/{name}` request, so V2 rows join the same per-instance batch queues; the
-samples' outputs are stacked back in order. Lookup, admission, activity, timeout and
+samples' outputs are stacked back in order. A function with a handler takes one BYTES input
+instead, a request body per row (`byte_inputs`). Lookup, admission, activity, timeout and
 metrics are the frontend's (`control.frontend`). Gateway side: numpy only, never torch.
 """
 
@@ -11,15 +12,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 from aiohttp import web
 
 from infless.control.frontend import Call, FunctionFrontend
 from infless.control.functions import DeployedFunction
-from infless.dataplane.request import Array, Outcome
-from infless.errors import FunctionNotFound, InferenceFailed, InflessError, PayloadTooLarge
+from infless.dataplane.request import Array, Outcome, Sample
+from infless.errors import (
+    FunctionNotFound,
+    HandlerRefused,
+    InferenceFailed,
+    InflessError,
+    PayloadTooLarge,
+)
 from infless.gateway.errors import v2_error_response
 from infless.gateway.v2.codec import (
     HEADER_LENGTH,
+    bind_bodies,
     bind_inputs,
     encode_infer_response,
     parse_infer_request,
@@ -47,12 +56,27 @@ def find_model(frontend: FunctionFrontend, request: web.Request) -> DeployedFunc
 
 
 def stack_outputs(name: str, outcomes: Sequence[Outcome]) -> Array:
+    for outcome in outcomes:
+        answer = outcome.answer
+        if answer is not None and answer.status != 200:  # a handler refused this row
+            raise HandlerRefused(answer_message(answer.body), answer.status)
     try:
         return np.stack([outcome.outputs[name] for outcome in outcomes])
     except KeyError:
         raise InferenceFailed(f"the worker did not return output {name!r}") from None
     except ValueError:
         raise InferenceFailed(f"rows of output {name!r} came back with different shapes") from None
+
+
+def answer_message(body: bytes) -> str:
+    """The message of a handler's error answer (`{"error": ...}`), else the body as text."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return str(document["error"])
+    return body.decode("utf-8", "replace")
 
 
 class V2InferHandler:
@@ -82,9 +106,13 @@ class V2InferHandler:
     ) -> web.Response:
         body = await request.read()
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
-        rows, arrays = bind_inputs(parsed.inputs, function.input_specs)
+        samples: list[Sample]
+        if function.manifest.handler is not None:  # BYTES rows: one request body each
+            samples = list(bind_bodies(parsed.inputs))
+        else:
+            rows, arrays = bind_inputs(parsed.inputs, function.input_specs)
+            samples = [{name: array[row] for name, array in arrays.items()} for row in range(rows)]
         chosen = select_outputs(parsed, [s.name for s in function.manifest.output_specs])
-        samples = [{name: array[row] for name, array in arrays.items()} for row in range(rows)]
         outcomes = await self._frontend.run(call, samples)
         tensors = [(out, stack_outputs(out, outcomes), binary) for out, binary in chosen]
         payload, header_length = encode_infer_response(

@@ -18,6 +18,7 @@ from infless.control.frontend import FunctionFrontend
 from infless.control.functions import DeployedFunction
 from infless.errors import WorkerUnavailable
 from infless.gateway.errors import Handler, http_error_json
+from infless.gateway.v2.byte_inputs import BODY_INPUT, BODY_SHAPE, BYTES
 from infless.gateway.v2.datatypes import CONFIG_TYPE_PREFIX, v2_datatype
 from infless.gateway.v2.infer import MODEL_VERSION, find_model
 from infless.types import TensorSpec
@@ -48,13 +49,19 @@ def tensor_metadata(spec: TensorSpec) -> dict[str, object]:
     return {"name": spec.name, "datatype": v2_datatype(spec.dtype), "shape": [-1, *spec.shape]}
 
 
+BODY_METADATA = {"name": BODY_INPUT, "datatype": BYTES, "shape": [-1, *BODY_SHAPE]}
+BODY_CONFIG = {"name": BODY_INPUT, "data_type": "TYPE_STRING", "dims": list(BODY_SHAPE)}
+
+
 def model_metadata(function: DeployedFunction) -> dict[str, object]:
+    """A function with a handler takes request bodies (one BYTES input), others tensors."""
     manifest = function.manifest
+    inputs = [tensor_metadata(s) for s in manifest.input_specs]
     return {
         "name": function.spec.name,
         "versions": [MODEL_VERSION],
         "platform": PLATFORM_NAME,
-        "inputs": [tensor_metadata(s) for s in manifest.input_specs],
+        "inputs": [BODY_METADATA] if manifest.handler is not None else inputs,
         "outputs": [tensor_metadata(s) for s in manifest.output_specs],
     }
 
@@ -72,7 +79,11 @@ def model_config(function: DeployedFunction) -> dict[str, object]:
         "name": spec.name,
         "platform": PLATFORM_NAME,
         "max_batch_size": spec.max_batch,
-        "input": [tensor(s) for s in manifest.input_specs],
+        "input": (
+            [BODY_CONFIG]
+            if manifest.handler is not None
+            else [tensor(s) for s in manifest.input_specs]
+        ),
         "output": [tensor(s) for s in manifest.output_specs],
         "parameters": {"latency_target_ms": {"string_value": f"{spec.slo_ms:g}"}},
     }

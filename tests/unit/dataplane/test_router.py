@@ -12,6 +12,7 @@ from infless.dataplane.policy import BatchSettings
 from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import Overloaded, WorkerUnavailable
+from infless.handlers import HandlerError, Request, Response
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from infless.workers.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
@@ -30,7 +31,11 @@ class Harness:
         self.count = 0
 
     def add_instance(
-        self, batch_size: int = 4, capacity: int = 8, timeout_s: float = 0.04
+        self,
+        batch_size: int = 4,
+        capacity: int = 8,
+        timeout_s: float = 0.04,
+        model: InProcessModel | None = None,
     ) -> tuple[Instance, InProcessWorkerHandle]:
         self.count += 1
         instance = Instance(
@@ -43,7 +48,7 @@ class Harness:
             on_orphans=self._orphans,
         )
         self.router.add(instance)
-        handle = InProcessWorkerHandle()
+        handle = InProcessWorkerHandle(model)
         ready = p.Ready(pid=0, exec_ms={batch_size: 5.0}, start=p.StartBreakdown())
         instance.become_ready(handle, BatchSettings(batch_size, timeout_s, capacity, 5.0), ready)
         self.router.instance_ready(instance)
@@ -183,3 +188,36 @@ async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
     assert queue.settings.capacity == 2
     assert queue.settings.exec_ms == instance.exec_ms_by_batch[2]
     await instance.drain(1.0)
+
+
+class Shouting:
+    """A handler: text in, its code points doubled by the model, text out."""
+
+    def __init__(self, package_dir: object) -> None:
+        pass
+
+    def preprocess(self, request: Request) -> dict[str, np.ndarray]:
+        if not request.body:
+            raise HandlerError("empty body")
+        return {"x": np.array([len(request.body), 1.0], dtype=np.float32)}
+
+    def postprocess(self, outputs: dict[str, np.ndarray]) -> Response:
+        return Response(f"{outputs['y'][0]:g}".encode(), "text/plain")
+
+
+async def test_raw_requests_of_a_handler_function_batch_and_answer_one_by_one() -> None:
+    harness = Harness(FakeClock())
+    model = InProcessModel(handler=Shouting(None), input_specs=SPECS)
+    _, handle = harness.add_instance(batch_size=3, model=model)
+    bodies = [b"abc", b"", b"hello"]
+    futures = [harness.router.submit(p.RawRequest(b, "text/plain")).future for b in bodies]
+    outcomes = await asyncio.wait_for(asyncio.gather(*futures), 1.0)
+    assert handle.batch_sizes == [3]
+    answers = [o.answer for o in outcomes]
+    assert all(a is not None for a in answers)
+    assert [(a.status, a.body) for a in answers if a is not None] == [
+        (200, b"6"),
+        (400, b'{"error": "empty body", "code": "handler_error"}'),
+        (200, b"10"),
+    ]
+    assert all(o.outputs == {} and o.batch_size == 3 for o in outcomes)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pytest
 
 from infless.errors import BadRequest
+from infless.gateway.v2.byte_inputs import encode_binary
 from infless.gateway.v2.codec import (
+    bind_bodies,
     bind_inputs,
     encode_infer_response,
     parse_infer_request,
@@ -88,7 +92,12 @@ def test_bool_binary_is_one_byte_per_value() -> None:
         ({"inputs": []}, "non-empty list"),
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}, "needs data"),
         ({"inputs": [{"name": "x", "datatype": "FP99", "shape": [1], "data": [1]}]}, "unknown"),
-        ({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["a"]}]}, "BYTES"),
+        (
+            {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [2], "data": ["a", 1]}]},
+            "strings",
+        ),
+        ({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [2], "data": ["a"]}]}, "needs 2"),
+        ({"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1]}]}, "BF16"),
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [1]}]}, "shape"),
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [True], "data": [1]}]}, "shape"),
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "data": [1]}]}, "holds 1"),
@@ -215,3 +224,71 @@ def test_response_json_and_binary_round_trip() -> None:
     plain, no_length = encode_infer_response("m", "1", None, [("j", probabilities, False)])
     assert no_length is None
     assert "id" not in orjson.loads(plain)
+
+
+def test_bytes_rows_become_request_bodies_json_or_binary() -> None:
+    document = {
+        "inputs": [{"name": "body", "datatype": "BYTES", "shape": [2, 1], "data": [["hé"], ["b"]]}]
+    }
+    rows = bind_bodies(parse_infer_request(orjson.dumps(document), None).inputs)
+    assert [(r.body, r.content_type, r.postprocess) for r in rows] == [
+        ("hé".encode(), "text/plain; charset=utf-8", False),
+        (b"b", "text/plain; charset=utf-8", False),
+    ]
+    elements = [b"\x00\xff", b"", b"png"]
+    blob = encode_binary(elements)
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "body",
+                    "datatype": "BYTES",
+                    "shape": [3],
+                    "parameters": {"binary_data_size": len(blob), "content_type": "image/png"},
+                }
+            ]
+        }
+    )
+    rows = bind_bodies(parse_infer_request(header + blob, str(len(header))).inputs)
+    assert [r.body for r in rows] == elements
+    assert {r.content_type for r in rows} == {"image/png"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"name": "text", "datatype": "BYTES", "shape": [1], "data": ["a"]}, "one input 'body'"),
+        ({"name": "body", "datatype": "FP32", "shape": [1], "data": [1.0]}, "expected BYTES"),
+        ({"name": "body", "datatype": "BYTES", "shape": [1, 2], "data": ["a", "b"]}, "[-1, 1]"),
+    ],
+)
+def test_bytes_binding_names_the_expected_input(entry: dict[str, object], words: str) -> None:
+    request = parse_infer_request(orjson.dumps({"inputs": [entry]}), None)
+    with pytest.raises(BadRequest, match=re.escape(words)):
+        bind_bodies(request.inputs)
+
+
+def test_binary_bytes_framing_errors_are_400() -> None:
+    good = encode_binary([b"abc"])
+    for blob, words in ((good[:-1], "runs past"), (good[:2], "inside an element's length")):
+        header = orjson.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "body",
+                        "datatype": "BYTES",
+                        "shape": [1],
+                        "parameters": {"binary_data_size": len(blob)},
+                    }
+                ]
+            }
+        )
+        with pytest.raises(BadRequest, match=words):
+            parse_infer_request(header + blob, str(len(header)))
+
+
+def test_a_tensor_function_refuses_bytes() -> None:
+    document = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1], "data": ["a"]}]}
+    request = parse_infer_request(orjson.dumps(document), None)
+    with pytest.raises(BadRequest, match="datatype BYTES, expected FP32"):
+        bind_inputs(request.inputs, IMAGE)
