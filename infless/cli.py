@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "login": ("infless.client.login_command", "save basic-auth credentials for a gateway"),
     "logout": ("infless.client.login_command", "forget saved credentials for a gateway"),
     "models": ("infless.models.commands", "build and list zoo function packages"),
+    "package": ("infless.packaging.commands", "make a function package from your own model"),
     "profile": ("infless.profiler.commands", "profile operators into the profile database"),
     "predict": ("infless.profiler.commands", "print a function's predicted latency table"),
     "coldstart-eval": ("infless.coldstart.commands", "replay a trace through cold-start policies"),

@@ -327,6 +327,7 @@ class WorkerPool:
             config=entry.config,
             cpu_ids=instance.cpu_ids,
             warmup_batch_sizes=tuple(powers_of_two_up_to(entry.config.batch_size)),
+            shared_weights=function.manifest.format == "module",
             on_death=lambda: self._died(instance),
         )
         try:

@@ -48,6 +48,9 @@ class BootOrder:
     config: InstanceConfig
     cpu_ids: tuple[int, ...]
     warmup_batch_sizes: tuple[int, ...]
+    # the weights go through the shared tensor store (a TorchScript or torch.export program
+    # carries its own: it is loaded whole)
+    shared_weights: bool = True
     on_death: Callable[[], None] = field(default=lambda: None, compare=False)
 
 
@@ -104,7 +107,7 @@ class ProcessStarter:
 
     async def boot(self, order: BootOrder) -> Booted:
         stored = None
-        if self.store is not None:
+        if self.store is not None and order.shared_weights:
             stored = await asyncio.to_thread(
                 self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
             )

@@ -11,7 +11,10 @@ requests (`workers.handling`).
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +134,16 @@ def load_program(package_dir: Path, manifest: PackageManifest) -> Any:
 
     path = str(package_dir / manifest.program_file)
     if manifest.format == "torchscript":
-        script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+        with torchscript_deprecated():
+            script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
         return script.eval()
     return torch.export.load(path).module()
+
+
+@contextlib.contextmanager
+def torchscript_deprecated() -> Iterator[None]:
+    """TorchScript is deprecated since torch 2.13 (in favour of torch.export) but still
+    served: its load/save warnings are not the caller's business."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*torch\.jit\..* is deprecated", DeprecationWarning)
+        yield

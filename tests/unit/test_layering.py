@@ -53,6 +53,10 @@ PLANTED = {
         "import infless.models.package  # planted",
         "Core types, errors and the clock depend on nothing above them",
     ),
+    "infless/packaging/source.py": (
+        "import infless.gateway.errors  # planted",
+        "Packaging is the user's side: no gateway, control, data plane or HTTP",
+    ),
     "loadgen/client.py": (
         "import infless.errors  # planted",
         "The load generator is HTTP-only: nothing of infless, no torch",

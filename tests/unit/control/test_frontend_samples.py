@@ -46,6 +46,7 @@ class FakeRouter:
 
 
 def _answer(pending: Pending) -> None:
+    assert isinstance(pending.inputs, dict)
     row = pending.inputs["x"]
     pending.resolve(Outcome({"y": row * 2}, "fake-000000", 1, 0.0, 1.0, 0.0))
 
