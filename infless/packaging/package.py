@@ -109,6 +109,7 @@ def package(
     files: Sequence[str | Path] = (),
     postprocess: str | None = None,
     description: str = "",
+    provenance: str = "infless.package",
     example_request: bytes | str | None = None,
     example_content_type: str = "text/plain",
     verify: bool = True,
@@ -148,6 +149,7 @@ def package(
             requirements=plan.requirements,
             postprocess=postprocess,
             description=description,
+            provenance=provenance,
         )
         for relative, source in plan.files.items():
             destination = staging / SOURCE_DIR / relative
@@ -487,6 +489,7 @@ def _write(
     requirements: list[str],
     postprocess: str | None,
     description: str,
+    provenance: str,
 ) -> PackageManifest:
     import torch
 
@@ -526,7 +529,7 @@ def _write(
         weights_bytes=weights_bytes,
         postprocess=postprocess,
         description=description,
-        provenance="infless.package",
+        provenance=provenance,
         format=given.format,  # type: ignore[arg-type]
         program_file=program_file,
         handler=handler,
