@@ -3,9 +3,10 @@
 Same run, same machine: (1) the model in this process, one sample per call; (2) the same
 model deployed on infless, driven over HTTP with one JSON sample per request, closed-loop at
 concurrency 1 (latency) and at high concurrency (throughput); (3) the same at high
-concurrency with the compact body (raw little-endian tensor bytes). Prints a table, the
-ratios, the gateway process's CPU time per request (its own, workers excluded) for each,
-and a final JSON line.
+concurrency with the compact body (raw little-endian tensor bytes); (4) the same raw bytes to
+the same model packaged with a trivial handler (`bench.raw_handler`: bytes to tensor and
+back, in the worker). Prints a table, the ratios, the gateway process's CPU time per request
+(its own, workers excluded) for each, and a final JSON line.
 
     .venv/bin/python -m bench.overhead [--model mnist] [--seconds 10] [--concurrency 64]
 """
@@ -70,6 +71,30 @@ def sample_raw(model_name: str) -> tuple[bytes, str]:
     return np.zeros(shape, dtype=spec["dtype"]).tobytes(), "application/octet-stream"
 
 
+def handler_package(model_name: str, out: Path) -> Path:
+    """The zoo model packaged again with `infless.package`, around `bench.raw_handler`."""
+    import torch
+
+    from infless.models.loader import load_model
+    from infless.packaging.package import package
+
+    manifest, module = load_model(BENCH_MODELS / model_name)
+    (spec,) = manifest.input_specs
+    example = torch.zeros(
+        (2, *[8 if d < 0 else d for d in spec.shape]), dtype=getattr(torch, spec.dtype)
+    )
+    info = package(
+        module,
+        {spec.name: example},
+        name=f"{model_name}-raw-handler",
+        out=out,
+        arch_kwargs=manifest.arch_kwargs,
+        outputs=[s.name for s in manifest.output_specs],
+        handler="bench.raw_handler:RawHandler",
+    )
+    return info.path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mnist")
@@ -99,19 +124,33 @@ def main() -> int:
         f'[[functions]]\nname = "bench"\nimage = "{args.model}"\nslo_ms = {args.slo_ms}\n'
         f"max_batch = {args.max_batch}\ninstances = {args.instances}\n"
     )
+    with tempfile.TemporaryDirectory() as scratch:
+        handled = handler_package(args.model, Path(scratch) / "handled")
+        functions += (
+            f'[[functions]]\nname = "handled"\nimage = "{handled}"\nslo_ms = {args.slo_ms}\n'
+            f"max_batch = {args.max_batch}\ninstances = {args.instances}\n"
+        )
+        return measure(args, direct, body, functions)
+
+
+def measure(args: argparse.Namespace, direct: RunStats, body: bytes, functions: str) -> int:
     with tempfile.TemporaryDirectory() as tmp, gateway(Path(tmp), functions) as gw:
         gw.wait_ready("bench", args.instances)
+        gw.wait_ready("handled", args.instances)
         drive(gw, "bench", body, 8, 2.0)  # warm the connection pool and caches
         single = drive(gw, "bench", body, 1, args.seconds)
         loaded = drive(gw, "bench", body, args.concurrency, args.seconds)
         raw_body, raw_type = sample_raw(args.model)
         loaded_raw = drive(gw, "bench", raw_body, args.concurrency, args.seconds, raw_type)
-        instances = gw.get("/system/instances")
+        drive(gw, "handled", raw_body, args.concurrency, 3.0, raw_type)  # its tail learnt
+        handled = drive(gw, "handled", raw_body, args.concurrency, args.seconds, raw_type)
+        instances = [i for i in gw.get("/system/instances") if i["function"] == "bench"]
     rows = [
         ("in-process, 1 sample/call", direct),
         ("HTTP, concurrency 1", single),
         (f"HTTP, concurrency {args.concurrency}", loaded),
         (f"HTTP raw body, concurrency {args.concurrency}", loaded_raw),
+        (f"raw body + handler, conc. {args.concurrency}", handled),
     ]
     print(
         f"model {args.model}, SLO {args.slo_ms:g} ms, max batch {args.max_batch}, "
@@ -140,6 +179,10 @@ def main() -> int:
         "gateway_cpu_us_per_request": round(loaded.gateway_cpu_us_per_request, 1),
         "http_loaded_raw_rps": round(loaded_raw.rps, 1),
         "gateway_cpu_us_per_request_raw": round(loaded_raw.gateway_cpu_us_per_request, 1),
+        "http_loaded_handler_rps": round(handled.rps, 1),
+        "http_loaded_handler_p99_ms": round(handled.p99_ms, 3),
+        "http_loaded_handler_errors": handled.errors,
+        "gateway_cpu_us_per_request_handler": round(handled.gateway_cpu_us_per_request, 1),
         "latency_overhead_ms_c1": round(single.p50_ms - direct.p50_ms, 3),
         "throughput_ratio_http_over_in_process": round(loaded.rps / direct.rps, 3),
         "batch_sizes": [i["batchSize"] for i in instances],
