@@ -60,6 +60,16 @@ class DeployedFunction:
         return InstanceConfig(batch_size=self.spec.max_batch, cpus=self.spec.cpus_per_instance)
 
     @property
+    def state(self) -> str:
+        """"ready" (an instance serves), "failed" (the last start failed: see
+        `health.last_error`), "starting", or "idle" (no instance wanted: scaled to zero)."""
+        if self.router.ready_count > 0:
+            return "ready"
+        if self.health.failures > 0:
+            return "failed"
+        return "starting" if self.desired.count > 0 or self.boots else "idle"
+
+    @property
     def scale_to_zero(self) -> bool | None:
         """The function's `com.openfaas.scale.zero` label; None when it has none."""
         label = self.spec.labels.get(SCALE_ZERO_LABEL)

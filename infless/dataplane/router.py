@@ -49,6 +49,7 @@ class FunctionRouter:
         self.retries = 0
         self.arrivals = 0  # samples submitted ever, admitted or not: the demand (only grows)
         self.rejected = 0  # samples refused for lack of capacity (429), ever
+        self.start_error: str | None = None  # the last start failed (cleared by a ready one)
 
     # -- the request path ---------------------------------------------------------------
     def submit(self, inputs: Sample, budget_s: float = math.inf) -> Pending:
@@ -112,12 +113,19 @@ class FunctionRouter:
                 "already wait for it",
                 retry_after_s=2.0,
             )
+        starting = any(i.state is InstanceState.STARTING for i in self.instances)
+        if self.start_error is not None and not starting and not admitted:
+            self._request_cold_start(self.name)  # the pool tries again after its backoff
+            raise WorkerUnavailable(
+                f"function {self.name!r} could not start an instance: {self.start_error}",
+                retry_after_s=5.0,
+            )
         if pending.cold_start_ms == 0.0:
             pending.cold_start_ms = -1.0  # marked: filled in when an instance takes it
         if not self._waiting:
             self.cold_starts += 1
         self._waiting.append(pending)
-        if not any(i.state is InstanceState.STARTING for i in self.instances):
+        if not starting:
             self._request_cold_start(self.name)
 
     def forget_waiting(self, pending: Pending) -> None:
@@ -131,6 +139,7 @@ class FunctionRouter:
 
     def instance_ready(self, instance: Instance) -> None:
         """Move every waiting request (all already admitted) into the ready queues."""
+        self.start_error = None
         now = self._clock.now()
         while self._waiting and self.ready_count:
             pending = self._waiting.popleft()
@@ -144,7 +153,9 @@ class FunctionRouter:
         self._dispatcher.forget(instance.instance_id)
 
     def start_failed(self, error: str) -> None:
-        """No instance could start: every waiting request gets a 503 now, not a timeout."""
+        """No instance could start: every waiting request gets a 503 now, not a timeout,
+        and so does every new one until an instance is starting or ready again."""
+        self.start_error = error
         if any(i.state in (InstanceState.READY, InstanceState.STARTING) for i in self.instances):
             return
         failure = WorkerUnavailable(

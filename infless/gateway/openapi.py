@@ -93,7 +93,7 @@ SCHEMAS: dict[str, Schema] = {
     "FunctionStatus": _fields(
         "name! image! namespace envProcess envVars:map labels:map annotations:map "
         "invocationCount:num replicas:int availableReplicas:int createdAt:time "
-        "latencyTargetMs:num maxBatch:int coldStarts:int",
+        "latencyTargetMs:num maxBatch:int coldStarts:int state lastError",
         signature=_obj(inputs=_arr(_obj()), outputs=_arr(_obj())),
     ),
     "DeleteFunctionRequest": _fields("functionName! namespace"),

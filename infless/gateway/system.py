@@ -62,6 +62,7 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "coldStarts": function.router.cold_starts,
         "rejected": function.router.rejected,
         "retries": function.router.retries,
+        "state": function.state,
         "lastError": function.health.last_error,
         "owner": function.desired.owner.value,
         "signature": {

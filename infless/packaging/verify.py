@@ -117,26 +117,15 @@ def _step(step: str, action: Callable[[], Any]) -> Any:
 
 
 def _check_outputs(outputs: Arrays, manifest: Any, rows: int) -> None:
+    from infless.workers.model import signature_problem
+
     for spec in manifest.output_specs:
         if spec.name not in outputs:
             raise _Step("the outputs", f"no output {spec.name!r} (got {sorted(outputs)})")
         array = outputs[spec.name]
-        if str(array.dtype) != spec.dtype:
-            raise _Step(
-                "the outputs", f"{spec.name!r} is {array.dtype}, the signature says {spec.dtype}"
-            )
-        shape = array.shape
-        fits = (
-            len(shape) == len(spec.shape) + 1
-            and shape[0] == rows
-            and all(e < 0 or a == e for a, e in zip(shape[1:], spec.shape, strict=True))
-        )
-        if not fits:
-            raise _Step(
-                "the outputs",
-                f"{spec.name!r} has shape {list(shape)}, the signature says "
-                f"[{rows}, {', '.join(map(str, spec.shape))}] (batch first)",
-            )
+        problem = signature_problem(str(array.dtype), array.shape, spec, rows)
+        if problem:
+            raise _Step("the outputs", f"{spec.name!r} {problem}")
 
 
 def _compare(outputs: Arrays, expected: Arrays, rows: slice) -> None:

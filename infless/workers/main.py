@@ -99,7 +99,7 @@ def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
     exec_ms: dict[int, float] = {}
     for batch_size in request.warmup_batch_sizes:
         example = model.example_inputs(batch_size)
-        model.run(example)  # first call pays allocation; not timed
+        model.check_outputs(model.run(example), batch_size)  # first call pays allocation
         timings = []
         for _ in range(max(1, request.warmup_rounds)):
             started = perf_s()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from infless.handlers import Handler
     from infless.models.package import PackageManifest
+    from infless.types import TensorSpec
 
 
 class LoadedModel:
@@ -83,6 +84,17 @@ class LoadedModel:
             )
         return dict(zip(self.output_names, values, strict=True))
 
+    def check_outputs(self, outputs: dict[str, p.TensorData], rows: int) -> None:
+        """Raise unless a batch of `rows` came back as the signature says (a warm-up check:
+        a model answering other shapes would answer every request wrongly)."""
+        for spec in self.manifest.output_specs:
+            tensor = outputs.get(spec.name)
+            if tensor is None:
+                raise RuntimeError(f"the model gave no output {spec.name!r}")
+            problem = signature_problem(tensor.dtype, tensor.shape, spec, rows)
+            if problem:
+                raise RuntimeError(f"output {spec.name!r} {problem}")
+
     def example_inputs(self, batch_size: int) -> dict[str, p.TensorData]:
         """Zero-valued inputs of the signature's shape (variable dims as 8)."""
         result = {}
@@ -91,6 +103,22 @@ class LoadedModel:
             array = np.zeros(shape, dtype=spec.dtype)
             result[spec.name] = p.TensorData(spec.dtype, shape, array.tobytes())
         return result
+
+
+def signature_problem(dtype: str, shape: Sequence[int], spec: TensorSpec, rows: int) -> str | None:
+    """What is wrong with an output of a batch of `rows` against its spec, or None."""
+    fits = (
+        len(shape) == len(spec.shape) + 1
+        and shape[0] == rows
+        and all(e < 0 or a == e for a, e in zip(shape[1:], spec.shape, strict=True))
+    )
+    if dtype != spec.dtype or not fits:
+        wanted = ", ".join(map(str, [rows, *spec.shape]))
+        return (
+            f"is {dtype}{list(shape)} for a batch of {rows}, the signature says "
+            f"{spec.dtype}[{wanted}] (-1: any length)"
+        )
+    return None
 
 
 def add_source_path(package_dir: Path) -> None:

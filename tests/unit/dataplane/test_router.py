@@ -159,6 +159,20 @@ async def test_waiting_room_is_bounded_and_start_failure_answers_503() -> None:
             await future
 
 
+async def test_while_starts_fail_new_requests_get_503_at_once_until_one_is_ready() -> None:
+    harness = Harness(FakeClock())
+    first = harness.submit(1.0)
+    harness.router.start_failed("import error")
+    with pytest.raises(WorkerUnavailable):
+        await first
+    with pytest.raises(WorkerUnavailable, match="could not start an instance: import error"):
+        harness.submit(2.0)  # refused now, not left waiting for the gateway's timeout
+    assert harness.cold_start_requests == ["f", "f"]  # the pool may try again (its backoff)
+    harness.add_instance(batch_size=1, timeout_s=0.0)
+    outcome = await asyncio.wait_for(harness.submit(3.0), 1.0)
+    assert outcome.outputs["y"].tolist() == [6.0, 6.0]  # type: ignore[attr-defined]
+
+
 async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
     clock = FakeClock()
     instance = Instance("f-1", "f", InstanceConfig(2, 1), (0,), clock, SPECS, lambda *_: None)
