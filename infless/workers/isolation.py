@@ -94,22 +94,25 @@ def enter_runtime(env: Mapping[str, str], secrets: Mapping[str, bytes] | None) -
 
 async def probe_secrets(python: str = "", timeout_s: float = 30.0) -> str | None:
     """Whether a worker could mount secrets here: None if so, else why not (one sentence)."""
-    process = await asyncio.create_subprocess_exec(
-        python or sys.executable, "-m", "infless.workers.isolation",
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    try:
+        process = await asyncio.create_subprocess_exec(
+            python or sys.executable, "-m", "infless.workers.isolation",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+    except OSError as exc:
+        return f"secrets: the probe could not start: {exc}"
     try:
         async with asyncio.timeout(timeout_s):
             output, _ = await process.communicate()
     except TimeoutError:
         process.kill()
         await process.wait()
-        return f"the secrets probe did not finish in {timeout_s:.0f} s"
+        return f"secrets: the probe did not finish in {timeout_s:.0f} s"
     if process.returncode == 0:
         return None
     lines = output.decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else f"the secrets probe exited with {process.returncode}"
+    return lines[-1] if lines else f"secrets: the probe exited with {process.returncode}"
 
 
 def _probe() -> int:
