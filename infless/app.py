@@ -21,6 +21,7 @@ from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
 from infless.cluster.gpus import GpuInventory, discover_gpus
+from infless.cluster.memory import MemoryLimiter
 from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
@@ -34,12 +35,14 @@ from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.models.resolver import PackageResolver
+from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.scaling.profiled import load_profiled_predictor
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
 from infless.workers.boot import InstanceStarter, ProcessStarter, StartSettings
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
+from infless.workers.output import Sink
 from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 PLATFORM_KEY = web.AppKey("platform", object)
 REGISTRY_FILE = "registry.sqlite"
+SECRETS_DIR = "secrets"
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Platform:
     store: TensorStore | None
     reclaimer: Reclaimer | None
     logs: LogBuffer
+    secrets: SecretStore
     autoscaler: Autoscaler | None
     confiner: CpuConfiner | None
     gpus: GpuInventory
@@ -71,7 +76,7 @@ class Platform:
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs,
+            self.logs, self.secrets,
         )  # fmt: skip
 
 
@@ -101,8 +106,14 @@ def make_store(config: Config, clock: Clock) -> TensorStore | None:
 
 
 def make_starter(
-    config: Config, store: TensorStore | None, confiner: CpuConfiner | None
+    config: Config,
+    store: TensorStore | None,
+    confiner: CpuConfiner | None,
+    secrets: SecretStore | None = None,
+    output: Sink | None = None,
 ) -> ProcessStarter:
+    """Real workers: memory limits when cgroups are on, secrets from `secrets`, and each
+    worker's stdout and stderr to `output` (function, instance, line)."""
     launcher = make_launcher(config)
     templates = (
         TemplateCache(launcher, store, config.workers.start_timeout_s)
@@ -115,7 +126,11 @@ def make_starter(
         private_weights=config.store.private_weights,
         nice=config.workers.nice,
     )
-    return ProcessStarter(settings, launcher, store, confiner, templates)
+    memory = MemoryLimiter(parent="infless") if config.workers.cgroups else None
+    return ProcessStarter(
+        settings, launcher, store, confiner, templates, memory=memory,
+        secrets=None if secrets is None else secrets.read, output=output,
+    )  # fmt: skip
 
 
 def build_platform(
@@ -131,6 +146,13 @@ def build_platform(
         metrics.set_instances(function.name, function.router.ready_count)
 
     store = make_store(config, clock)
+    secrets = SecretStore(state_dir / SECRETS_DIR)
+    logs = LogBuffer(clock.wall)
+    wall = clock.wall
+
+    def worker_output(function: str, instance: str, line: str) -> None:
+        logs.append(function, instance, line, wall())
+
     confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
     cores = usable_cpus(config.workers.reserved_cpus)
     gpus = discover_gpus()
@@ -138,7 +160,7 @@ def build_platform(
     autoscaled = scaling.policy != "none"
     pool = WorkerPool(
         clock,
-        starter or make_starter(config, store, confiner),
+        starter or make_starter(config, store, confiner, secrets, worker_output),
         CpuAllocator(cores),
         config.batching,
         capacity_cpus=max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
@@ -168,16 +190,15 @@ def build_platform(
     )
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     resolver = PackageResolver(Path(config.models.repository))
-    functions = FunctionService(clock, registry, pool, resolver)
+    functions = FunctionService(clock, registry, pool, resolver, secrets)
     gateway = config.gateway
     frontend = FunctionFrontend(
         pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes
     )
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
-    logs = LogBuffer(clock.wall)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
-        logs, autoscaler, confiner, gpus, tuple(tickers), loop_lag,
+        logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag,
     )  # fmt: skip
 
 

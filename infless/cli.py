@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rm": ("infless.client.scale_command", "alias of remove (faas-cli style)"),
     "ls": ("infless.client.list_command", "alias of list (faas-cli style)"),
     "logs": ("infless.client.logs_command", "print (and follow) a function's log lines"),
+    "secret": ("infless.client.secret_command", "create, update, list and remove secrets"),
     "infer": ("infless.client.infer_command", "V2 (Open Inference Protocol) inference from JSON"),
     "metadata": ("infless.client.infer_command", "a model's V2 metadata: inputs and outputs"),
     "metrics": ("infless.client.metrics_command", "the gateway's Prometheus series"),

@@ -58,6 +58,16 @@ class FunctionExists(InflessError):
     code = "function_exists"
 
 
+class SecretNotFound(InflessError):
+    status = 404
+    code = "secret_not_found"
+
+
+class SecretExists(InflessError):
+    status = 409  # what faas-cli's `secret create` reports as "already exists"
+    code = "secret_exists"
+
+
 class PayloadTooLarge(InflessError):
     status = 413
     code = "payload_too_large"

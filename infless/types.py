@@ -43,7 +43,8 @@ class FunctionSpec:
     """A deployed function: a model endpoint with a latency SLO.
 
     `image` names a zoo model or a function package path. Labels and annotations are the
-    OpenFaaS maps, kept verbatim (string to string) so faas-cli round-trips them.
+    OpenFaaS maps, kept verbatim (string to string) so faas-cli round-trips them; so are
+    `limits` (`memory_limit_bytes` is `limits.memory` in bytes). `secrets` are names only.
     """
 
     name: str
@@ -61,3 +62,21 @@ class FunctionSpec:
     env_process: str = ""
     created_at: str = ""
     tenant: str = "default"
+    secrets: tuple[str, ...] = ()
+    limits: dict[str, str] = field(default_factory=dict)
+    memory_limit_bytes: int | None = None
+
+    @property
+    def runtime(self) -> WorkerRuntime:
+        return WorkerRuntime(dict(self.env_vars), self.secrets, self.memory_limit_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRuntime:
+    """What a function's workers get besides the model: environment variables (set before
+    the package loads), the secrets mounted at /var/openfaas/secrets (names; the values stay
+    in the secret store until a worker starts) and a memory limit in bytes (None: none)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    memory_limit_bytes: int | None = None

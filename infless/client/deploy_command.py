@@ -2,7 +2,8 @@
 
 Like faas-cli: PUT /system/functions first, POST when the gateway answers 404. A stack
 function's `latency_target` becomes annotation `com.infless.latency_target`, `requests.cpu`
-the cores per instance, and `environment` the envVars.
+the cores per instance, `environment` the envVars, `secrets` the secret names and
+`limits.memory` the worker's memory limit.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def stack_to_deployments(stack: dict[str, Any]) -> list[dict[str, object]]:
         for key in ("requests", "limits"):
             if isinstance(entry.get(key), dict):
                 deployment[key] = _stringify(entry[key])
+        secrets = entry.get("secrets")
+        if secrets is not None:  # a list of names; anything else is the gateway's 400
+            listed = isinstance(secrets, list)
+            deployment["secrets"] = [str(s) for s in secrets] if listed else secrets
         if "namespace" in entry:
             deployment["namespace"] = str(entry["namespace"])
         deployments.append(deployment)

@@ -61,7 +61,7 @@ class DeployedFunction:
 
     @property
     def state(self) -> str:
-        """"ready" (an instance serves), "failed" (the last start failed: see
+        """ "ready" (an instance serves), "failed" (the last start failed: see
         `health.last_error`), "starting", or "idle" (no instance wanted: scaled to zero)."""
         if self.router.ready_count > 0:
             return "ready"

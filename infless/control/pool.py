@@ -328,7 +328,10 @@ class WorkerPool:
             cpu_ids=instance.cpu_ids,
             warmup_batch_sizes=tuple(powers_of_two_up_to(entry.config.batch_size)),
             shared_weights=function.manifest.format == "module",
-            on_death=lambda: self._died(instance),
+            on_death=lambda: self._died(function, instance),
+            function=function.name,
+            instance=instance.instance_id,
+            runtime=spec.runtime,
         )
         try:
             booted = await self.starter.boot(order)
@@ -397,14 +400,19 @@ class WorkerPool:
         function.router.remove(instance)
         self._forget(instance)
 
-    def _died(self, instance: Instance) -> None:
+    def _died(self, function: DeployedFunction, instance: Instance) -> None:
         if instance.state is not InstanceState.READY:
             return  # a start that fails is the boot's to report; a drain's runner sees it
         code = getattr(instance.handle, "exit_code", None)
-        log.warning(
-            "instance %s: worker pid %d died (exit %s)", instance.instance_id, instance.pid, code
-        )
-        instance.mark_dead(f"worker exited (code {code})")
+        cause = self.starter.death_cause(instance.worker_id)  # e.g. killed for memory
+        error = cause or f"worker exited (code {code})"
+        if cause is None:
+            log.warning("instance %s: worker pid %d died (exit %s)", instance.instance_id,
+                        instance.pid, code)  # fmt: skip
+        else:
+            log.warning("instance %s: worker pid %d %s", instance.instance_id, instance.pid, cause)
+        function.health.last_error = f"instance {instance.instance_id}: {error}"
+        instance.mark_dead(error)
 
     def _orphaned(
         self, function: DeployedFunction, instance: Instance, orphans: list[Pending]
@@ -468,4 +476,5 @@ def _same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
         and old.max_batch == new.max_batch
         and old.cpus_per_instance == new.cpus_per_instance
         and old.tenant == new.tenant
+        and old.runtime == new.runtime  # environment, secrets, memory limit
     )

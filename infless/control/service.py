@@ -1,6 +1,8 @@
 """FunctionService: deploy, update, scale and remove functions — registry and pool together.
 
-The one place where a deployment becomes durable (SQLite) and live (worker pool). On start
+The one place where a deployment becomes durable (SQLite) and live (worker pool). Before
+that, a deployment's secrets must exist and this server must be able to give its workers
+what it asks for (a memory limit, private secret files): else a 400 that says why. On start
 it restores what the registry holds, then deploys the config's functions that are missing.
 A manual scale is a person's write of the desired state (`control.desired.scaled`): the
 function is manual from then on, and the autoscaler leaves it alone.
@@ -20,6 +22,7 @@ from infless.control.pool import WorkerPool
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.models.resolver import PackageResolver
 from infless.registry.deployment import parse_deployment
+from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.types import FunctionSpec
 
@@ -37,11 +40,13 @@ class FunctionService:
         registry: FunctionRegistry,
         pool: WorkerPool,
         resolver: PackageResolver,
+        secrets: SecretStore | None = None,
     ) -> None:
         self._clock = clock
         self._registry = registry
         self._pool = pool
         self._resolver = resolver
+        self._secrets = secrets
 
     async def create(self, body: object) -> FunctionSpec:
         spec = parse_deployment(body, rfc3339(self._clock.wall()))
@@ -49,6 +54,7 @@ class FunctionService:
             raise FunctionExists(
                 f"function {spec.name!r} already exists; update it with PUT /system/functions"
             )
+        await self._check_runtime(spec)
         await self._activate(spec)
         return spec
 
@@ -57,11 +63,34 @@ class FunctionService:
         old = self._registry.get(spec.name)
         if old is None:
             raise FunctionNotFound(f"function {spec.name!r} does not exist; create it with POST")
+        await self._check_runtime(spec)
         spec = replace(spec, created_at=old.created_at or spec.created_at)
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
         await self._pool.redeploy(spec, package_dir, manifest)
         return spec
+
+    async def _check_runtime(self, spec: FunctionSpec) -> None:
+        """Refuse what the workers could not get: unknown secrets, unenforceable limits."""
+        for name in spec.secrets:
+            if self._secrets is None or not self._secrets.exists(name):
+                raise InvalidDeployment(
+                    f"secrets: secret {name!r} does not exist; create it first "
+                    f"(infless secret create {name} --from-literal ..., or POST /system/secrets)"
+                )
+        support = await self._pool.starter.runtime_support(spec.runtime)
+        if support.memory_limit is not None:
+            raise InvalidDeployment(
+                f"limits.memory = {spec.limits.get('memory')!r}: this server cannot enforce a "
+                f"memory limit ({support.memory_limit}); deploy without one or enable the "
+                "cgroup memory controller"
+            )
+        if support.secrets is not None:
+            raise InvalidDeployment(
+                f"secrets = {list(spec.secrets)}: this server cannot mount secrets privately "
+                f"for the function's workers ({support.secrets}); refusing rather than "
+                "exposing them"
+            )
 
     async def _activate(self, spec: FunctionSpec) -> None:
         package_dir, manifest = await self._resolver.resolve(spec.image)

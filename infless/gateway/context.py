@@ -15,6 +15,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
+from infless.registry.secrets import SecretStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +27,4 @@ class GatewayContext:
     prewarm: PrewarmManager  # the cold-start windows shown per function
     metrics: GatewayMetrics
     logs: LogBuffer
+    secrets: SecretStore  # /system/secrets

@@ -1,8 +1,9 @@
 """Function logs for `GET /system/logs` (faas-cli logs): a bounded ring buffer per function.
 
 Lines come from two places: the gateway's own log records about an instance (started,
-failed, died — attributed by the instance id among the record's arguments), and, when the
-worker launcher pipes a worker's stderr, `pump(function, instance, reader)`. The route
+failed, died — attributed by the instance id among the record's arguments), and every line
+a worker writes to its stdout or stderr (`append`, called by `workers.output`'s pumps with
+the function and instance the worker serves). The route
 answers NDJSON `LogEntry` objects (faas-provider's shape) and can follow new lines until the
 client leaves or the gateway shuts down. Memory is bounded; nothing is written to disk.
 """
@@ -123,11 +124,6 @@ class LogBuffer:
             if not fresh:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), FOLLOW_CHECK_S)
-
-    async def pump(self, function: str, instance: str, reader: asyncio.StreamReader) -> None:
-        """Copy a worker's stderr lines into the buffer until EOF (for the launcher)."""
-        while line := await reader.readline():
-            self.append(function, instance, line.decode(errors="replace"), self._wall())
 
     def close(self) -> None:
         self.closed = True

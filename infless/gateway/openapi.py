@@ -91,11 +91,13 @@ SCHEMAS: dict[str, Schema] = {
         requests=_ref("FunctionResources"),
     ),
     "FunctionStatus": _fields(
-        "name! image! namespace envProcess envVars:map labels:map annotations:map "
+        "name! image! namespace envProcess envVars:map labels:map annotations:map secrets:strs "
         "invocationCount:num replicas:int availableReplicas:int createdAt:time "
         "latencyTargetMs:num maxBatch:int coldStarts:int state lastError",
+        limits=_ref("FunctionResources"),
         signature=_obj(inputs=_arr(_obj()), outputs=_arr(_obj())),
     ),
+    "Secret": _fields("name! namespace value rawValue"),
     "DeleteFunctionRequest": _fields("functionName! namespace"),
     "ScaleServiceRequest": _fields("serviceName namespace replicas!:int"),
     "GatewayInfo": _fields(
@@ -146,7 +148,7 @@ ERRORS = {
     400: "Bad request: malformed body, or input that does not fit the signature",
     401: 'Invalid credentials (WWW-Authenticate: Basic/Bearer realm="Restricted")',
     404: "Unknown function, model or version",
-    409: "The function already exists",
+    409: "The function (or secret) already exists",
     413: "Body larger than gateway.max_body_bytes",
     422: "Input does not fit the function's signature",
     429: "Every instance queue is full (Retry-After)",
@@ -277,6 +279,15 @@ ROUTES: list[Route] = [
     ),
     _mg("get", "/system/instances", "Instances", 200, _arr(_ref("Instance")), params=(_FN,)),
     _mg("get", "/system/templates", "Per-model template processes", 200, _arr(_ref("Template"))),
+    _mg("get", "/system/secrets", "Secret names (never values)", 200, _arr(_ref("Secret"))),
+    *(
+        _mg(method, "/system/secrets", summary, ok, None, 400, *errors, body=_j(_ref("Secret")))
+        for method, summary, ok, errors in (
+            ("post", "Create a secret (value, or rawValue base64)", 201, (409,)),
+            ("put", "Replace a secret's value", 200, (404,)),
+            ("delete", "Remove a secret (only name is read)", 200, (404,)),
+        )
+    ),
     Route(
         "get",
         "/system/logs",

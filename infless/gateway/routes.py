@@ -2,8 +2,9 @@
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/metrics`), `v2/` (the Open Inference Protocol), `logs` and `openapi`; the
-composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
+`/healthz`, `/metrics`), `secrets` (`/system/secrets`), `v2/` (the Open Inference Protocol),
+`logs` and `openapi`; the composition root (`app`) calls `middlewares` and `install`. Must
+not hold request logic.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from infless.gateway.invoke import InvokeHandler
 from infless.gateway.logs import GatewayLogHandler, LogsRoute
 from infless.gateway.openapi import openapi_document
 from infless.gateway.resources import PlatformCollector
+from infless.gateway.secrets import SecretsRoutes
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
@@ -46,6 +48,7 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
     """Every route, in one list: method, path, handler."""
     invoke = InvokeHandler(ctx.frontend).__call__  # a coroutine function: aiohttp wants one
     system = SystemRoutes(ctx)
+    secrets = SecretsRoutes(ctx.secrets)
     v2 = V2Routes(ctx.frontend)
     infer = V2InferHandler(ctx.frontend).__call__
     repository = RepositoryRoutes(ctx.frontend, ctx.pool, ctx.functions)
@@ -72,6 +75,10 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.get("/system/instances", json_errors(system.instances)),
         web.get("/system/templates", json_errors(system.templates)),
         web.get("/system/logs", json_errors(LogsRoute(namespace_of, ctx.logs))),
+        web.get("/system/secrets", json_errors(secrets.list)),
+        web.post("/system/secrets", json_errors(secrets.create)),
+        web.put("/system/secrets", json_errors(secrets.update)),
+        web.delete("/system/secrets", json_errors(secrets.delete)),
         web.get("/metrics", system.metrics),
         web.get("/openapi.json", openapi),
         web.get("/v2", v2.server_metadata),

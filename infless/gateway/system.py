@@ -49,6 +49,8 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "envVars": spec.env_vars,
         "labels": spec.labels,
         "annotations": spec.annotations,
+        "secrets": list(spec.secrets),
+        "limits": spec.limits or None,
         "invocationCount": float(function.activity.invocations),
         "replicas": function.desired.count,
         "availableReplicas": function.router.ready_count,

@@ -3,8 +3,9 @@
 INFless fields ride on OpenFaaS's maps: the SLO is annotation `com.infless.latency_target`
 ("100ms", "0.2s"), the maximum batch size label `com.infless.max.batch`, instance bounds the
 `com.openfaas.scale.min/max` labels, cores per instance `requests.cpu` (or label
-`com.infless.cpus`), the tenant label `com.infless.tenant`. Errors name the field, the
-value and the fix. Pure: no I/O, no clock (the creation time is passed in).
+`com.infless.cpus`), the tenant label `com.infless.tenant`. `envVars`, `secrets` and
+`limits.memory` are checked by `runtime_fields`. Errors name the field, the value and the
+fix. Pure: no I/O, no clock (the creation time is passed in).
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from infless.errors import InvalidDeployment
+from infless.registry.runtime_fields import (
+    check_env_vars,
+    parse_memory_quantity,
+    parse_secret_names,
+)
 from infless.types import FunctionSpec
 
 LATENCY_ANNOTATION = "com.infless.latency_target"
@@ -98,7 +104,12 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
         raise InvalidDeployment("image: is required (a zoo model name or a package path)")
     labels = _string_map(body, "labels")
     annotations = _string_map(body, "annotations")
-    env_vars = _string_map(body, "envVars")
+    env_vars = check_env_vars(_string_map(body, "envVars"))
+    secrets = parse_secret_names(body.get("secrets"))
+    limits = _resources(body, "limits")
+    memory_limit = None
+    if limits.get("memory"):
+        memory_limit = parse_memory_quantity(limits["memory"], "limits.memory")
     slo_text = annotations.get(LATENCY_ANNOTATION) or labels.get(LATENCY_ANNOTATION)
     slo_ms = (
         DEFAULT_SLO_MS
@@ -122,9 +133,9 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
             f"labels.{SCALE_MIN_LABEL} = {min_instances}"
         )
     cpus = 1
-    requests = body.get("requests")
-    if isinstance(requests, dict) and requests.get("cpu") not in (None, ""):
-        cpus = _cpus(str(requests["cpu"]), "requests.cpu")
+    requests = _resources(body, "requests")
+    if requests.get("cpu"):
+        cpus = _cpus(requests["cpu"], "requests.cpu")
     if CPUS_LABEL in labels:
         cpus = _int_field(labels[CPUS_LABEL], f"labels.{CPUS_LABEL}", 1, 256)
     namespace = body.get("namespace") or "openfaas-fn"
@@ -147,7 +158,23 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
         env_process=str(env_process),
         created_at=created_at,
         tenant=labels.get(TENANT_LABEL, "default"),
+        secrets=secrets,
+        limits=limits,
+        memory_limit_bytes=memory_limit,
     )
+
+
+def _resources(body: Mapping[str, Any], key: str) -> dict[str, str]:
+    """`requests` / `limits` (FunctionResources: `memory`, `cpu`) as strings; null means {}."""
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidDeployment(
+            f'{key}: expected an object like {{"memory": "128Mi", "cpu": "1"}}, '
+            f"got {type(value).__name__}"
+        )
+    return {str(k): _stringify(v) for k, v in value.items() if v not in (None, "")}
 
 
 def spec_to_deployment(spec: FunctionSpec) -> dict[str, object]:
@@ -167,5 +194,7 @@ def spec_to_deployment(spec: FunctionSpec) -> dict[str, object]:
         "labels": labels,
         "annotations": annotations,
         "envVars": dict(spec.env_vars),
+        "secrets": list(spec.secrets),
+        "limits": dict(spec.limits),
         "requests": {"cpu": str(spec.cpus_per_instance)},
     }

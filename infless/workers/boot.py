@@ -4,7 +4,11 @@ The pool asks a starter to take one instance from nothing to a worker with its m
 and its batch sizes timed (`boot`), and to let go of what an instance held once it is gone
 (`release`). `ProcessStarter` publishes the weights to the tensor store (or not), launches
 the worker (forked from the model's template when the store and the zygote allow one, see
-`templates`), confines it to its cores (cgroups, else affinity) and loads the package.
+`templates`) with its stdout and stderr piped to the function's logs (`output`), confines
+it to its cores (cgroups, else affinity) and to its memory limit (`cluster.memory`; no limit
+is never a fallback) and loads the package with the function's environment and secrets.
+It says what it cannot give workers here (`runtime_support`: memory limits, secrets) and
+why a worker died when it knows (`death_cause`: killed for memory).
 `workers.inprocess.InProcessStarter` runs a callable instead, for tests and simulations.
 A starter raises on any failure; the pool decides what a failure means.
 Gateway side: never imports torch.
@@ -20,13 +24,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-from infless.types import InstanceConfig
+from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
+from infless.types import InstanceConfig, WorkerRuntime
 from infless.weights.store import StoreError
 from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.forkclient import ZygoteError
-from infless.workers.handle import ProcessWorkerHandle, WorkerHandle
+from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStartFailed
+from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, WorkerLauncher
+from infless.workers.output import OutputPumps, Sink
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
@@ -52,6 +59,17 @@ class BootOrder:
     # carries its own: it is loaded whole)
     shared_weights: bool = True
     on_death: Callable[[], None] = field(default=lambda: None, compare=False)
+    function: str = ""  # the function whose logs the worker's output joins
+    instance: str = ""  # the instance it serves (`instance_id` is the worker's: `<id>-r<n>`)
+    runtime: WorkerRuntime = field(default_factory=WorkerRuntime)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSupport:
+    """Why a starter cannot give workers what a runtime asks for; None where it can."""
+
+    memory_limit: str | None = None
+    secrets: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +94,10 @@ class InstanceStarter(Protocol):
 
     def templates(self) -> list[dict[str, object]]: ...
 
+    async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport: ...
+
+    def death_cause(self, instance_id: str) -> str | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class StartSettings:
@@ -93,27 +115,46 @@ class ProcessStarter:
         store: TensorStore | None = None,
         confiner: CpuConfiner | None = None,
         templates: TemplateCache | None = None,
+        *,
+        memory: MemoryLimiter | None = None,
+        secrets: Callable[[str], bytes] | None = None,
+        output: Sink | None = None,
     ) -> None:
         self._settings = settings
         self.launcher = launcher
         self.store = store
         self._confiner = confiner
         self._templates = templates
+        self._memory = memory
+        self._secret_value = secrets
+        self._pumps = None if output is None else OutputPumps(output)
         self._confinements: dict[str, Confinement] = {}
+        self._memory_limits: dict[str, MemoryLimit] = {}
+        self._secrets_probe: asyncio.Task[str | None] | None = None
 
     async def start(self) -> None:
         """Prepare the launcher (the zygote imports torch once, here, not on first deploy)."""
         await self.launcher.start()
 
     async def boot(self, order: BootOrder) -> Booted:
+        secrets = self._secrets_of(order.runtime)  # before anything starts: one may be gone
         stored = None
         if self.store is not None and order.shared_weights:
             stored = await asyncio.to_thread(
                 self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
             )
-        launched = await self._launch(order.instance_id, order.tenant, order.package_dir, stored)
+        launched = await self._launch(order, stored)
+        if launched.output is not None and self._pumps is not None:
+            await self._pumps.start(
+                launched.output, order.function, order.instance or order.instance_id
+            )
         handle = ProcessWorkerHandle(launched, on_death=lambda _: order.on_death())
-        self._confine(order, launched.pid)
+        try:
+            self._confine(order, launched.pid)
+        except BaseException:
+            handle.kill()
+            launched.sock.close()
+            raise
         request = p.LoadModel(
             package_dir=str(order.package_dir),
             cpus=order.config.cpus,
@@ -124,50 +165,107 @@ class ProcessStarter:
             store_tensors=stored,
             private_weights=stored is None and self._settings.private_weights,
             nice=self._settings.nice,
+            env=dict(order.runtime.env),
+            secrets=secrets,
         )
         try:
             ready = await handle.load(request, self._settings.start_timeout_s)
-        except BaseException:
+        except BaseException as exc:
             handle.kill()
+            cause = self.death_cause(order.instance_id)
+            if cause is not None and isinstance(exc, Exception):
+                raise WorkerStartFailed(f"{cause} while loading its model") from exc
             raise
         start = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
         return Booted(handle, ready, start)
 
-    async def _launch(
-        self, instance_id: str, tenant: str, package_dir: Path, stored: list[StoredTensor] | None
-    ) -> LaunchedWorker:
+    def _secrets_of(self, runtime: WorkerRuntime) -> dict[str, bytes] | None:
+        if not runtime.secrets:
+            return None
+        if self._secret_value is None:
+            raise WorkerStartFailed("secrets: this starter has no secret store")
+        return {name: self._secret_value(name) for name in runtime.secrets}
+
+    async def _launch(self, order: BootOrder, stored: list[StoredTensor] | None) -> LaunchedWorker:
         """Fork from the model's template when there can be one, else from the launcher."""
-        if self._templates is not None and stored is not None:
+        capture = self._pumps is not None
+        runtime = order.runtime
+        if self._templates is not None and stored is not None and not runtime.secrets:
             try:
                 launched = await self._templates.launch(
-                    instance_id, tenant, str(package_dir), stored
-                )
+                    order.instance_id, order.tenant, str(order.package_dir), stored,
+                    runtime.env, capture,
+                )  # fmt: skip
             except (ZygoteError, StoreError, OSError) as exc:
-                log.warning("no template for %s (%s); forking it from the zygote", instance_id, exc)
+                log.warning(
+                    "no template for %s (%s); forking it from the zygote", order.instance_id, exc
+                )
             else:
                 if launched is not None:
                     return launched
-        return await self.launcher.launch(instance_id)
+        return await self.launcher.launch(order.instance_id, capture)
 
     def _confine(self, order: BootOrder, pid: int) -> None:
-        if self._confiner is None:
-            return
         # one group per worker process: a replacement never meets its predecessor's group
         name = f"{order.instance_id}-{pid}"
-        try:
-            confinement = self._confiner.confine(name, pid, order.cpu_ids, cores=order.config.cpus)
-        except OSError as exc:  # confinement is best effort; affinity is set by the worker
-            log.warning("could not confine %s: %s", order.instance_id, exc)
+        if self._confiner is not None:
+            try:
+                confinement = self._confiner.confine(
+                    name, pid, order.cpu_ids, cores=order.config.cpus
+                )
+            except OSError as exc:  # best effort: the worker sets its affinity itself
+                log.warning("could not confine %s: %s", order.instance_id, exc)
+            else:
+                self._confinements[order.instance_id] = confinement
+        limit_bytes = order.runtime.memory_limit_bytes
+        if limit_bytes is None:
             return
-        self._confinements[order.instance_id] = confinement
+        if self._memory is None:  # never run a limited function unlimited
+            raise WorkerStartFailed("limits.memory: memory limits are off (workers.cgroups)")
+        try:
+            limit = self._memory.limit(name, pid, limit_bytes)
+        except OSError as exc:
+            raise WorkerStartFailed(
+                f"limits.memory: could not limit {order.instance_id} to "
+                f"{format_mib(limit_bytes)}: {exc}"
+            ) from exc
+        self._memory_limits[order.instance_id] = limit
+
+    def death_cause(self, instance_id: str) -> str | None:
+        """ "killed: out of memory (limit …)" when the kernel killed the worker for its limit."""
+        limit = self._memory_limits.get(instance_id)
+        if limit is None or self._memory is None or self._memory.oom_kills(limit) == 0:
+            return None
+        return f"killed: out of memory (limit {format_mib(limit.limit_bytes)})"
+
+    async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
+        """What of `runtime` this server cannot give workers (secrets: probed once)."""
+        memory = None
+        if runtime.memory_limit_bytes is not None:
+            memory = "workers.cgroups is off" if self._memory is None else self._memory.unavailable
+        secrets = None
+        if runtime.secrets:
+            if self._secret_value is None:
+                secrets = "this gateway has no secret store"
+            else:
+                if self._secrets_probe is None or self._secrets_probe.cancelled():
+                    self._secrets_probe = asyncio.create_task(probe_secrets())
+                secrets = await asyncio.shield(self._secrets_probe)
+        return RuntimeSupport(memory, secrets)
 
     async def release(self, instance_id: str) -> None:
-        """The instance is gone: free its store holds, its template's use and its cgroup
+        """The instance is gone: free its store holds, its template's use and its cgroups
         (removing a group waits for exiting tasks to leave it: off the event loop)."""
         if self.store is not None:
             self.store.release(instance_id)
         if self._templates is not None:
             self._templates.release(instance_id)
+        limit = self._memory_limits.pop(instance_id, None)
+        if limit is not None and self._memory is not None:  # before the CPU group (v2: shared)
+            try:
+                await asyncio.to_thread(self._memory.release, limit)
+            except OSError as exc:
+                log.warning("could not remove the memory cgroup of %s: %s", instance_id, exc)
         confinement = self._confinements.pop(instance_id, None)
         if confinement is not None and self._confiner is not None:
             try:
@@ -176,10 +274,15 @@ class ProcessStarter:
                 log.warning("could not remove the cgroup of %s: %s", instance_id, exc)
 
     async def close(self) -> None:
-        """Close the templates, then the launcher (running workers end with their sockets)."""
+        """Close the templates, then the launcher (running workers end with their sockets),
+        then read what workers wrote last."""
         if self._templates is not None:
             await self._templates.close()
         await self.launcher.close()
+        if self._pumps is not None:
+            await self._pumps.close()
+        if self._memory is not None:
+            self._memory.remove_parent()
 
     def holder_ids(self) -> list[str]:
         """Store holders besides the instances: the templates."""
@@ -189,8 +292,10 @@ class ProcessStarter:
         """Where the instance came from and how it is confined (for /system/instances)."""
         confinement = self._confinements.get(instance_id)
         template = None if self._templates is None else self._templates.template_of(instance_id)
+        memory = self._memory_limits.get(instance_id)
         return {
             "confinement": None if confinement is None else confinement.describe(),
+            "memoryLimit": None if memory is None else memory.describe(),
             "template": template,
         }
 

@@ -8,6 +8,7 @@ exit codes the server reports. Gateway side: never imports torch.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 
 import msgspec
@@ -143,19 +144,30 @@ class ForkServerClient:
         self._next_request += 1
         return self._next_request
 
-    async def launch(self, instance_id: str) -> LaunchedWorker:
-        """Fork a worker for `instance_id`, connected to the gateway by a fresh socketpair."""
+    async def launch(self, instance_id: str, capture_output: bool = False) -> LaunchedWorker:
+        """Fork a worker for `instance_id`, connected to the gateway by a fresh socketpair;
+        with `capture_output`, its stdout and stderr go to a fresh pipe whose read end comes
+        back as `output` (the write end travels with the socket, SCM_RIGHTS)."""
         gateway_sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        output, output_write = os.pipe() if capture_output else (None, None)
         started = perf_s()
         try:
-            with worker_sock:  # the server gets its own reference in flight
+            with worker_sock:  # the server gets its own references in flight
+                fds = [worker_sock.fileno()]
+                if output_write is not None:
+                    fds.append(output_write)
                 fork = Fork(self.next_request_id(), instance_id)
-                pid = await self.request(fork, [worker_sock.fileno()])
+                pid = await self.request(fork, fds)
         except BaseException:
             gateway_sock.close()
+            if output is not None:
+                os.close(output)
             raise
+        finally:
+            if output_write is not None:
+                os.close(output_write)
         spawn_ms = (perf_s() - started) * 1000.0
-        return LaunchedWorker(pid, gateway_sock, spawn_ms, None)
+        return LaunchedWorker(pid, gateway_sock, spawn_ms, None, output)
 
     async def close(self) -> None:
         """EOF to the server (it exits; its children keep serving on their own sockets)."""

@@ -4,7 +4,8 @@ A fork server owns one control socket (SOCK_SEQPACKET, one msgpack message per d
 `zygote_protocol`). It announces itself with `ZygoteReady`, then forks on request and reports
 every child's exit until the control socket reaches EOF:
 
-- `Fork` + the worker's socket: the child serves one instance (`targets.serve(sock)`);
+- `Fork` + the worker's socket (+ the write end of its output pipe): the child makes that
+  pipe its stdout and stderr and serves one instance (`targets.serve(sock)`);
 - `ForkTemplate` + a control socket + a load socket (zygote only): the child becomes a
   template: it loads one model single-threaded (`targets.prepare_template(load_sock)`, which
   answers `Ready` or `LoadFailed` on the load socket), freezes its heap, and runs this same
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import selectors
 import signal
@@ -65,6 +67,16 @@ def _enter_child(closing: list[int], environ: dict[str, str]) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)  # the first OpenMP touch happens here, after the fork
+
+
+def _redirect_output(fd: int) -> None:
+    """In a fresh child: `fd` (a pipe the gateway reads) becomes stdout and stderr."""
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):  # each print reaches the pipe at once
+            stream.reconfigure(line_buffering=True)
 
 
 def _exit_child(body: Callable[[], int]) -> None:
@@ -115,11 +127,14 @@ def _fork(
 ) -> Forked | ForkFailed:
     """Fork a child for `request`; the server keeps no copy of the received descriptors."""
     try:
-        wanted = 1 if isinstance(request, Fork) else 2
-        if len(fds) != wanted:
+        wanted = (1, 2) if isinstance(request, Fork) else (2,)
+        if len(fds) not in wanted:
             return ForkFailed(request.request_id, f"expected {wanted} descriptors, got {len(fds)}")
         if isinstance(request, ForkTemplate) and targets.prepare_template is None:
             return ForkFailed(request.request_id, "this fork server does not start templates")
+        for stream in (sys.stdout, sys.stderr):  # no buffered text copied into the child
+            with contextlib.suppress(Exception):
+                stream.flush()
         try:
             pid = os.fork()
         except OSError as exc:
@@ -127,6 +142,8 @@ def _fork(
         if pid == 0:
             if isinstance(request, Fork):
                 _enter_child(closing, {"INFLESS_INSTANCE_ID": request.instance_id})
+                if len(fds) == 2:
+                    _redirect_output(fds[1])
                 _exit_child(_instance_body(fds[0], targets))
             else:
                 _enter_child(closing, {"INFLESS_TEMPLATE_ID": request.template_id})

@@ -17,9 +17,9 @@ import numpy as np
 
 from infless.clock import Clock
 from infless.handlers import Handler
-from infless.types import TensorSpec
+from infless.types import TensorSpec, WorkerRuntime
 from infless.workers import protocol as p
-from infless.workers.boot import Booted, BootOrder
+from infless.workers.boot import Booted, BootOrder, RuntimeSupport
 from infless.workers.handle import BatchError, WorkerDied
 from infless.workers.handling import serve_requests
 
@@ -137,18 +137,25 @@ class InProcessWorkerHandle:
 
 
 class InProcessStarter:
-    """Starts in-process workers; `model_for` picks each instance's model from its order."""
+    """Starts in-process workers; `model_for` picks each instance's model from its order.
+
+    Runtimes (environment, secrets, memory limits) are accepted as `support` says and not
+    applied: `orders` keeps every boot order for tests to read them."""
 
     def __init__(
         self,
         clock: Clock,
         model_for: Callable[[BootOrder], InProcessModel] = lambda order: InProcessModel(),
         start_s: float = 0.0,
+        support: RuntimeSupport | None = None,
     ) -> None:
         self._clock = clock
         self._model_for = model_for
         self._start_s = start_s  # how long a start takes on the clock
+        self._support = support or RuntimeSupport()
         self.handles: dict[str, InProcessWorkerHandle] = {}
+        self.orders: list[BootOrder] = []
+        self.death_causes: dict[str, str] = {}  # set by tests: what `death_cause` answers
         self.boots = 0
 
     async def start(self) -> None:
@@ -156,6 +163,7 @@ class InProcessStarter:
 
     async def boot(self, order: BootOrder) -> Booted:
         self.boots += 1
+        self.orders.append(order)
         if self._start_s > 0:
             await self._clock.sleep_until(self._clock.now() + self._start_s)
         handle = InProcessWorkerHandle(
@@ -180,7 +188,17 @@ class InProcessStarter:
         return []
 
     def describe(self, instance_id: str) -> dict[str, object]:
-        return {"confinement": None, "template": None}
+        return {"confinement": None, "memoryLimit": None, "template": None}
 
     def templates(self) -> list[dict[str, object]]:
         return []
+
+    async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
+        support = self._support
+        return RuntimeSupport(
+            support.memory_limit if runtime.memory_limit_bytes is not None else None,
+            support.secrets if runtime.secrets else None,
+        )
+
+    def death_cause(self, instance_id: str) -> str | None:
+        return self.death_causes.get(instance_id)

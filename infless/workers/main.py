@@ -1,6 +1,7 @@
 """The worker process: one instance of one function, serving batches over a socket.
 
-Worker side (imports torch). Lifecycle: receive `LoadModel` → build the model (structure on
+Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function's environment
+and mount its secrets (`workers.isolation`) → build the model (structure on
 the meta device, then weights: mapped from the shared store or read from the package) →
 time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
 the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores;
@@ -28,6 +29,7 @@ import numpy as np
 from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
+from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
 
 
@@ -63,14 +65,18 @@ class _Template:
     def __init__(self, request: p.LoadModel, model: LoadedModel) -> None:
         self.package_dir = request.package_dir
         self.stored = request.store_tensors
+        self.env = request.env
         self.model = model
 
     def serves(self, request: p.LoadModel) -> bool:
-        """Same package, same stored tensors: the forked instance may skip build and attach."""
+        """Same package, stored tensors and environment: the forked instance may skip build
+        and attach (a worker with secrets builds its own, after mounting them)."""
         return (
             self.stored is not None
             and request.package_dir == self.package_dir
             and request.store_tensors == self.stored
+            and request.env == self.env
+            and not request.secrets
         )
 
 
@@ -79,6 +85,7 @@ _template: _Template | None = None  # set in a template process, inherited by it
 
 def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
     """Build and attach (or take the template's model), then time the warm-up batches."""
+    enter_runtime(request.env, request.secrets)  # before any code of the package runs
     import torch
 
     keep_freed_memory()  # each batch reuses the last one's activation pages: no page faults
@@ -133,8 +140,8 @@ def prepare_template(sock: socket.socket) -> bool:
     try:
         model, ready = _load(msgspec.structs.replace(request, cpus=1, cpu_ids=[]))
     except Exception as exc:
-        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
         traceback.print_exc(file=sys.stderr)
+        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
         return False
     _template = _Template(request, model)
     channel.send(ready)
@@ -165,8 +172,8 @@ def serve(sock: socket.socket) -> None:
     try:
         model, ready = _load(first)
     except Exception as exc:  # report any load failure to the gateway, then exit
+        traceback.print_exc(file=sys.stderr)  # first: the function's logs read in order
         channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
-        traceback.print_exc(file=sys.stderr)
         return
     channel.send(ready)
     while True:

@@ -33,7 +33,9 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     load them from the package's safetensors file (memory-mapped: page cache shared between
     workers), or with `private_weights` copy them into the worker's own memory (the
     no-sharing baseline of bench.memory). `warmup_batch_sizes` are measured after loading
-    and reported in `Ready.exec_ms`.
+    and reported in `Ready.exec_ms`. `env` is set and `secrets` (name -> value) are mounted
+    under /var/openfaas/secrets (`workers.isolation`) before the package is loaded; a worker
+    that cannot mount them answers `LoadFailed` without loading it.
     """
 
     package_dir: str
@@ -45,6 +47,8 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     store_tensors: list[StoredTensor] | None = None
     private_weights: bool = False
     nice: int = 0  # the worker's scheduling niceness: > 0 yields the cores to the gateway
+    env: dict[str, str] = {}
+    secrets: dict[str, bytes] | None = None  # never logged: values travel only here
 
 
 class StartBreakdown(msgspec.Struct, frozen=True):

@@ -6,7 +6,9 @@ caches): ~20 MiB per resnet-50 worker. A template does those steps once, single-
 then serves forks; its instances share those pages copy-on-write and only time their own
 warm-up on their own cores.
 
-One template per (tenant, package, stored tensors). It is started beside the model's second
+One template per (tenant, package, stored tensors, environment variables): a template loads
+its model with the function's `envVars` set, as an instance would. Functions with secrets
+have no template (each of their workers mounts its own). It is started beside the model's second
 instance (a single instance would only pay for it); that instance does not wait for it and
 forks from the zygote, instances asked for while it starts wait for it (a burst of scale-out
 shares it), later ones fork from it at once. It holds the model's store tensors like an
@@ -53,14 +55,20 @@ class TemplateError(RuntimeError):
 class TemplateKey:
     tenant: str
     package_dir: str
-    tensors_digest: str  # a new publication of different tensors gets a new template
+    tensors_digest: str  # a new publication of different tensors (or env) gets a new template
+    env: tuple[tuple[str, str], ...] = ()  # the environment the model is loaded with
 
     @staticmethod
-    def of(tenant: str, package_dir: str, stored: list[StoredTensor]) -> TemplateKey:
+    def of(
+        tenant: str, package_dir: str, stored: list[StoredTensor], env: dict[str, str] | None = None
+    ) -> TemplateKey:
         digest = hashlib.blake2b(digest_size=8)
         for tensor in stored:
             digest.update(f"{tensor.name}\0{tensor.path}\0".encode())
-        return TemplateKey(tenant, package_dir, digest.hexdigest())
+        variables = tuple(sorted((env or {}).items()))
+        for name, value in variables:
+            digest.update(f"env\0{name}\0{value}\0".encode())
+        return TemplateKey(tenant, package_dir, digest.hexdigest(), variables)
 
     @property
     def template_id(self) -> str:
@@ -134,6 +142,7 @@ async def start_template(
             warmup_batch_sizes=TEMPLATE_WARMUP_BATCH_SIZES,
             warmup_rounds=1,
             store_tensors=stored,
+            env=dict(key.env),
         )
         client = ForkServerClient(control_ours, key.template_id)
         async with asyncio.timeout(timeout_s):
@@ -194,10 +203,16 @@ class TemplateCache:
         self._forked: set[str] = set()  # instances forked from their model's template
 
     async def launch(
-        self, instance_id: str, tenant: str, package_dir: str, stored: list[StoredTensor]
+        self,
+        instance_id: str,
+        tenant: str,
+        package_dir: str,
+        stored: list[StoredTensor],
+        env: dict[str, str] | None = None,
+        capture_output: bool = False,
     ) -> LaunchedWorker | None:
         """Fork `instance_id` from its model's template; None: fork it elsewhere."""
-        key = TemplateKey.of(tenant, package_dir, stored)
+        key = TemplateKey.of(tenant, package_dir, stored, env)
         slot = self._slots.setdefault(key, _Slot())
         slot.users.add(instance_id)
         self._by_instance[instance_id] = key
@@ -215,10 +230,10 @@ class TemplateCache:
             return None  # logged by the start's callback
         if not template.client.alive:
             return None
-        launched = await template.client.launch(instance_id)
+        launched = await template.client.launch(instance_id, capture_output)
         self._forked.add(instance_id)
         spawn_ms = (perf_s() - started) * 1000.0  # with any wait for the template
-        return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None)
+        return LaunchedWorker(launched.pid, launched.sock, spawn_ms, None, launched.output)
 
     def _start(self, key: TemplateKey, slot: _Slot, stored: list[StoredTensor]) -> None:
         self._store.acquire(key.template_id, key.tenant, stored)

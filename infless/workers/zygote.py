@@ -2,8 +2,9 @@
 
 Gateway side, `ZygoteLauncher` (a `WorkerLauncher`; never imports torch): starts the zygote
 once per server (`python -m infless.workers.zygote`); per instance, sends the worker's end of
-a fresh socketpair over the control socket (SOCK_SEQPACKET + SCM_RIGHTS); the zygote forks a
-child running `infless.workers.main.serve(sock)` and replies with its pid. It also forks
+a fresh socketpair (and the write end of its output pipe) over the control socket
+(SOCK_SEQPACKET + SCM_RIGHTS); the zygote forks a child running
+`infless.workers.main.serve(sock)` and replies with its pid. It also forks
 per-model templates on request (`fork_template`; see `infless.workers.templates`).
 Zygote side, `zygote_main`: imports the preload modules (and calls `module:function` entries:
 the zoo builds its architectures on `meta` once) but runs no CPU torch op and starts no
@@ -172,8 +173,8 @@ class ZygoteLauncher:
         assert self._client is not None
         return self._client
 
-    async def launch(self, instance_id: str) -> LaunchedWorker:
-        return await (await self._running()).launch(instance_id)
+    async def launch(self, instance_id: str, capture_output: bool = False) -> LaunchedWorker:
+        return await (await self._running()).launch(instance_id, capture_output)
 
     async def fork_template(self, template_id: str, control_fd: int, load_fd: int) -> int:
         """Fork a template on its control (SEQPACKET) and load (stream) sockets; its pid."""

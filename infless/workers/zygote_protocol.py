@@ -1,12 +1,12 @@
 """The zygote's control-socket messages: what the gateway and the zygote say to each other.
 
-One msgpack message per SOCK_SEQPACKET datagram (a `Fork` carries the worker's socket as
-SCM_RIGHTS ancillary data; a `ForkTemplate` the template's control socket, then its load
-socket). Gateway -> fork server (the zygote or a template): `Fork`, and to the zygote only
-`ForkTemplate`. Fork server -> gateway: `ZygoteReady` (or, from the zygote, `ZygoteFailed`)
-once at start, then `Forked` / `ForkFailed` per request and `ChildExited` whenever a child
-ends. A template speaks the same protocol on its own control socket. Pure data: no I/O, no
-torch.
+One msgpack message per SOCK_SEQPACKET datagram (a `Fork` carries the worker's socket, and
+optionally the write end of its stdout/stderr pipe, as SCM_RIGHTS ancillary data; a
+`ForkTemplate` the template's control socket, then its load socket). Gateway -> fork
+server (the zygote or a template): `Fork`, and to the zygote only `ForkTemplate`. Fork
+server -> gateway: `ZygoteReady` (or, from the zygote, `ZygoteFailed`) once at start, then
+`Forked` / `ForkFailed` per request and `ChildExited` whenever a child ends. A template
+speaks the same protocol on its own control socket. Pure data: no I/O, no torch.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def test_a_handler_runs_on_the_example_request(tmp_path: Path) -> None:
         "tinynet/net.py",
     ]
     assert any(r.startswith("numpy==") for r in info.manifest.requirements)
-    with pytest.raises(PackagingError, match="example request.*answered 400.*4 numbers"):
+    with pytest.raises(PackagingError, match=r"example request.*answered 400.*4 numbers"):
         infless.package(
             TinyNet(), torch.randn(2, 4), name="iris", out=tmp_path / "again",
             outputs=["scores"], handler="tinynet.handler:Handler", example_request="[1]",

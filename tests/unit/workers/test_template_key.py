@@ -29,3 +29,13 @@ def test_tenant_package_and_tensors_each_separate_templates() -> None:
 def test_the_template_id_names_tenant_and_model() -> None:
     key = TemplateKey.of("acme", "/srv/models/resnet-50/", TENSORS)
     assert key.template_id.startswith("template-acme-resnet-50-")
+
+
+def test_the_environment_separates_templates_whatever_its_order() -> None:
+    plain = TemplateKey.of("t", "/m/resnet", TENSORS)
+    assert TemplateKey.of("t", "/m/resnet", TENSORS, {}) == plain
+    env = TemplateKey.of("t", "/m/resnet", TENSORS, {"A": "1", "B": "2"})
+    assert env == TemplateKey.of("t", "/m/resnet", TENSORS, {"B": "2", "A": "1"})
+    other = TemplateKey.of("t", "/m/resnet", TENSORS, {"A": "1", "B": "3"})
+    assert len({plain.template_id, env.template_id, other.template_id}) == 3
+    assert env.env == (("A", "1"), ("B", "2"))  # what the template loads its model with
