@@ -65,10 +65,20 @@ def _wait_failed(gateway: GatewayProcess, name: str, timeout_s: float = 60.0) ->
 
 
 @pytest.mark.parametrize(
-    ("net_source", "outputs", "reason"),
+    ("net_source", "outputs", "reason", "logged"),
     [
-        ('raise RuntimeError("broken on purpose")\n', None, "broken on purpose"),
-        (GOOD_NET, [5], "output 'scores' is float32[1, 3] for a batch of 1"),
+        (
+            'raise RuntimeError("broken on purpose")\n',
+            None,
+            "broken on purpose",
+            'raise RuntimeError("broken on purpose")',
+        ),
+        (
+            GOOD_NET,
+            [5],
+            "output 'scores' is float32[1, 3] for a batch of 1",
+            "model.check_outputs(model.run(example), batch_size)",
+        ),
         (
             GOOD_NET.replace(
                 "        scores: torch.Tensor =",
@@ -76,12 +86,13 @@ def _wait_failed(gateway: GatewayProcess, name: str, timeout_s: float = 60.0) ->
             ),
             None,
             "not ready after 5 s",
+            None,
         ),
     ],
     ids=["raises-at-import", "wrong-output-shape", "never-warms-up"],
 )
 def test_a_broken_package_fails_alone(
-    tmp_path: Path, net_source: str, outputs: list[int] | None, reason: str
+    tmp_path: Path, net_source: str, outputs: list[int] | None, reason: str, logged: str | None
 ) -> None:
     broken = _package(tmp_path, "broken", net_source, outputs)
     functions = [
@@ -93,6 +104,11 @@ def test_a_broken_package_fails_alone(
         gateway.wait_ready("mnist")
         status = _wait_failed(gateway, "broken")
         assert reason in status["lastError"]
+        if logged is not None:  # the worker's traceback, in the function's logs
+            _, _, logs = gateway.request("GET", "/system/logs?name=broken")
+            texts = [json.loads(line)["text"] for line in logs.splitlines() if line.strip()]
+            assert any("Traceback (most recent call last)" in t for t in texts), texts
+            assert any(logged in t for t in texts), texts
         code, _, body = gateway.request("POST", "/function/broken", {"inputs": [1, 2, 3, 4]})
         assert code == 503, body
         assert gateway.request("POST", "/function/mnist", {"inputs": [[[0.0] * 28] * 28]})[0] == 200

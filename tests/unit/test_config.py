@@ -12,11 +12,14 @@ from infless.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_shipped_config_deploys_the_qa_robot_and_a_vision_function() -> None:
+def test_shipped_config_deploys_the_qa_robot_a_vision_function_and_minilm() -> None:
     config = load_config(REPO / "config.toml")
-    names = {f.name for f in config.functions}
-    assert {"textcnn-69", "lstm-2365", "dssm-2365"} <= names
-    assert all(f.slo_ms == 50 for f in config.functions if f.name != "mnist")
+    slo_ms = {f.name: f.slo_ms for f in config.functions}
+    assert {slo_ms[name] for name in ("textcnn-69", "lstm-2365", "dssm-2365")} == {50}
+    assert slo_ms["mnist"] == 200
+    (minilm,) = [f for f in config.functions if f.name == "minilm"]
+    assert minilm.image == "examples/minilm/build/minilm"  # what scripts/serve.sh builds
+    assert "examples/minilm/build/minilm" in (REPO / "scripts" / "serve.sh").read_text()
 
 
 def test_unknown_keys_and_bad_types_are_errors_naming_the_key() -> None:
