@@ -122,29 +122,29 @@ class _Writer:
             )
         self.unpacked.bytes = total
 
-    def _refuse(self, name: str, exc: OSError) -> InvalidPackage:
-        reason = "it is given twice" if exc.errno == errno.EEXIST else exc.strerror
+    def _refuse(self, name: str, exc: OSError, twice: str) -> InvalidPackage:
+        if exc.errno not in _NAME_ERRNOS:
+            raise exc  # this machine's trouble (a full disk), not the member's
+        reason = twice if exc.errno == errno.EEXIST else exc.strerror
         return InvalidPackage(f"{self._what} {name!r}: cannot be unpacked: {reason}")
 
-    def directory(self, name: str, path: PurePosixPath) -> None:
+    def _parents(self, name: str, path: PurePosixPath) -> None:
         try:
             (self._dest / path).mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
-            if exc.errno not in _NAME_ERRNOS:
-                raise
-            raise self._refuse(name, exc) from None
+            raise self._refuse(name, exc, "a file of the package has that name") from None
+
+    def directory(self, name: str, path: PurePosixPath) -> None:
+        self._parents(name, path)
 
     def file(self, name: str, path: PurePosixPath, size: int, source: IO[bytes] | bytes) -> None:
         self._charge(name, size)
-        target = self._dest / path
+        if path.parent.parts:
+            self._parents(name, path.parent)
         try:
-            if path.parent.parts:
-                (self._dest / path.parent).mkdir(mode=0o755, parents=True, exist_ok=True)
-            fd = os.open(target, _FILE_FLAGS, 0o644)
+            fd = os.open(self._dest / path, _FILE_FLAGS, 0o644)
         except OSError as exc:
-            if exc.errno not in _NAME_ERRNOS:
-                raise
-            raise self._refuse(name, exc) from None
+            raise self._refuse(name, exc, "it is given twice") from None
         with os.fdopen(fd, "wb") as out:
             if isinstance(source, bytes):
                 out.write(source)

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from infless.errors import BadRequest, InvalidPackage, UnknownModel
-from infless.models.package import MANIFEST_FILE, PackageManifest
+from infless.models.package import MANIFEST_FILE, PackageManifest, load_manifest
 from infless.models.validate import validate_package
 from infless.packaging.archive import (
     Limits,
@@ -67,19 +67,18 @@ class StoredPackage:
 
 
 def _check_package(root: Path, unpacked: Unpacked, prefix: PurePosixPath) -> PackageManifest:
-    """The package's manifest, once its files are whole and its file names stay inside it;
+    """The package's manifest, once the files it names are files of the package and whole;
     messages name the package `<package>`, not the staging directory."""
     try:
-        manifest = validate_package(root)
+        manifest = load_manifest(root)
+        files = {path.relative_to(prefix) for path in unpacked.files}
+        name = manifest.program_file if manifest.format != "module" else manifest.weights_file
+        path = member_path(name, "manifest: file")
+        if path is None or path not in files:
+            raise InvalidPackage(f"manifest: {name!r} is not a file of the package (missing, or a directory)")
+        return validate_package(root)
     except UnknownModel as exc:
         raise InvalidPackage(exc.message.replace(str(root), "<package>")) from None
-    files = {path.relative_to(prefix) for path in unpacked.files}
-    named = [manifest.program_file] if manifest.format != "module" else [manifest.weights_file]
-    for name in named:
-        path = member_path(name, "manifest file name")
-        if path is None or path not in files:
-            raise InvalidPackage(f"manifest: {name!r} is not a file of the package")
-    return manifest
 
 
 class PackageStore:
