@@ -9,7 +9,7 @@ from infless.client.packages import local_package, write_archive
 from infless.packaging.archive import Limits
 from infless.packaging.digest import package_digest
 from infless.packaging.store import PackageStore
-from tests.unit.packaging.tarballs import package_dir
+from tests.support.tarballs import package_dir
 
 
 def test_only_package_directories_here_are_uploaded(tmp_path: Path) -> None:

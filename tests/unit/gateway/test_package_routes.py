@@ -18,7 +18,7 @@ from infless.gateway.packages import PackageRoutes
 from infless.gateway.v2.repository import load_deployment, load_files
 from infless.packaging.archive import Limits
 from infless.packaging.store import PackageStore
-from tests.unit.packaging.tarballs import entry, good_entries, tarball, zeros_member
+from tests.support.tarballs import entry, good_entries, tarball, zeros_member
 
 GZIP = {"Content-Type": "application/gzip"}
 LIMIT = 64 * 1024

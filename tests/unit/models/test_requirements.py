@@ -20,7 +20,7 @@ from infless.models.requirements import (
 from infless.models.resolver import PackageResolver
 from infless.packaging.archive import Limits
 from infless.packaging.store import PackageStore
-from tests.unit.packaging.tarballs import good_entries, tarball
+from tests.support.tarballs import good_entries, tarball
 
 INSTALLED = {"tokenizers": "0.23.3", "numpy": "2.1.0"}
 

@@ -18,7 +18,7 @@ from infless.packaging.archive import (
     package_root,
     write_files,
 )
-from tests.unit.packaging.tarballs import WEIGHTS, entry, good_entries, tarball, zeros_member
+from tests.support.tarballs import WEIGHTS, entry, good_entries, tarball, zeros_member
 
 LIMITS = Limits(max_bytes=1 << 20, max_members=50)
 

@@ -13,7 +13,7 @@ from infless.errors import BadRequest, InvalidPackage
 from infless.packaging.archive import Limits
 from infless.packaging.digest import package_digest, write_digest
 from infless.packaging.store import STAGING_PREFIX, PackageStore, digest_hex
-from tests.unit.packaging.tarballs import (
+from tests.support.tarballs import (
     entry,
     good_entries,
     package_dir,
