@@ -75,7 +75,9 @@ def _check_package(root: Path, unpacked: Unpacked, prefix: PurePosixPath) -> Pac
         name = manifest.program_file if manifest.format != "module" else manifest.weights_file
         path = member_path(name, "manifest: file")
         if path is None or path not in files:
-            raise InvalidPackage(f"manifest: {name!r} is not a file of the package (missing, or a directory)")
+            raise InvalidPackage(
+                f"manifest: {name!r} is not a file of the package (missing, or a directory)"
+            )
         return validate_package(root)
     except UnknownModel as exc:
         raise InvalidPackage(exc.message.replace(str(root), "<package>")) from None
