@@ -35,6 +35,7 @@ from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.models.resolver import PackageResolver
+from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.scaling.profiled import load_profiled_predictor
@@ -72,11 +73,12 @@ class Platform:
     gpus: GpuInventory
     tickers: tuple[Ticker, ...]
     loop_lag: LoopLagProbe
+    packages: PackageStore
 
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs, self.secrets,
+            self.logs, self.secrets, self.packages,
         )  # fmt: skip
 
 
@@ -189,7 +191,8 @@ def build_platform(
         else Reclaimer(store, clock, pool.holder_ids, config.store.reclaim_interval_s)
     )
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
-    resolver = PackageResolver(Path(config.models.repository))
+    packages = PackageStore(config.model_repository)
+    resolver = PackageResolver(config.model_repository, packages=packages)
     functions = FunctionService(clock, registry, pool, resolver, secrets)
     gateway = config.gateway
     frontend = FunctionFrontend(
@@ -198,7 +201,7 @@ def build_platform(
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
-        logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag,
+        logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
     )  # fmt: skip
 
 

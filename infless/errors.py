@@ -51,6 +51,11 @@ class FunctionNotFound(InflessError):
     code = "function_not_found"
 
 
+class PackageNotFound(InflessError):
+    status = 404
+    code = "package_not_found"
+
+
 class FunctionExists(InflessError):
     # faas-netes answers a duplicate create with a 500 from Kubernetes; 409 is the honest code
     # and faas-cli only special-cases 404 on PUT, so it is safe.
@@ -71,6 +76,25 @@ class SecretExists(InflessError):
 class PayloadTooLarge(InflessError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(InflessError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class InvalidPackage(InflessError):
+    """An uploaded function package is unsafe or incomplete (a member, a manifest, a digest)."""
+
+    status = 422
+    code = "invalid_package"
+
+
+class MissingRequirements(InflessError):
+    """A package names distributions (`requirements`) this gateway's Python lacks."""
+
+    status = 422
+    code = "missing_requirements"
 
 
 class InputMismatch(InflessError):

@@ -3,7 +3,10 @@
 Like faas-cli: PUT /system/functions first, POST when the gateway answers 404. A stack
 function's `latency_target` becomes annotation `com.infless.latency_target`, `requests.cpu`
 the cores per instance, `environment` the envVars, `secrets` the secret names and
-`limits.memory` the worker's memory limit.
+`limits.memory` the worker's memory limit. An `image` that is a package directory on this
+machine (relative to the stack file, or to the working directory with `--image`) is uploaded
+unless the gateway has it (`client.packages`) and deployed as `sha256:<hex>`, so the gateway
+may be anywhere.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from infless.client.http import add_gateway_flag, client_for, fail
+from infless.client.packages import PackageUploader, UploadFailed, local_package
 from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
 
 
@@ -21,7 +25,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_gateway_flag(parser)
     parser.add_argument("-f", "--yaml", type=Path, help="stack.yml with a `functions:` map")
     parser.add_argument("--name", help="function name (deploy without a stack file)")
-    parser.add_argument("--image", help="zoo model name or package directory")
+    parser.add_argument(
+        "--image", help="zoo model name, package directory (uploaded), or sha256:<digest>"
+    )
     parser.add_argument("--latency-target", help="SLO, e.g. 50ms")
     parser.add_argument("--max-batch", type=int, help="largest batch size")
     parser.add_argument("--label", action="append", default=[], help="KEY=VALUE (repeatable)")
@@ -79,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     fallback = None
+    base = Path.cwd()
     if args.yaml is not None:
+        base = args.yaml.resolve().parent
         stack = yaml.safe_load(args.yaml.read_text(encoding="utf-8")) or {}
         fallback = (stack.get("provider") or {}).get("gateway")
         deployments = stack_to_deployments(stack)
@@ -88,15 +96,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         deployments = [_from_flags(args)]
     client = client_for(args, fallback)
+    uploader = PackageUploader(client)
     status = 0
     for deployment in deployments:
+        name = deployment["service"]
+        package_dir = local_package(str(deployment["image"]), base)
+        if package_dir is not None:
+            try:
+                deployment["image"] = uploader.image_for(package_dir, str(name))
+            except UploadFailed as exc:
+                print(f"infless: deploying {name} failed: {exc}", file=sys.stderr)
+                status = 1
+                continue
         reply = client.call("PUT", "/system/functions", deployment)
         if reply.status == 404:
             reply = client.call("POST", "/system/functions", deployment)
         if reply.status >= 400:
-            status = fail(reply, f"deploying {deployment['service']}")
+            status = fail(reply, f"deploying {name}")
             continue
-        name = deployment["service"]
         print(f"Deployed {name}: {reply.status} ({client.url}/function/{name})")
     sys.stdout.flush()
     return status

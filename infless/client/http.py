@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8080"
 INVOKE_PREFIXES = ("/function/", "/v2/models/")
@@ -119,17 +119,29 @@ class GatewayClient:
         self._auth = auth or Credentials()
 
     def _request(
-        self, method: str, path: str, body: object, raw: bytes | None
+        self,
+        method: str,
+        path: str,
+        body: object,
+        raw: bytes | IO[bytes] | None,
+        headers: dict[str, str] | None = None,
     ) -> urllib.request.Request:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers = headers or ({"Content-Type": "application/json"} if data is not None else {})
         authorization = self._auth.header(path)
         if authorization:
             headers["Authorization"] = authorization
         return urllib.request.Request(self.url + path, data, headers, method=method)  # noqa: S310 (scheme checked above)
 
     def call(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> Reply:
-        request = self._request(method, path, body, raw)
+        return self._send(self._request(method, path, body, raw))
+
+    def upload(self, path: str, file: IO[bytes], length: int, content_type: str) -> Reply:
+        """POST a file's content as it is read (never whole in memory)."""
+        headers = {"Content-Type": content_type, "Content-Length": str(length)}
+        return self._send(self._request("POST", path, None, file, headers))
+
+    def _send(self, request: urllib.request.Request) -> Reply:
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310
                 return Reply(response.status, dict(response.headers), response.read())

@@ -11,6 +11,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
+    # an uploaded function package: the upload's body and its unpacked files, each
+    max_package_bytes: int = 2 * 1024 * 1024 * 1024
     request_timeout_s: float = 60.0
 
 
@@ -29,6 +31,8 @@ def check_gateway(gateway: GatewayConfig, auth: AuthConfig) -> list[str]:
         problems.append(f"gateway.port = {gateway.port}: must be 0..65535 (0 = any free port)")
     if gateway.max_body_bytes < 1024:
         problems.append(f"gateway.max_body_bytes = {gateway.max_body_bytes}: use >= 1024")
+    if gateway.max_package_bytes < 1024:
+        problems.append(f"gateway.max_package_bytes = {gateway.max_package_bytes}: use >= 1024")
     if auth.basic_auth and (not auth.user or ":" in auth.user):
         problems.append(f"auth.user = {auth.user!r}: must be non-empty, without ':'")
     return problems

@@ -15,6 +15,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
+from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 
 
@@ -28,3 +29,4 @@ class GatewayContext:
     metrics: GatewayMetrics
     logs: LogBuffer
     secrets: SecretStore  # /system/secrets
+    packages: PackageStore  # uploaded function packages, by digest

@@ -134,13 +134,21 @@ SCHEMAS: dict[str, Schema] = {
     "InferenceResponse": _fields(
         "model_name! model_version id", outputs=_arr(_ref("ResponseOutput"))
     ),
+    "StoredPackage": _fields("digest! image! name! bytes!:int"),
+    "PackageManifest": _fields(
+        "name! architecture! format weights_file program_file handler digest requirements:strs",
+        inputs=_arr(_obj()),
+        outputs=_arr(_obj()),
+    ),
     "RepositoryIndex": _arr(_fields("name! version state! reason")),
     "RepositoryRequest": _fields(
         "ready:bool",
         parameters={
             "type": "object",
             "additionalProperties": True,
-            "description": "load: `config` = a FunctionDeployment serialized as a JSON string",
+            "description": "load: `config` = a FunctionDeployment serialized as a JSON string; "
+            "`file:<path>` = a file of a function package, base64 (the package is stored and "
+            "deployed by its digest)",
         },
     ),
 }
@@ -149,8 +157,10 @@ ERRORS = {
     401: 'Invalid credentials (WWW-Authenticate: Basic/Bearer realm="Restricted")',
     404: "Unknown function, model or version",
     409: "The function (or secret) already exists",
-    413: "Body larger than gateway.max_body_bytes",
-    422: "Input does not fit the function's signature",
+    413: "Body larger than gateway.max_body_bytes (packages: gateway.max_package_bytes)",
+    415: "A Content-Type the route does not read",
+    422: "Input does not fit the function's signature; an invalid or unsafe package; a "
+    "package's requirements are not installed",
     429: "Every instance queue is full (Retry-After)",
     500: "The model raised on this batch",
     503: "No instance can serve: starting failed, the worker died twice, or not ready "
@@ -204,6 +214,7 @@ class Route:
     params: tuple[Schema, ...] = ()
     body: dict[str, Schema] | None = None
     body_required: bool = True
+    other_ok: tuple[tuple[int, str], ...] = ()  # further success statuses: (code, meaning)
 
     def operation(self) -> dict[str, Any]:
         tag = self.path.split("/")[1] or "root"
@@ -212,6 +223,8 @@ class Route:
         if self.ok_content is not None:
             success["content"] = self.ok_content
         responses: dict[str, Any] = {str(self.ok): success}
+        for code, meaning in self.other_ok:
+            responses[str(code)] = {**success, "description": meaning}
         for code in self.errors:
             error = {JSON: {"schema": _ref("Error")}}
             responses[str(code)] = {"description": ERRORS[code], "content": error}
@@ -233,6 +246,10 @@ _STATUS = _ref("FunctionStatus")
 _DEPLOY = _j(_ref("FunctionDeployment"))
 _REPO = _j(_ref("RepositoryRequest"))
 _MODEL_BASES = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
+_ARCHIVE: dict[str, Schema] = {
+    media: {"schema": _BINARY}
+    for media in ("application/gzip", "application/x-tar+gzip", "application/octet-stream")
+}
 
 
 def _mg(
@@ -279,6 +296,28 @@ ROUTES: list[Route] = [
     ),
     _mg("get", "/system/instances", "Instances", 200, _arr(_ref("Instance")), params=(_FN,)),
     _mg("get", "/system/templates", "Per-model template processes", 200, _arr(_ref("Template"))),
+    _mg(
+        "post",
+        "/system/packages",
+        "Upload a function package (a tar.gz of its directory); deploy it as image sha256:<hex>",
+        201,
+        _ref("StoredPackage"),
+        400,
+        413,
+        415,
+        422,
+        body=_ARCHIVE,
+        other_ok=((200, "The package was stored already"),),
+    ),
+    _mg(
+        "get",
+        "/system/packages/{digest}",
+        "A stored package's manifest (HEAD: is it stored?)",
+        200,
+        _ref("PackageManifest"),
+        400,
+        404,
+    ),
     _mg("get", "/system/secrets", "Secret names (never values)", 200, _arr(_ref("Secret"))),
     *(
         _mg(method, "/system/secrets", summary, ok, None, 400, *errors, body=_j(_ref("Secret")))
@@ -347,11 +386,13 @@ ROUTES: list[Route] = [
     _mg(
         "post",
         "/v2/repository/models/{name}/load",
-        "Deploy (a zoo model name deploys that model with default settings)",
+        "Deploy (a zoo model name deploys that model with default settings; `file:` "
+        "parameters deploy the package they form)",
         200,
-        _fields("name loaded:bool"),
+        _fields("name loaded:bool image"),
         400,
         409,
+        413,
         body=_REPO,
         body_required=False,
     ),

@@ -2,9 +2,9 @@
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/metrics`), `secrets` (`/system/secrets`), `v2/` (the Open Inference Protocol),
-`logs` and `openapi`; the composition root (`app`) calls `middlewares` and `install`. Must
-not hold request logic.
+`/healthz`, `/metrics`), `secrets` (`/system/secrets`), `packages` (`/system/packages`),
+`v2/` (the Open Inference Protocol), `logs` and `openapi`; the composition root (`app`) calls
+`middlewares` and `install`. Must not hold request logic.
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from infless.gateway.errors import json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
 from infless.gateway.logs import GatewayLogHandler, LogsRoute
 from infless.gateway.openapi import openapi_document
+from infless.gateway.packages import PackageRoutes
 from infless.gateway.resources import PlatformCollector
 from infless.gateway.secrets import SecretsRoutes
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
 from infless.gateway.v2.routes import MODEL_PATHS, V2Routes, v2_json_errors
+from infless.packaging.archive import Limits
 
 LOGGER_NAME = "infless"  # gateway log records about instances land in the function logs
 
@@ -51,7 +53,11 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
     secrets = SecretsRoutes(ctx.secrets)
     v2 = V2Routes(ctx.frontend)
     infer = V2InferHandler(ctx.frontend).__call__
-    repository = RepositoryRoutes(ctx.frontend, ctx.pool, ctx.functions)
+    package_limits = Limits(ctx.config.gateway.max_package_bytes)
+    packages = PackageRoutes(ctx.packages, package_limits)
+    repository = RepositoryRoutes(
+        ctx.frontend, ctx.pool, ctx.functions, ctx.packages, package_limits
+    )
     document = orjson.dumps(openapi_document())
 
     async def openapi(_: web.Request) -> web.Response:
@@ -74,6 +80,8 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.post("/system/scale-function/{name}", json_errors(system.scale)),
         web.get("/system/instances", json_errors(system.instances)),
         web.get("/system/templates", json_errors(system.templates)),
+        web.post("/system/packages", json_errors(packages.upload)),
+        web.get("/system/packages/{digest}", json_errors(packages.manifest)),  # and HEAD
         web.get("/system/logs", json_errors(LogsRoute(namespace_of, ctx.logs))),
         web.get("/system/secrets", json_errors(secrets.list)),
         web.post("/system/secrets", json_errors(secrets.create)),

@@ -3,12 +3,19 @@
 `POST /v2/repository/index` lists deployed functions (with a Triton state) and the zoo
 models not deployed yet (UNAVAILABLE, "unloaded"); `load` deploys a function — a zoo model
 name deploys that model with default settings, and `parameters.config` may carry a JSON
-FunctionDeployment (image, labels, annotations) — and `unload` removes it. Deploy logic
-stays in `control.service`; this module only translates. Registered in `gateway.routes`.
+FunctionDeployment (image, labels, annotations) — and `unload` removes it. A load whose
+parameters carry files (`file:<path>`, base64, as tritonclient's `load_model(files=...)`
+sends them) stores them as a function package first (`packaging.store`, the checks of an
+upload; a leading version directory `1/` is stripped) and deploys it by its digest; its
+body is capped by `gateway.max_package_bytes`. Deploy logic stays in `control.service`;
+this module only translates. Registered in `gateway.routes`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 from typing import Any
 
 import orjson
@@ -20,8 +27,13 @@ from infless.control.pool import WorkerPool
 from infless.control.service import FunctionService
 from infless.dataplane.instance import InstanceState
 from infless.errors import BadRequest
+from infless.gateway.packages import read_capped
 from infless.gateway.v2.infer import MODEL_VERSION
 from infless.models.zoo import ZOO
+from infless.packaging.archive import Limits
+from infless.packaging.store import PackageStore
+
+FILE_PREFIX = "file:"
 
 
 def _json(data: object) -> web.Response:
@@ -29,7 +41,11 @@ def _json(data: object) -> web.Response:
 
 
 async def _optional_json(request: web.Request) -> dict[str, Any]:
-    body = await request.read()
+    return json_object(await request.read())
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is an empty object."""
     if not body.strip():
         return {}
     try:
@@ -60,10 +76,25 @@ def repository_state(function: DeployedFunction) -> tuple[str, str]:
     return "UNAVAILABLE", function.health.last_error or "no instance is running"
 
 
-def load_deployment(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """The FunctionDeployment a load request means."""
-    if any(key.startswith("file:") for key in parameters):
-        raise BadRequest("load: file: parameters (model files in the request) are not supported")
+def load_files(parameters: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """The model files a load request carries: (path, content) from `file:<path>` = base64."""
+    files = []
+    for key, value in parameters.items():
+        if not key.startswith(FILE_PREFIX):
+            continue
+        if not isinstance(value, str):
+            raise BadRequest(f"parameters[{key!r}]: expected the file's content as base64 text")
+        try:
+            content = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(f"parameters[{key!r}]: not valid base64: {exc}") from None
+        files.append((key.removeprefix(FILE_PREFIX), content))
+    return files
+
+
+def load_deployment(name: str, parameters: dict[str, Any], image: str = "") -> dict[str, Any]:
+    """The FunctionDeployment a load request means; `image` (stored files) wins over the
+    name and over an image in `parameters.config`."""
     deployment: dict[str, Any] = {"service": name, "image": name}
     config = parameters.get("config")
     if config is not None:
@@ -78,16 +109,25 @@ def load_deployment(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
             )
         deployment.update(extra)
         deployment["service"] = name
+    if image:
+        deployment["image"] = image
     return deployment
 
 
 class RepositoryRoutes:
     def __init__(
-        self, frontend: FunctionFrontend, pool: WorkerPool, functions: FunctionService
+        self,
+        frontend: FunctionFrontend,
+        pool: WorkerPool,
+        functions: FunctionService,
+        packages: PackageStore,
+        limits: Limits,
     ) -> None:
         self._frontend = frontend
         self._pool = pool
         self._functions = functions
+        self._packages = packages
+        self._limits = limits
 
     async def index(self, request: web.Request) -> web.Response:
         document = await _optional_json(request)
@@ -108,14 +148,22 @@ class RepositoryRoutes:
 
     async def load(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        parameters = _parameters(await _optional_json(request))
+        body = await read_capped(request, self._limits)
+        parameters = _parameters(await asyncio.to_thread(json_object, body))
+        files = await asyncio.to_thread(load_files, parameters)
+        answer: dict[str, object] = {"name": name, "loaded": True}
+        image = ""
+        if files:
+            stored = await asyncio.to_thread(self._packages.add_files, files, self._limits)
+            image = answer["image"] = stored.digest
+        deployment = load_deployment(name, parameters, image)
         functions = self._functions
         if name in self._pool.functions:
-            if "config" in parameters:
-                await functions.update(load_deployment(name, parameters))
+            if "config" in parameters or image:
+                await functions.update(deployment)
         else:
-            await functions.create(load_deployment(name, parameters))
-        return _json({"name": name, "loaded": True})
+            await functions.create(deployment)
+        return _json(answer)
 
     async def unload(self, request: web.Request) -> web.Response:
         _parameters(await _optional_json(request))  # unload_dependents: nothing depends here

@@ -1,0 +1,105 @@
+"""A package's `requirements` against the distributions installed in this Python.
+
+Workers run the gateway's own interpreter, so a distribution the package's source imports
+must be installed here: `check_requirements` says which are missing (the deploy is refused)
+and which are installed at a version outside the requirement's specifier (only a warning:
+the package may well work). Names are parsed with `packaging.requirements` when it is
+importable, else by cutting the name at the first version or marker character (then
+versions are not compared). Torch-free; reads only installed distributions' metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+_NAME_END = re.compile(r"[<>=!~ ;\[(@]")
+_VALID_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+VersionOf = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequirement:
+    name: str
+    applies: bool = True  # False: its environment marker excludes this Python or platform
+    allows: Callable[[str], bool] | None = None  # does a version satisfy it? None: any
+
+
+def installed_version(name: str) -> str | None:
+    """The installed version of distribution `name`, None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RequirementCheck:
+    missing: tuple[str, ...] = ()  # distributions not installed
+    mismatched: tuple[str, ...] = ()  # "name>=2 (installed 1.0)": installed, other version
+    invalid: tuple[str, ...] = ()  # requirement strings that do not parse
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.invalid)
+
+    def problem(self) -> str:
+        """One sentence naming every missing distribution and unreadable requirement."""
+        parts = []
+        if self.missing:
+            parts.append(f"not installed: {', '.join(self.missing)}")
+        if self.invalid:
+            parts.append(f"not valid requirements: {', '.join(map(repr, self.invalid))}")
+        return "; ".join(parts)
+
+
+def split_name(text: str) -> str | None:
+    """The distribution name of a requirement string without `packaging`: what comes before
+    the first version, extra or marker character; None when that is not a name."""
+    name = _NAME_END.split(text.strip(), maxsplit=1)[0]
+    return name if _VALID_NAME.match(name) else None
+
+
+def parse_requirement(text: str) -> ParsedRequirement | None:
+    """A requirement string's name, marker and specifier; None when it does not parse."""
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # without packaging: the name only
+        name = split_name(text)
+        return None if name is None else ParsedRequirement(name)
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    marker = requirement.marker
+    specifier = requirement.specifier
+    return ParsedRequirement(
+        requirement.name,
+        applies=marker is None or marker.evaluate(),
+        allows=(lambda v: specifier.contains(v, prereleases=True)) if specifier else None,
+    )
+
+
+def check_requirements(
+    requirements: Iterable[str], version_of: VersionOf = installed_version
+) -> RequirementCheck:
+    """Which requirements are missing, installed at another version, or unreadable."""
+    missing: list[str] = []
+    mismatched: list[str] = []
+    invalid: list[str] = []
+    for text in requirements:
+        parsed = parse_requirement(text)
+        if parsed is None:
+            invalid.append(text)
+            continue
+        if not parsed.applies:
+            continue
+        version = version_of(parsed.name)
+        if version is None:
+            missing.append(parsed.name)
+        elif parsed.allows is not None and not parsed.allows(version):
+            mismatched.append(f"{text} (installed {version})")
+    return RequirementCheck(tuple(missing), tuple(mismatched), tuple(invalid))
