@@ -3,20 +3,17 @@
 Workers run the gateway's own interpreter, so a distribution the package's source imports
 must be installed here: `check_requirements` says which are missing (the deploy is refused)
 and which are installed at a version outside the requirement's specifier (only a warning:
-the package may well work). Names are parsed with `packaging.requirements` when it is
-importable, else by cutting the name at the first version or marker character (then
-versions are not compared). Torch-free; reads only installed distributions' metadata.
+the package may well work). Requirement strings are read with `packaging.requirements`.
+Torch-free; reads only installed distributions' metadata.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-_NAME_END = re.compile(r"[<>=!~ ;\[(@]")
-_VALID_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+from packaging.requirements import InvalidRequirement, Requirement
 
 VersionOf = Callable[[str], "str | None"]
 
@@ -56,20 +53,8 @@ class RequirementCheck:
         return "; ".join(parts)
 
 
-def split_name(text: str) -> str | None:
-    """The distribution name of a requirement string without `packaging`: what comes before
-    the first version, extra or marker character; None when that is not a name."""
-    name = _NAME_END.split(text.strip(), maxsplit=1)[0]
-    return name if _VALID_NAME.match(name) else None
-
-
 def parse_requirement(text: str) -> ParsedRequirement | None:
     """A requirement string's name, marker and specifier; None when it does not parse."""
-    try:
-        from packaging.requirements import InvalidRequirement, Requirement
-    except ImportError:  # without packaging: the name only
-        name = split_name(text)
-        return None if name is None else ParsedRequirement(name)
     try:
         requirement = Requirement(text)
     except InvalidRequirement:

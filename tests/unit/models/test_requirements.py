@@ -15,7 +15,6 @@ from infless.models.requirements import (
     check_requirements,
     installed_version,
     parse_requirement,
-    split_name,
 )
 from infless.models.resolver import PackageResolver
 from infless.packaging.archive import Limits
@@ -54,14 +53,6 @@ def test_installed_distributions_are_found_by_their_metadata() -> None:
     assert parsed is not None
     assert parsed.name == "MsgSpec"
     assert check_requirements(["MsgSpec>=0.1", "aiohttp"]).ok
-
-
-def test_names_are_cut_without_packaging() -> None:
-    assert split_name("tokenizers==0.23.3") == "tokenizers"
-    assert split_name("a.b-c_d[x] >= 1; python_version > '3'") == "a.b-c_d"
-    assert split_name("pkg @ https://x") == "pkg"
-    assert split_name("==1") is None
-    assert split_name("-bad") is None
 
 
 def _store_with(tmp_path: Path, **changes: object) -> tuple[PackageResolver, str]:
