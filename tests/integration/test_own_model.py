@@ -1,33 +1,53 @@
-"""Bring your own model: `infless package` a user's project (tests/fixtures/userproject),
-serve it with its handler, call it with raw bodies and with V2 BYTES."""
+"""Bring your own model, as a user would: `infless package` a project of their own
+(tests/fixtures/userproject), `infless deploy -f` its stack file (the package is uploaded),
+call it with raw bodies through its handler and with V2 BYTES; and the same package loaded
+through tritonclient's `load_model(files=...)`."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
-from tests.support.gateway import REPO_ROOT, start_gateway
+from infless.packaging.digest import package_digest
+from tests.support.gateway import REPO_ROOT, GatewayProcess, start_gateway
 
 PROJECT = REPO_ROOT / "tests" / "fixtures" / "userproject"
+STACK = """\
+provider:
+  name: infless
+  gateway: {url}
+functions:
+  iris:
+    image: ./tinynet
+    latency_target: 100ms
+"""
+SAMPLE = {"features": [5.1, 3.5, 1.4, 0.2]}
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infless.cli", *args],
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def tinynet_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("packages") / "tinynet"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "infless.cli", "package",
-            "--arch", "tinynet.net:build", "--arch-kwargs", '{"width": 8}',
-            "--input", "features:float32:4", "--output", "scores",
-            "--handler", "tinynet.handler:Handler",
-            "--example-request", '{"features": [1, 2, 3, 4]}',
-            "--content-type", "application/json", "--json", "-o", str(out),
-        ],
-        cwd=PROJECT, capture_output=True, text=True, check=False,
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The user's working directory, with the package `infless package` made in it."""
+    work = tmp_path_factory.mktemp("user")
+    done = _cli(
+        "package", "--arch", "tinynet.net:build", "--arch-kwargs", '{"width": 8}',
+        "--input", "features:float32:4", "--output", "scores",
+        "--handler", "tinynet.handler:Handler", "--example-request", json.dumps(SAMPLE),
+        "--content-type", "application/json", "--json", "-o", str(work / "tinynet"),
+        cwd=PROJECT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -38,49 +58,83 @@ def tinynet_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "tinynet/net.py",
     ]
     assert report["verified_batch_sizes"] == [2, 1]
-    return out
+    return work
 
 
-def test_packaged_model_answers_raw_bodies_through_its_handler(
-    tmp_path: Path, tinynet_package: Path
-) -> None:
-    function = {"name": "iris", "image": str(tinynet_package), "instances": 1}
-    with start_gateway(tmp_path, [function]) as gateway:
-        headers = {"Content-Type": "application/json"}
-        status, answer_headers, body = gateway.request(
-            "POST", "/function/iris", raw=b'{"features": [5.1, 3.5, 1.4, 0.2]}', headers=headers
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("gateway")
+    with start_gateway(root, sections={"models": {"repository": str(root / "models")}}) as gw:
+        yield gw
+
+
+def test_package_deploy_curl(workdir: Path, gateway: GatewayProcess) -> None:
+    (workdir / "stack.yml").write_text(STACK.format(url=gateway.url))
+    deployed = _cli("deploy", "-f", "stack.yml", cwd=workdir)
+    assert deployed.returncode == 0, deployed.stderr
+    digest = package_digest(workdir / "tinynet")
+    assert f"uploaded iris {digest}" in deployed.stdout
+    gateway.wait_ready("iris")
+
+    headers = {"Content-Type": "application/json"}
+    status, answer_headers, body = gateway.request(
+        "POST", "/function/iris", raw=json.dumps(SAMPLE).encode(), headers=headers
+    )
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["label"] in ("setosa", "versicolor", "virginica")
+    assert len(answer["scores"]) == 3
+    assert answer_headers["Content-Type"].startswith("application/json")
+    assert answer_headers["X-Infless-Batch-Size"] == "1"
+
+    status, _, body = gateway.request(
+        "POST", "/function/iris", raw=b'{"features": [1, 2]}', headers=headers
+    )
+    assert status == 400
+    assert json.loads(body) == {
+        "error": "features must be 4 numbers, got shape [2]",
+        "code": "handler_error",
+    }
+
+    metadata = gateway.json("GET", "/v2/models/iris")
+    assert metadata["inputs"] == [{"name": "body", "datatype": "BYTES", "shape": [-1, 1]}]
+    assert metadata["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 3]}]
+    rows = [json.dumps(SAMPLE), json.dumps({"features": [6, 3, 5, 2]})]
+    infer = {"inputs": [{"name": "body", "datatype": "BYTES", "shape": [2, 1], "data": rows}]}
+    (output,) = gateway.json("POST", "/v2/models/iris/infer", infer)["outputs"]
+    assert output["name"] == "scores"
+    assert output["shape"] == [2, 3]
+    assert output["data"][:3] == pytest.approx(answer["scores"], rel=1e-5)
+
+    bad = {"inputs": [{"name": "body", "datatype": "BYTES", "shape": [1], "data": ["{}"]}]}
+    status, _, body = gateway.request("POST", "/v2/models/iris/infer", bad)
+    assert status == 400
+    assert "features" in json.loads(body)["error"]
+
+
+def test_the_package_through_tritonclient(workdir: Path, gateway: GatewayProcess) -> None:
+    package = workdir / "tinynet"
+    files = {
+        f"file:{path.relative_to(package).as_posix()}": path.read_bytes()
+        for path in package.rglob("*")
+        if path.is_file()
+    }
+    triton = httpclient.InferenceServerClient(url=gateway.url.removeprefix("http://"))
+    try:
+        triton.load_model("iris-triton", files=files, config=json.dumps({}))
+        gateway.wait_ready("iris-triton")
+        assert triton.is_model_ready("iris-triton")
+        body = httpclient.InferInput("body", [2, 1], "BYTES")
+        body.set_data_from_numpy(
+            np.array([[json.dumps(SAMPLE).encode()], [b'{"features": [6, 3, 5, 2]}']], object)
         )
-        assert status == 200, body
-        answer = json.loads(body)
-        assert answer["label"] in ("setosa", "versicolor", "virginica")
-        assert len(answer["scores"]) == 3
-        assert answer_headers["Content-Type"].startswith("application/json")
-        assert answer_headers["X-Infless-Batch-Size"] == "1"
-
-        status, _, body = gateway.request(
-            "POST", "/function/iris", raw=b'{"features": [1, 2]}', headers=headers
-        )
-        assert status == 400
-        assert json.loads(body) == {
-            "error": "features must be 4 numbers, got shape [2]",
-            "code": "handler_error",
-        }
-
-        metadata = gateway.json("GET", "/v2/models/iris")
-        assert metadata["inputs"] == [{"name": "body", "datatype": "BYTES", "shape": [-1, 1]}]
-        assert metadata["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 3]}]
-        rows = [
-            json.dumps({"features": [5.1, 3.5, 1.4, 0.2]}),
-            json.dumps({"features": [6, 3, 5, 2]}),
-        ]
-        infer = {"inputs": [{"name": "body", "datatype": "BYTES", "shape": [2, 1], "data": rows}]}
-        result = gateway.json("POST", "/v2/models/iris/infer", infer)
-        (output,) = result["outputs"]
-        assert output["name"] == "scores"
-        assert output["shape"] == [2, 3]
-        assert output["data"][:3] == pytest.approx(answer["scores"], rel=1e-5)
-
-        bad = {"inputs": [{"name": "body", "datatype": "BYTES", "shape": [1], "data": ["{}"]}]}
-        status, _, body = gateway.request("POST", "/v2/models/iris/infer", bad)
-        assert status == 400
-        assert "features" in json.loads(body)["error"]
+        result = triton.infer("iris-triton", [body]).as_numpy("scores")
+    finally:
+        triton.close()
+    assert result is not None
+    assert result.shape == (2, 3)
+    status, _, answer = gateway.request(
+        "POST", "/function/iris-triton", raw=json.dumps(SAMPLE).encode()
+    )
+    assert status == 200, answer
+    np.testing.assert_allclose(result[0], json.loads(answer)["scores"], rtol=1e-5)
