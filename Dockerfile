@@ -24,4 +24,6 @@ COPY examples examples
 RUN python examples/minilm/build_package.py
 
 EXPOSE 8080
-CMD ["infless", "serve", "--config", "config.toml", "--host", "0.0.0.0"]
+# basic auth on the management routes: the password is generated on first start and printed
+# once on stderr (docker logs), and kept in /opt/infless/state/basic_auth_password
+CMD ["infless", "serve", "--config", "config.toml", "--host", "0.0.0.0", "--basic-auth"]

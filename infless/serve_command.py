@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -16,7 +17,22 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--port", type=int, default=None, help="listen port; 0 = any free port")
     parser.add_argument("--state-dir", default=None, help="overrides state.dir")
     parser.add_argument("--no-functions", action="store_true", help="skip [[functions]] deploys")
+    parser.add_argument(
+        "--basic-auth",
+        action="store_true",
+        help="require basic auth on /system/* and /v2/repository/* (sets auth.basic_auth)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -33,12 +49,21 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         gateway["port"] = args.port
     overrides: dict[str, dict[str, object]] = {"gateway": gateway}
+    if args.basic_auth:
+        overrides["auth"] = {"basic_auth": True}
     if args.state_dir is not None:
         overrides["state"] = {"dir": args.state_dir}
         overrides["models"] = {"repository": str(Path(args.state_dir) / "models")}
     config = with_overrides(config, **overrides)
     if args.no_functions:
         config = msgspec.structs.replace(config, functions=[])
+    if not config.auth.basic_auth and not is_loopback(config.gateway.host):
+        logging.getLogger("infless").warning(
+            "the management routes are open on %s: whoever reaches them can deploy code "
+            "(a package runs its own Python in a worker); pass --basic-auth or set "
+            "auth.basic_auth = true",
+            config.gateway.host,
+        )
     app = create_app(config)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
