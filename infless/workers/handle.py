@@ -39,31 +39,9 @@ class WorkerHandle(Protocol):
 
     async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready: ...
 
-    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
-        reply = await self._exchange(lambda batch_id: p.RunBatch(batch_id, inputs))
-        assert isinstance(reply, p.BatchResult)
-        return reply
+    async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult: ...
 
-    async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult:
-        reply = await self._exchange(lambda batch_id: p.RunRequests(batch_id, requests))
-        assert isinstance(reply, p.RequestsResult)
-        return reply
-
-    async def _exchange(self, message: Callable[[int], p.ToWorker]) -> p.FromWorker:
-        """Send one batch (the message made with its id) and await its reply; a failed batch
-        raises BatchError, a worker gone WorkerDied."""
-        batch_id = next(self._batch_ids)
-        future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
-        self._pending[batch_id] = future
-        try:
-            self._send(message(batch_id))
-        except WorkerDied:
-            self._pending.pop(batch_id, None)
-            raise
-        reply = await future
-        if isinstance(reply, p.BatchFailed):
-            raise BatchError(reply.error)
-        return reply
+    async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult: ...
 
     async def ping(self, timeout_s: float) -> p.Pong: ...
 
@@ -170,33 +148,29 @@ class ProcessWorkerHandle:
         return reply
 
     async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
-        batch_id = next(self._batch_ids)
-        future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
-        self._pending[batch_id] = future
-        try:
-            self._send(p.RunBatch(batch_id, inputs))
-        except WorkerDied:
-            self._pending.pop(batch_id, None)
-            raise
-        reply = await future
-        if isinstance(reply, p.BatchFailed):
-            raise BatchError(reply.error)
+        reply = await self._exchange(lambda batch_id: p.RunBatch(batch_id, inputs))
         assert isinstance(reply, p.BatchResult)
         return reply
 
     async def run_requests(self, requests: list[p.RawRequest]) -> p.RequestsResult:
+        reply = await self._exchange(lambda batch_id: p.RunRequests(batch_id, requests))
+        assert isinstance(reply, p.RequestsResult)
+        return reply
+
+    async def _exchange(self, message: Callable[[int], p.ToWorker]) -> p.FromWorker:
+        """Send one batch (the message made with its id) and await its reply; a failed batch
+        raises BatchError, a worker gone WorkerDied."""
         batch_id = next(self._batch_ids)
         future: asyncio.Future[p.FromWorker] = asyncio.get_running_loop().create_future()
         self._pending[batch_id] = future
         try:
-            self._send(p.RunRequests(batch_id, requests))
+            self._send(message(batch_id))
         except WorkerDied:
             self._pending.pop(batch_id, None)
             raise
         reply = await future
         if isinstance(reply, p.BatchFailed):
             raise BatchError(reply.error)
-        assert isinstance(reply, p.RequestsResult)
         return reply
 
     async def ping(self, timeout_s: float) -> p.Pong:
