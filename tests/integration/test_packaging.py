@@ -205,3 +205,10 @@ def test_out_must_be_a_package_or_empty(tmp_path: Path) -> None:
     with pytest.raises(PackagingError, match="not a function package: refusing"):
         infless.package(TinyNet(), torch.randn(2, 4), name="x", out=tmp_path / "docs")
     assert (tmp_path / "docs" / "notes.txt").read_text() == "mine"
+
+
+def test_an_architecture_that_does_not_import_is_named(tmp_path: Path) -> None:
+    with pytest.raises(PackagingError, match=r"importing tinynet\.missing: ModuleNotFoundError"):
+        infless.package("tinynet.missing:build", torch.randn(2, 4), name="x", out=tmp_path / "x")
+    with pytest.raises(PackagingError, match=r"tinynet\.net has no 'nothing'"):
+        infless.package("tinynet.net:nothing", torch.randn(2, 4), name="x", out=tmp_path / "x")
