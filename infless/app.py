@@ -27,6 +27,7 @@ from infless.config import Config
 from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend, LoopLagProbe
 from infless.control.functions import DeployedFunction
+from infless.control.modelless import ModellessService, VariantMonitor
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
@@ -34,10 +35,13 @@ from infless.gateway import routes
 from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
+from infless.modelless.catalog import ModellessCatalog
+from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
+from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_profiled_predictor
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
@@ -74,11 +78,13 @@ class Platform:
     tickers: tuple[Ticker, ...]
     loop_lag: LoopLagProbe
     packages: PackageStore
+    modelless: ModellessService
+    variant_store: VariantStore
 
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs, self.secrets, self.packages,
+            self.logs, self.secrets, self.packages, self.modelless,
         )  # fmt: skip
 
 
@@ -171,11 +177,13 @@ def build_platform(
         on_instance_change=instances_changed,
     )
     tickers: list[Ticker] = []
+    catalog = ModellessCatalog()
     autoscaler = None
     if autoscaled:
         autoscaler = Autoscaler(
-            pool, scaling, profiles=lambda keys: load_profiled_predictor(state_dir, keys)
-        )
+            pool, scaling, profiles=lambda keys: load_profiled_predictor(state_dir, keys),
+            vertical=ModellessPlanner(catalog, config.modelless, scaling.demand),
+        )  # fmt: skip
         tickers.append(Ticker(clock, scaling.tick_s, autoscaler.tick, "autoscaler"))
     coldstart = config.coldstart
     prewarm = PrewarmManager(
@@ -194,14 +202,22 @@ def build_platform(
     packages = PackageStore(config.model_repository)
     resolver = PackageResolver(config.model_repository, packages=packages)
     functions = FunctionService(clock, registry, pool, resolver, secrets)
+    variant_store = VariantStore(state_dir / REGISTRY_FILE)
+    modelless = ModellessService(
+        config, clock, variant_store, catalog, functions, resolver, pool.functions
+    )
+    monitor = VariantMonitor(catalog, pool.functions, config.modelless, clock)
+    tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway
     frontend = FunctionFrontend(
-        pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes
-    )
+        pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes,
+        catalog,
+    )  # fmt: skip
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
         logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
+        modelless, variant_store,
     )  # fmt: skip
 
 
@@ -224,11 +240,13 @@ def create_app(
             platform.reclaimer.start()
         await platform.pool.start()
         await platform.functions.restore(list(config.functions))
+        platform.modelless.restore()
         for ticker in platform.tickers:
             ticker.start()
         platform.loop_lag.start()
 
     async def cleanup(_: web.Application) -> None:
+        await platform.modelless.stop()
         for ticker in platform.tickers:
             await ticker.stop()
         await platform.loop_lag.stop()
@@ -236,6 +254,7 @@ def create_app(
         if platform.confiner is not None:
             platform.confiner.remove_parent()
         platform.registry.close()
+        platform.variant_store.close()
         if platform.reclaimer is not None:
             await platform.reclaimer.stop()
         if platform.store is not None:

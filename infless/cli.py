@@ -35,6 +35,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "logout": ("infless.client.login_command", "forget saved credentials for a gateway"),
     "models": ("infless.models.commands", "build and list zoo function packages"),
     "package": ("infless.packaging.commands", "make a function package from your own model"),
+    "register": ("infless.client.register_command", "register a model: generate its variants"),
+    "variants": ("infless.client.register_command", "a registered model's variants and states"),
     "profile": ("infless.profiler.commands", "profile operators into the profile database"),
     "predict": ("infless.profiler.commands", "print a function's predicted latency table"),
     "coldstart-eval": ("infless.coldstart.commands", "replay a trace through cold-start policies"),

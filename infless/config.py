@@ -20,6 +20,7 @@ from infless.coldstart.config import ColdStartConfig, check_coldstart
 from infless.dataplane.config import BatchingConfig, check_batching
 from infless.errors import ConfigError
 from infless.gateway.config import AuthConfig, GatewayConfig, check_gateway
+from infless.modelless.config import ModellessConfig, check_modelless
 from infless.scaling.config import ScalingConfig, check_scaling
 from infless.weights.config import StoreConfig, check_store
 from infless.workers.config import WorkersConfig, check_workers
@@ -52,6 +53,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     coldstart: ColdStartConfig = ColdStartConfig()
     store: StoreConfig = StoreConfig()
     scaling: ScalingConfig = ScalingConfig()
+    modelless: ModellessConfig = ModellessConfig()
     auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
@@ -72,6 +74,7 @@ def _check(config: Config, source: str) -> Config:
         *check_store(config.store),
         *check_coldstart(config.coldstart),
         *check_scaling(config.scaling),
+        *check_modelless(config.modelless),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

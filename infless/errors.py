@@ -29,6 +29,10 @@ class BadRequest(InflessError):
     code = "bad_request"
 
 
+class InvalidInput(BadRequest):
+    code = "invalid_input"
+
+
 class MalformedBody(BadRequest):
     code = "malformed_body"
 
@@ -100,6 +104,21 @@ class MissingRequirements(InflessError):
 class InputMismatch(InflessError):
     status = 422
     code = "input_mismatch"
+
+
+class GoalsUnmet(InflessError):
+    """A model-less query's goals (latency, accuracy) that no variant of the model meets:
+    the answer names the closest variants."""
+
+    status = 422
+    code = "goals_unmet"
+
+    def __init__(self, message: str, *, closest: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.closest = closest
+
+    def to_json(self) -> dict[str, object]:
+        return {**super().to_json(), "closest": self.closest}
 
 
 class Overloaded(InflessError):

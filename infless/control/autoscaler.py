@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from infless.control.desired import Owner
 from infless.control.port import FunctionState, ScalingTarget
@@ -33,6 +34,14 @@ log = logging.getLogger(__name__)
 ProfileLoader = Callable[[frozenset[str]], LatencyPredictor | None]
 
 
+class PlanningStep(Protocol):
+    """A step between the demand estimate and the plan: model-vertical scaling
+    (`modelless.planner.ModellessPlanner`) moves an application's demand to the variant that
+    should carry it and says which variants need not stay warm."""
+
+    def adjust(self, view: PoolView, demand: Demand, tick_s: float) -> tuple[PoolView, Demand]: ...
+
+
 class Autoscaler:
     def __init__(
         self,
@@ -41,6 +50,7 @@ class Autoscaler:
         predictor: LatencyPredictor | None = None,
         policy: ScalingPolicy | None = None,
         profiles: ProfileLoader | None = None,
+        vertical: PlanningStep | None = None,
     ) -> None:
         """`predictor` None: what the instances measure (`MeasuredPredictor`), with operator
         profiles from `profiles` for configurations none measured. A given predictor (the
@@ -56,6 +66,7 @@ class Autoscaler:
         self._stability = Stability()
         self._last_tick_s: float | None = None
         self._profiles = profiles
+        self.vertical = vertical
         self._profiled_keys: frozenset[str] | None = None
         self.last_plan = ScalingPlan()
         self.ticks = 0
@@ -78,7 +89,10 @@ class Autoscaler:
 
     def _plan(self, view: PoolView, demand: Demand) -> ScalingPlan:
         """Plan for the demand as the feedback presses it; releases of young instances wait
-        until the demand itself (not the pressure) has fallen."""
+        until the demand itself (not the pressure) has fallen. Model-less applications'
+        demand goes to the variant vertical scaling chose first."""
+        if self.vertical is not None:
+            view, demand = self.vertical.adjust(view, demand, self._cfg.tick_s)
         plan = self._policy(view, pressed(demand, self.pressure), self.predictor, self._cfg)
         plan, self._stability = hold(plan, view, demand, self._stability, self._cfg.stability)
         self._log(plan)

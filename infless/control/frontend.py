@@ -27,7 +27,14 @@ from infless.control.functions import DeployedFunction
 from infless.dataplane.latency import LoopLag
 from infless.dataplane.request import Outcome, Pending, Sample
 from infless.dataplane.router import FunctionRouter
-from infless.errors import FunctionNotFound, GatewayTimeout, Overloaded, PayloadTooLarge
+from infless.errors import (
+    FunctionNotFound,
+    GatewayTimeout,
+    Overloaded,
+    PayloadTooLarge,
+    WorkerUnavailable,
+)
+from infless.modelless.catalog import ModellessCatalog
 
 
 class CallObserver(Protocol):
@@ -56,6 +63,8 @@ class Call:
     started_s: float
     function: DeployedFunction | None = None
     outcomes: list[Outcome] | None = None
+    model: str | None = None  # a model-less query: the model it named ...
+    variant: str | None = None  # ... and the variant chosen for it
 
 
 class FunctionFrontend:
@@ -66,8 +75,10 @@ class FunctionFrontend:
         observer: CallObserver,
         timeout_s: float,
         max_body_bytes: int,
+        catalog: ModellessCatalog | None = None,
     ) -> None:
         self._functions = functions
+        self._catalog = catalog if catalog is not None else ModellessCatalog()
         self._clock = clock
         self._observer = observer
         self.timeout_s = timeout_s
@@ -91,9 +102,20 @@ class FunctionFrontend:
         """A call begins; `bind` it to its function (which may raise 404) before decoding."""
         return Call(name, self._clock.now())
 
-    def bind(self, call: Call, content_length: int | None) -> DeployedFunction:
-        """Find the call's function, count the call, and refuse a body over the limit."""
-        function = call.function = self.find(call.name)
+    def bind(
+        self, call: Call, content_length: int | None, goals: Mapping[str, str] | None = None
+    ) -> DeployedFunction:
+        """Find the call's function, count the call, and refuse a body over the limit.
+
+        A call naming a registered model (model-less) goes to the variant its `goals`
+        (headers, see `modelless.catalog.GOAL_HEADERS`) select; a call naming a variant's
+        function directly keeps its demand on that variant."""
+        function = self._functions.get(call.name)
+        if function is None:
+            function = self._choose(call, goals)
+        elif self._catalog:
+            self._catalog.pin(function.name)
+        call.function = function
         call.name = function.name
         self._observer.request_started(function.name)
         function.activity.invocations += 1
@@ -102,6 +124,27 @@ class FunctionFrontend:
                 f"body of {content_length} bytes exceeds gateway.max_body_bytes = "
                 f"{self.max_body_bytes}"
             )
+        return function
+
+    def _choose(self, call: Call, goals: Mapping[str, str] | None) -> DeployedFunction:
+        chosen = self._catalog.choose(call.model or call.name, goals)
+        if chosen is None:
+            return self.find(call.name)
+        entry, card = chosen
+        function = self._functions.get(card.function)
+        if function is None:
+            raise WorkerUnavailable(
+                f"variant {card.name!r} of {entry.model!r} has no function deployed"
+            )
+        call.model, call.variant = entry.model, card.name
+        return function
+
+    def rebind(self, call: Call, goals: Mapping[str, str]) -> DeployedFunction:
+        """A model-less call whose goals came with its body (V2 `parameters`): select
+        again with them (the call was counted by `bind` already)."""
+        assert call.model is not None, "only a model-less call is bound again"
+        function = call.function = self._choose(call, goals)
+        call.name = function.name
         return function
 
     def check_room(self, call: Call) -> None:

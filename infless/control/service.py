@@ -70,6 +70,13 @@ class FunctionService:
         await self._pool.redeploy(spec, package_dir, manifest)
         return spec
 
+    async def put(self, spec: FunctionSpec) -> None:
+        """Deploy a spec the platform made itself (a model-less variant's function), or
+        redeploy it when it exists."""
+        package_dir, manifest = await self._resolver.resolve(spec.image)
+        self._registry.put(spec)
+        await self._pool.redeploy(spec, package_dir, manifest)
+
     async def _check_runtime(self, spec: FunctionSpec) -> None:
         """Refuse what the workers could not get: unknown secrets, unenforceable limits."""
         for name in spec.secrets:

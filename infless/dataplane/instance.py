@@ -108,6 +108,7 @@ class Instance:
         self.served = 0
         self.failed = 0
         self.batches = 0
+        self.exec_ms_total = 0.0  # the worker's forward time, summed over served batches
         self.exec_ms_by_batch: dict[int, float] = {}
         self.start_breakdown = p.StartBreakdown()
         self.started_at_s = clock.now()
@@ -216,6 +217,7 @@ class Instance:
         self.last_active_s = dispatched_s
         self.batches += 1
         self.served += size
+        self.exec_ms_total += result.exec_ms
         exec_ms = self.exec_ms_by_batch
         exec_ms[size] = update_exec_ms(exec_ms.get(size), result.exec_ms)
         if self._retune is not None and self.batches % RETUNE_EVERY_BATCHES == 0:

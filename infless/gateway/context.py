@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from infless.config import Config
 from infless.control.frontend import FunctionFrontend
+from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
@@ -30,3 +31,4 @@ class GatewayContext:
     logs: LogBuffer
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
+    modelless: ModellessService  # registered models, their variants and applications

@@ -101,7 +101,7 @@ class InvokeHandler:
         frontend = self._frontend
         call = frontend.open(request.match_info["name"])
         try:
-            function = frontend.bind(call, request.content_length)
+            function = frontend.bind(call, request.content_length, request.headers)
             frontend.check_room(call)
             content_type = request.headers.get("Content-Type")
             fmt = body_format(content_type)
@@ -128,6 +128,8 @@ class InvokeHandler:
             else:
                 response = encode_answer(outcome.outputs, fmt)
             response.headers.update(timing_headers(outcome))
+            if call.variant is not None:
+                response.headers["X-Infless-Variant"] = call.variant
         duration_s = frontend.close(call, response.status)
         response.headers["X-Call-Id"] = call_id
         response.headers["X-Start-Time"] = str(start_ns)

@@ -3,6 +3,7 @@ and the hooks the routes need (the function log handler, scrape-time metrics).
 
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
 `/healthz`, `/metrics`), `secrets` (`/system/secrets`), `packages` (`/system/packages`),
+`modelless` (`/system/register`, `/system/models`, `/system/variants`),
 `v2/` (the Open Inference Protocol), `logs` and `openapi`; the composition root (`app`) calls
 `middlewares` and `install`. Must not hold request logic.
 """
@@ -22,6 +23,7 @@ from infless.gateway.context import GatewayContext
 from infless.gateway.errors import json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
 from infless.gateway.logs import GatewayLogHandler, LogsRoute
+from infless.gateway.modelless import ModellessRoutes
 from infless.gateway.openapi import openapi_document
 from infless.gateway.packages import PackageRoutes
 from infless.gateway.resources import PlatformCollector
@@ -58,6 +60,7 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
     repository = RepositoryRoutes(
         ctx.frontend, ctx.pool, ctx.functions, ctx.packages, package_limits
     )
+    modelless = ModellessRoutes(ctx.modelless, package_limits)
     document = orjson.dumps(openapi_document())
 
     async def openapi(_: web.Request) -> web.Response:
@@ -87,6 +90,11 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.post("/system/secrets", json_errors(secrets.create)),
         web.put("/system/secrets", json_errors(secrets.update)),
         web.delete("/system/secrets", json_errors(secrets.delete)),
+        web.post("/system/register", json_errors(modelless.register)),
+        web.get("/system/models", json_errors(modelless.models)),
+        web.get("/system/variants/{model}", json_errors(modelless.variants)),
+        web.post("/system/models/{model}/apps", json_errors(modelless.put_app)),
+        web.delete("/system/models/{model}", json_errors(modelless.delete)),
         web.get("/metrics", system.metrics),
         web.get("/openapi.json", openapi),
         web.get("/v2", v2.server_metadata),

@@ -11,8 +11,11 @@ A package is a directory:
 import path (found in `src/` or installed), `arch_kwargs` its keyword arguments;
 `inputs`/`outputs` are the signature without the batch dimension (-1: any length).
 `format` "torchscript" or "export" packages carry a TorchScript file or a `torch.export`
-program (`program_file`) instead of an architecture and weights. `handler` optionally names
-a `module:Class` (see `infless.handlers`) run in the worker around the batched forward;
+program (`program_file`) instead of an architecture and weights. `transform` names what the
+worker does to a "module" package's model after attaching its weights (a model variant,
+`infless.workers.transforms`: "bf16", "int8", "channels-last", "torchscript", "compile";
+"" or "fp32": nothing). `handler` optionally names a `module:Class` (see
+`infless.handlers`) run in the worker around the batched forward;
 `preprocess`/`postprocess` optionally name built-in output steps ("softmax", ...).
 `requirements` lists the third-party distributions the package's source imports (checked at
 deploy); `digest` is the package's content digest (`packaging.digest`).
@@ -36,6 +39,16 @@ SOURCE_DIR = "src"  # the package's own source, put on sys.path by the worker
 FORMAT_VERSION = 1
 # Output steps a worker can apply (`infless.models.loader.POSTPROCESS_STEPS` implements them).
 POSTPROCESS_NAMES: frozenset[str] = frozenset({"softmax", "sigmoid"})
+# A model variant's transform (`infless.workers.transforms`); "" and "fp32" leave the model as
+# it is. The same names as `infless.modelless.profiles.TRANSFORMS`.
+NO_TRANSFORM: frozenset[str] = frozenset({"", "fp32"})
+TRANSFORM_NAMES: frozenset[str] = NO_TRANSFORM | {
+    "bf16",
+    "int8",
+    "channels-last",
+    "torchscript",
+    "compile",
+}
 _ZOO_NAME = re.compile(r"^[a-z0-9][-a-z0-9_.]*$")
 
 
@@ -69,6 +82,7 @@ class PackageManifest(msgspec.Struct, frozen=True):
     handler: str | None = None  # "module:Class" around the batched forward (infless.handlers)
     requirements: list[str] = []  # third-party distributions the source imports ("x==1.2")
     digest: str = ""  # sha256 of the package's content (infless.packaging.digest)
+    transform: str = ""  # the variant's transform in the worker ("" / "fp32": none)
 
     @property
     def input_specs(self) -> tuple[TensorSpec, ...]:
@@ -110,6 +124,11 @@ def load_manifest(package_dir: Path) -> PackageManifest:
         )
     if manifest.format != "module" and not manifest.program_file:
         raise UnknownModel(f"{path}: a {manifest.format!r} package needs its program_file")
+    if manifest.transform not in TRANSFORM_NAMES:
+        raise UnknownModel(
+            f"{path}: transform {manifest.transform!r} is unknown; known transforms: "
+            f"{', '.join(sorted(TRANSFORM_NAMES - {''}))} (or none)"
+        )
     if manifest.handler is not None and ":" not in manifest.handler:
         raise UnknownModel(f"{path}: handler {manifest.handler!r}: expected 'module:Class'")
     return manifest

@@ -267,6 +267,7 @@ class SimCluster:
     def finish(self, instance: SimInstance) -> None:
         """A drained instance is gone: its capacity is free again."""
         instance.state = SimState.STOPPED
+        instance.stopped_s = self.now_s
         c = instance.config
         instance.server.release(c.cpus, c.gpu_pct, instance.device)
         self.functions[instance.function].instances.pop(instance.instance_id, None)

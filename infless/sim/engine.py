@@ -12,6 +12,12 @@ queue finishes, then its capacity is freed). Each arrival is routed by the real
 t_slo − t_exec − slack); its latency comes from the "truth" predictor at the real batch
 size. Requests that find every queue full are rejected; requests that find no ready
 instance wait for one (a cold start). No processes, no wall clock: many servers are cheap.
+
+Model-less applications (`modelless.SimApp`) run beside the functions: their variants are
+functions of their own, the autoscaler runs the server's `ModellessPlanner` (model-vertical
+scaling) before Algorithm 1, each arrival picks its variant with `catalog.choose` and then
+goes the way an arrival of that function goes, and every `modelless.monitor_s` the
+variants' states are updated as the gateway's monitor does (see `sim.modelless`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import heapq
 import itertools
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,18 +35,37 @@ from infless.control.autoscaler import Autoscaler
 from infless.control.desired import DesiredState, Owner
 from infless.control.prewarm import PrewarmManager
 from infless.dataplane.policy import DispatchMode, dispatch_at, update_interarrival
+from infless.errors import GoalsUnmet
+from infless.modelless.catalog import ModellessCatalog
+from infless.modelless.config import ModellessConfig
+from infless.modelless.planner import ModellessPlanner
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
 from infless.scaling.predictors import CachedPredictor, LatencyPredictor
 from infless.scaling.view import ScalingPlan
 from infless.sim.cluster import SimCluster, SimFunction, SimFunctionState
-from infless.sim.model import SimInstance, SimResult, SimServer, SimState, percentile
+from infless.sim.model import (
+    SimInstance,
+    SimResult,
+    SimServer,
+    SimState,
+    core_seconds,
+    percentile,
+)
+from infless.sim.modelless import (
+    AppRun,
+    ProfilePredictor,
+    SimApp,
+    first_target,
+    model_entry,
+    variant_functions,
+)
 from infless.sim.workload import arrivals
 
-__all__ = ["SimConfig", "SimFunction", "Simulation", "simulate"]
+__all__ = ["SimApp", "SimConfig", "SimFunction", "Simulation", "simulate"]
 
-_ARRIVAL, _TICK, _READY, _DONE, _TIMEOUT = range(5)
+_ARRIVAL, _TICK, _READY, _DONE, _TIMEOUT, _APP_ARRIVAL, _MONITOR = range(7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +99,21 @@ class Simulation:
         scaling: ScalingConfig | None = None,
         planner_predictor: LatencyPredictor | None = None,
         policy: ScalingPolicy | None = None,
+        apps: Sequence[SimApp] = (),
+        modelless: ModellessConfig | None = None,
     ) -> None:
+        """`apps`: model-less applications, each deployed as one function per ready variant;
+        their variants' latency (truth and plan) is their profiles' (`ProfilePredictor`)."""
         self.cfg = cfg = cfg or SimConfig()
         self.scaling = scaling = scaling or ScalingConfig()
+        self.modelless = modelless or ModellessConfig()
+        planner_predictor = planner_predictor or truth
+        if apps:
+            profiles = [p for app in apps for p in app.ready]
+            truth = ProfilePredictor(profiles, truth)
+            planner_predictor = ProfilePredictor(profiles, planner_predictor)
         self.truth = truth
-        self.planner_predictor = CachedPredictor(planner_predictor or truth)
+        self.planner_predictor = CachedPredictor(planner_predictor)
         self.rng = random.Random(cfg.seed)
         self._mode: DispatchMode = "deadline" if cfg.dispatch == "busy-aware" else cfg.dispatch
         self.servers = [
@@ -93,6 +128,11 @@ class Simulation:
             )
             for f in functions
         }
+        self.catalog = ModellessCatalog()
+        self.apps: dict[str, AppRun] = {}
+        self._app_of: dict[str, AppRun] = {}  # variant function -> its application
+        for app in apps:
+            self._add_app(app)
         self.cluster = SimCluster(
             self.functions,
             self.servers,
@@ -103,9 +143,13 @@ class Simulation:
             busy_aware=cfg.dispatch == "busy-aware",
             on_start=self._started,
         )
-        self.autoscaler = Autoscaler(
-            self.cluster, scaling, self.planner_predictor, policy or get_policy(scaling.policy)
+        self.vertical = (
+            ModellessPlanner(self.catalog, self.modelless, scaling.demand) if apps else None
         )
+        self.autoscaler = Autoscaler(
+            self.cluster, scaling, self.planner_predictor, policy or get_policy(scaling.policy),
+            vertical=self.vertical,
+        )  # fmt: skip
         self.prewarm: PrewarmManager | None = None
         if any(f.scale_to_zero for f in functions):
             coldstart: ColdStartPolicy[Any] = build_policy(
@@ -124,6 +168,27 @@ class Simulation:
         self.peak_instances = 0
         self.core_seconds = 0.0
         self.late_by_s: Counter[int] = Counter()  # second of arrival -> late or rejected
+        self._monitor_s: float | None = None
+        self.started: list[SimInstance] = []  # every instance, in the order they started
+
+    def _add_app(self, app: SimApp) -> None:
+        if app.model in self.apps:
+            raise ValueError(f"model {app.model!r}: one application per model")
+        entry = model_entry(app)
+        self.catalog.put(entry)
+        run = AppRun.of(app, entry, arrivals(app.load, self.cfg.duration_s, self._stream()))
+        self.apps[app.model] = run
+        for spec in variant_functions(app):
+            if spec.name in self.functions:
+                raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
+            no_arrivals = arrivals(spec.load, self.cfg.duration_s, random.Random(0))
+            self.functions[spec.name] = SimFunctionState(
+                spec, no_arrivals, DesiredState(Owner.AUTOSCALER)
+            )
+            self._app_of[spec.name] = run
+
+    def _stream(self) -> random.Random:
+        return random.Random(self.rng.random())
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, at_s: float, kind: int, payload: object) -> None:
@@ -134,43 +199,92 @@ class Simulation:
         if at_s is not None:
             self._push(at_s, _ARRIVAL, fn)
 
+    def _next_app_arrival(self, app: AppRun) -> None:
+        at_s = next(app.arrivals, None)
+        if at_s is not None:
+            self._push(at_s, _APP_ARRIVAL, app)
+
     def run(self) -> SimResult:
         for fn in self.functions.values():
             self._next_arrival(fn)
+        for app in self.apps.values():
+            self._next_app_arrival(app)
         if self.cfg.prewarm:
-            rates = {n: f.spec.load.rate_at(0.0) for n, f in self.functions.items()}
-            self._ready_now = True
-            self._planned(self.autoscaler.plan_for(Demand(rates)))
-            self._ready_now = False
+            self._prewarm()
             self._push(self.scaling.tick_s, _TICK, None)
         else:
             self._push(0.0, _TICK, None)
+        if self.apps:  # after the prewarmed instances' READY events
+            self._push(0.0, _MONITOR, None)
         while self._events:
             now, _, kind, payload = heapq.heappop(self._events)
             self.cluster.now_s = now
-            if kind == _ARRIVAL:
-                assert isinstance(payload, SimFunctionState)
-                self._arrive(payload, now)
-            elif kind == _TICK:
-                self._tick(now)
-            elif kind == _READY:
-                assert isinstance(payload, SimInstance)
-                self.cluster.ready(payload)
-                self._try_dispatch(payload, now)
-            elif kind == _DONE:
-                assert isinstance(payload, tuple)
-                self._done(payload[0], payload[1], now)
-            else:
-                assert isinstance(payload, SimInstance)
-                if payload.timer_s == now:  # else a newer deadline replaced this one
-                    payload.timer_s = None
-                    self._try_dispatch(payload, now)
+            self._handle(kind, payload, now)
         return self._result()
+
+    def _handle(self, kind: int, payload: object, now: float) -> None:
+        if kind == _ARRIVAL:
+            assert isinstance(payload, SimFunctionState)
+            self._arrive(payload, now)
+        elif kind == _TICK:
+            self._tick(now)
+        elif kind == _READY:
+            assert isinstance(payload, SimInstance)
+            self.cluster.ready(payload)
+            self._try_dispatch(payload, now)
+        elif kind == _DONE:
+            assert isinstance(payload, tuple)
+            self._done(payload[0], payload[1], payload[2], now)
+        elif kind == _APP_ARRIVAL:
+            assert isinstance(payload, AppRun)
+            self._app_arrive(payload, now)
+        elif kind == _MONITOR:
+            self._monitor(now)
+        else:
+            assert isinstance(payload, SimInstance)
+            if payload.timer_s == now:  # else a newer deadline replaced this one
+                payload.timer_s = None
+                self._try_dispatch(payload, now)
+
+    def _prewarm(self) -> None:
+        """Plan for the t = 0 rates at t = 0; those instances are ready at once."""
+        rates = {n: f.spec.load.rate_at(0.0) for n, f in self.functions.items()}
+        for app in self.apps.values():  # on the variant vertical scaling starts it on
+            rate = app.spec.load.rate_at(0.0)
+            target = first_target(app.entry, rate, self.modelless) if rate > 0 else None
+            if target is not None:
+                rates[target] = rate
+        self._ready_now = True
+        self._planned(self.autoscaler.plan_for(Demand(rates)))
+        self._ready_now = False
 
     def _arrive(self, fn: SimFunctionState, now: float) -> None:
         self.requests += 1
         fn.arrive(now)
         self._next_arrival(fn)
+        self._route(fn, now)
+
+    def _app_arrive(self, app: AppRun, now: float) -> None:
+        """A query of a model-less application: its variant, then that function's path."""
+        self.requests += 1
+        app.requests += 1
+        try:
+            chosen = self.catalog.choose(app.spec.model, app.headers)
+        except GoalsUnmet:
+            chosen = None
+        self._next_app_arrival(app)
+        if chosen is None:  # no variant meets the goals: refused
+            self.rejected += 1
+            app.rejected += 1
+            self.late_by_s[int(now)] += 1
+            return
+        card = chosen[1]
+        app.routed(card.name, now)
+        fn = self.functions[card.function]
+        fn.arrive(now)
+        self._route(fn, now)
+
+    def _route(self, fn: SimFunctionState, now: float) -> None:
         instance = fn.dispatcher.choose(fn.ready)
         if instance is not None:
             if instance.last_arrival_s is not None:
@@ -184,6 +298,9 @@ class Simulation:
             fn.refused += 1
             self.late_by_s[int(now)] += 1
             fn.finish(now)
+            app = self._app_of.get(fn.spec.name)
+            if app is not None:
+                app.rejected += 1
         else:
             fn.waiting.append(now)
             if not fn.starting:
@@ -211,10 +328,13 @@ class Simulation:
         inst.busy = True
         inst.batches += 1
         self.batches += 1
-        self._push(now + exec_ms / 1000.0, _DONE, (inst, batch))
+        self._push(now + exec_ms / 1000.0, _DONE, (inst, batch, exec_ms))
 
-    def _done(self, inst: SimInstance, batch: list[float], now: float) -> None:
+    def _done(self, inst: SimInstance, batch: list[float], exec_ms: float, now: float) -> None:
         fn = self.functions[inst.function]
+        app = self._app_of.get(inst.function)
+        if app is not None:
+            app.served(inst.function, batch, exec_ms, now)
         slo_ms = fn.spec.slo_ms
         for arrival_s in batch:
             latency_ms = (now - arrival_s) * 1000.0
@@ -233,6 +353,7 @@ class Simulation:
             self._try_dispatch(inst, now)
 
     def _started(self, instance: SimInstance) -> None:
+        self.started.append(instance)
         now = self.cluster.now_s
         self._push(now if self._ready_now else now + self.cfg.cold_start_s, _READY, instance)
 
@@ -245,11 +366,32 @@ class Simulation:
         if now + self.scaling.tick_s < self.cfg.duration_s:
             self._push(now + self.scaling.tick_s, _TICK, None)
 
+    def _monitor(self, now: float) -> None:
+        """The variants' states, every `modelless.monitor_s` (`VariantMonitor.tick`)."""
+        step = self.modelless.monitor_s
+        window = step if self._monitor_s is None else max(1e-3, now - self._monitor_s)
+        self._monitor_s = now
+        for app in self.apps.values():
+            app.monitor(self.functions, self.modelless, window)
+        if now + step < self.cfg.duration_s:
+            self._push(now + step, _MONITOR, None)
+
     def _planned(self, plan: ScalingPlan) -> None:
         self.plans += 1
+        if self.vertical is not None:
+            for model, app in self.apps.items():
+                decision = self.vertical.decisions.get(model)
+                move = decision.move if decision is not None else None
+                app.note_moves(move, app.entry.target, self.cluster.now_s)
         if any(d.unmet_rps > 0 for d in plan.decisions):
             self.unmet_ticks += 1
         self.peak_instances = max(self.peak_instances, self.cluster.live_instances)
+
+    def core_seconds_of(self, functions: Iterable[str]) -> float:
+        """Cores x time held by the instances of `functions` over the run (starting and
+        draining included): what `AppResult.core_seconds` counts, for any function."""
+        names = set(functions)
+        return core_seconds((i for i in self.started if i.function in names), self.cfg.duration_s)
 
     @property
     def last_plan(self) -> ScalingPlan:
@@ -278,6 +420,10 @@ class Simulation:
             unmet_ticks=self.unmet_ticks,
             plans=self.plans,
             configs=dict(self.cluster.configs),
+            apps={
+                m: a.result(self.functions, self.started, self.cfg.duration_s)
+                for m, a in self.apps.items()
+            },
         )
 
 
@@ -287,5 +433,9 @@ def simulate(
     cfg: SimConfig | None = None,
     scaling: ScalingConfig | None = None,
     planner_predictor: LatencyPredictor | None = None,
+    apps: Sequence[SimApp] = (),
+    modelless: ModellessConfig | None = None,
 ) -> SimResult:
-    return Simulation(functions, truth, cfg, scaling, planner_predictor).run()
+    return Simulation(
+        functions, truth, cfg, scaling, planner_predictor, apps=apps, modelless=modelless
+    ).run()

@@ -12,6 +12,7 @@ import enum
 import json
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from infless.types import InstanceConfig
@@ -83,6 +84,7 @@ class SimInstance:
         self.last_active_s = started_s
         self.served = 0
         self.batches = 0
+        self.stopped_s: float | None = None  # when it was drained and its capacity freed
 
     @property
     def accepting(self) -> bool:
@@ -116,6 +118,7 @@ class SimResult:
     unmet_ticks: int
     plans: int
     configs: dict[str, int] = field(default_factory=dict)
+    apps: dict[str, AppResult] = field(default_factory=dict)  # model-less ones, by model
 
     @property
     def violations(self) -> int:
@@ -136,12 +139,68 @@ class SimResult:
 
     def to_json(self) -> str:
         data = asdict(self)
+        if not self.apps:  # runs without model-less applications print what they always did
+            del data["apps"]
         data.update(
             violation_rate=self.violation_rate,
             mean_cores=self.mean_cores,
             cores_per_100_rps=self.cores_per_100_rps,
         )
         return json.dumps(data, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class AppResult:
+    """One model-less application's run: its requests (also counted in `SimResult`), which
+    variant took them, what its variants' instances cost and how often it switched."""
+
+    model: str
+    slo_ms: float
+    requests: int
+    completed: int
+    late: int  # answered over the SLO
+    rejected: int  # refused (every queue full) or no variant met the goals
+    unserved: int  # still waiting for a cold start when the run ended
+    p99_ms: float
+    mean_accuracy: float  # the served variant's accuracy, averaged over answered requests
+    core_seconds: float  # cores x time of its variants' instances, starting and draining too
+    switches: int  # vertical moves (upgrades and downgrades: `ModelEntry.switches`)
+    by_variant: dict[str, int]  # requests routed to each variant
+    answered_by_variant: dict[str, int]
+    by_second: dict[int, dict[str, int]]  # second of arrival -> variant -> requests
+    moves: tuple[tuple[float, str, str], ...] = ()  # (time, "upgrade"/"downgrade", variant)
+    duration_s: float = 0.0
+
+    @property
+    def violations(self) -> int:
+        return self.late + self.rejected + self.unserved
+
+    @property
+    def violation_rate(self) -> float:
+        return self.violations / self.requests if self.requests else 0.0
+
+    @property
+    def mean_cores(self) -> float:
+        return self.core_seconds / self.duration_s if self.duration_s else 0.0
+
+    def mix(self, start_s: float, end_s: float) -> dict[str, int]:
+        """Requests per variant among those that arrived in [start_s, end_s)."""
+        total: dict[str, int] = {}
+        for second, counts in self.by_second.items():
+            if start_s <= second < end_s:
+                for variant, count in counts.items():
+                    total[variant] = total.get(variant, 0) + count
+        return total
+
+
+def core_seconds(instances: Iterable[SimInstance], end_s: float) -> float:
+    """Cores x time the instances held within [0, end_s]: from their start (starting
+    counts) until their capacity was freed (draining counts), or `end_s`."""
+    total = 0.0
+    for instance in instances:
+        stop_s = end_s if instance.stopped_s is None else min(instance.stopped_s, end_s)
+        total += instance.config.cpus * max(0.0, stop_s - min(instance.started_s, end_s))
+    return total
 
 
 def config_label(config: InstanceConfig) -> str:

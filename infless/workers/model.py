@@ -5,8 +5,10 @@ Worker side (imports torch, lazily). `build_model` puts the package's `src/` on 
 then builds: a "module" package on the meta device with its weights attached (mapped from
 the shared store, or read from the package), a "torchscript" package with `torch.jit.load`,
 an "export" package with `torch.export.load(...).module()`; and loads the handler when the
-manifest names one. `LoadedModel.run` serves a batch of tensors, `serve` a batch of
-requests (`workers.handling`).
+manifest names one. A "module" package whose manifest names a `transform` (a model variant)
+gets it applied after its weights are attached (`workers.transforms`); on a program package
+any transform but "fp32" is `TransformNotApplicable`. `LoadedModel.run` serves a batch of
+tensors, `serve` a batch of requests (`workers.handling`).
 """
 
 from __future__ import annotations
@@ -133,13 +135,21 @@ def add_source_path(package_dir: Path) -> None:
 def build_model(request: p.LoadModel) -> tuple[LoadedModel, float]:
     """The package's model and handler; and when attaching the weights started."""
     from infless.models.loader import attach_weights, build_module, load_package_weights
-    from infless.models.package import load_manifest
+    from infless.models.package import NO_TRANSFORM, load_manifest
 
     package_dir = Path(request.package_dir)
     manifest = load_manifest(package_dir)
     add_source_path(package_dir)
     handler = None if manifest.handler is None else load_handler(manifest.handler, package_dir)
+    transformed = manifest.transform not in NO_TRANSFORM
     if manifest.format != "module":
+        if transformed:
+            from infless.workers.transforms import TransformNotApplicable
+
+            raise TransformNotApplicable(
+                f"package {manifest.name!r}: transform {manifest.transform!r} applies to "
+                f"'module' packages, not to a {manifest.format!r} program"
+            )
         attach_started = perf_s()
         return LoadedModel(manifest, load_program(package_dir, manifest), handler), attach_started
     module = build_module(manifest, device="meta")
@@ -153,6 +163,10 @@ def build_model(request: p.LoadModel) -> tuple[LoadedModel, float]:
         if request.private_weights:  # drop the file mapping: anonymous memory per worker
             state = {name: tensor.clone() for name, tensor in state.items()}
     module = attach_weights(module, state, manifest.name)
+    if transformed:
+        from infless.workers.transforms import apply_transform
+
+        module = apply_transform(module, manifest.transform, manifest)
     return LoadedModel(manifest, module, handler), attach_started
 
 

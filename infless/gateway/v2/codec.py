@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,7 @@ class InferRequest:
     inputs: tuple[InputTensor, ...]
     outputs: tuple[RequestedOutput, ...] | None  # None: every output, request default
     binary_output: bool
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # the request's own
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
@@ -251,8 +252,9 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
             f"the body holds {len(blobs) - offset} bytes beyond its inputs' binary_data_size"
         )
     return InferRequest(
-        request_id, tuple(inputs), _requested_outputs(document.get("outputs")), binary_output
-    )
+        request_id, tuple(inputs), _requested_outputs(document.get("outputs")), binary_output,
+        parameters,
+    )  # fmt: skip
 
 
 def describe_signature(specs: Sequence[TensorSpec]) -> str:
@@ -342,6 +344,7 @@ def encode_infer_response(
     model_version: str,
     request_id: str | None,
     outputs: Sequence[tuple[str, Array, bool]],
+    parameters: Mapping[str, object] | None = None,
 ) -> tuple[bytes, int | None]:
     """(body, JSON header length when binary outputs follow, else None)."""
     described: list[dict[str, object]] = []
@@ -367,6 +370,8 @@ def encode_infer_response(
     document: dict[str, object] = {"model_name": model_name, "model_version": model_version}
     if request_id is not None:
         document["id"] = request_id
+    if parameters:
+        document["parameters"] = dict(parameters)
     document["outputs"] = described
     header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from infless.control.frontend import Call, FunctionFrontend
 from infless.control.functions import DeployedFunction
@@ -34,6 +35,7 @@ from infless.gateway.v2.codec import (
     parse_infer_request,
     select_outputs,
 )
+from infless.modelless.catalog import goals_from_parameters
 
 MODEL_VERSION = "1"  # a function has exactly one version
 
@@ -87,7 +89,7 @@ class V2InferHandler:
         frontend = self._frontend
         call = frontend.open(request.match_info["name"])
         try:
-            function = frontend.bind(call, request.content_length)
+            function = frontend.bind(call, request.content_length, request.headers)
             check_version(request)
             frontend.check_room(call)
             response = await self._infer(call, function, request)
@@ -106,6 +108,12 @@ class V2InferHandler:
     ) -> web.Response:
         body = await request.read()
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+        if call.model is not None:  # model-less: goals may come as request parameters
+            goals = goals_from_parameters(parsed.parameters)
+            if goals:
+                merged = CIMultiDict(request.headers)
+                merged.update(goals)  # the body's parameters over the headers
+                function = self._frontend.rebind(call, merged)
         samples: list[Sample]
         if function.manifest.handler is not None:  # BYTES rows: one request body each
             samples = list(bind_bodies(parsed.inputs))
@@ -115,8 +123,9 @@ class V2InferHandler:
         chosen = select_outputs(parsed, [s.name for s in function.manifest.output_specs])
         outcomes = await self._frontend.run(call, samples)
         tensors = [(out, stack_outputs(out, outcomes), binary) for out, binary in chosen]
+        variant = None if call.variant is None else {"infless_variant": call.variant}
         payload, header_length = encode_infer_response(
-            function.name, MODEL_VERSION, parsed.id, tensors
+            call.model or function.name, MODEL_VERSION, parsed.id, tensors, variant
         )
         if header_length is None:
             return web.Response(body=payload, content_type="application/json")

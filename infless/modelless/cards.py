@@ -1,0 +1,81 @@
+"""A variant's figures as the policies use them: `VariantCard`, one per ready variant.
+
+From a profile and the model's SLO: the inference latency at batch 1 (the best core count's:
+what a query's latency goal is checked against), and the configuration <b, c> that serves
+the most requests per core within the SLO (INFless's feasibility: t_exec <= SLO for b = 1,
+t_exec <= SLO/2 for larger batches), which gives the variant's saturation throughput per
+instance Q, its hardware cost per instance C (cores) and its cost per request C/Q.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from infless.modelless.profiles import VariantProfile, variant_function
+
+
+@dataclass(frozen=True, slots=True)
+class VariantCard:
+    name: str  # the variant ("int8")
+    function: str  # the function serving it ("minilm--int8")
+    accuracy: float
+    latency_b1_ms: float  # inference latency of one query, best core count
+    batch_size: int  # the configuration that serves most requests per core within the SLO
+    cpus: int
+    exec_ms: float  # t_exec at that configuration
+    qps: float  # saturation throughput of one instance at that configuration (Q)
+    load_ms: float
+    peak_memory_bytes: int
+
+    @property
+    def cost_per_request(self) -> float:
+        """Core-seconds one request costs at saturation (C / Q)."""
+        return self.cpus / self.qps
+
+
+def feasible(batch_size: int, exec_ms: float, slo_ms: float) -> bool:
+    return exec_ms <= (slo_ms if batch_size == 1 else slo_ms / 2.0)
+
+
+def card_for(profile: VariantProfile, slo_ms: float) -> VariantCard | None:
+    """The card of a ready, profiled variant (None: not ready, or nothing fits the SLO)."""
+    if profile.status != "ready" or profile.accuracy is None or not profile.latency:
+        return None
+    b1 = [p.measured_ms for p in profile.latency if p.batch_size == 1]
+    fits = [p for p in profile.latency if feasible(p.batch_size, p.measured_ms, slo_ms)]
+    if not b1 or not fits:
+        return None
+    best = max(fits, key=lambda p: (p.batch_size * 1000.0 / p.measured_ms / p.cpus, -p.cpus))
+    return VariantCard(
+        name=profile.name,
+        function=variant_function(profile.model, profile.name),
+        accuracy=profile.accuracy,
+        latency_b1_ms=min(b1),
+        batch_size=best.batch_size,
+        cpus=best.cpus,
+        exec_ms=best.measured_ms,
+        qps=best.batch_size * 1000.0 / best.measured_ms,
+        load_ms=profile.load_ms or 0.0,
+        peak_memory_bytes=profile.peak_memory_bytes or 0,
+    )
+
+
+def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[VariantCard, ...]:
+    """The cards of every usable variant, cheapest per request first."""
+    cards = [c for c in (card_for(p, slo_ms) for p in profiles) if c is not None]
+    return tuple(sorted(cards, key=lambda c: (c.cost_per_request, -c.accuracy, c.name)))
+
+
+def instances_needed(card: VariantCard, load_rps: float, slack: float) -> int:
+    """Instances of `card` that carry `load_rps` with `slack` headroom (at least one)."""
+    return max(1, math.ceil(load_rps * (1.0 + slack) / card.qps - 1e-9))
+
+
+def accuracy_range(cards: Sequence[VariantCard]) -> tuple[float, float]:
+    if not cards:
+        return (0.0, 0.0)
+    accuracies = [c.accuracy for c in cards]
+    return (min(accuracies), max(accuracies))

@@ -1,0 +1,61 @@
+"""The `[modelless]` config section: INFaaS's thresholds, delays and cost weights.
+
+Defaults are the reference code's (`stanford-mast/INFaaS`: `src/worker/query_executor.cc`
+for the state thresholds, `src/worker/autoscaler.cc` for the scaling knobs), for CPU
+variants. One frozen struct plus `check_modelless`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class StateThresholds(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """When a running variant is Overloaded or Interfered, and when it recovers.
+
+    Overloaded: its mean service time is over `latency_factor` x its profiled time while it
+    serves over `qps_factor` of its profiled throughput, or its queue holds more than
+    `queue_factor` seconds of its profiled throughput, or it refused requests (429: the
+    admission control found it at capacity). Interfered: the latency condition alone, at a
+    lower load. Either recovers only when the queue is under the bound, nothing was refused
+    and the mean service time is under `recover_factor` x the profile (the hysteresis).
+    """
+
+    latency_factor: float = 2.5
+    qps_factor: float = 0.5
+    recover_factor: float = 1.5
+    # one replica on CPU: the reference's own, wider values
+    single_latency_factor: float = 4.0
+    single_qps_factor: float = 1.0
+    single_recover_factor: float = 1.1
+    queue_factor: float = 0.8
+    idle_decay: float = 15.0  # a window with no completion divides the latency by this (CPU)
+
+
+class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    monitor_s: float = 1.0  # how often the variants' states are updated
+    states: StateThresholds = StateThresholds()
+    slack: float = 0.1  # headroom kept over the load (a share of it), constraint (1)
+    load_weight_per_s: float = 0.2  # lambda: weight of a new instance's load time (1/s)
+    scale_down_ticks: int = 10  # consecutive ticks wanting a cheaper variant before moving
+    max_switch_per_tick: int = 1  # variants an application may change to per tick
+    selection_search_limit: int = 0  # 0: every variant (the reference caps at max(3, ...))
+
+
+def check_modelless(cfg: ModellessConfig) -> list[str]:
+    problems: list[str] = []
+    s = cfg.states
+    factors = (s.latency_factor, s.recover_factor, s.single_latency_factor, s.single_recover_factor)
+    if min(factors) < 1.0:
+        problems.append("[modelless.states]: latency and recover factors must be >= 1")
+    if s.recover_factor > s.latency_factor or s.single_recover_factor > s.single_latency_factor:
+        problems.append(
+            "[modelless.states]: recover_factor must not exceed latency_factor (no hysteresis)"
+        )
+    if s.idle_decay < 1.0 or s.queue_factor <= 0 or min(s.qps_factor, s.single_qps_factor) <= 0:
+        problems.append("[modelless.states]: idle_decay >= 1, queue_factor and qps factors > 0")
+    if cfg.monitor_s <= 0 or cfg.slack < 0 or cfg.load_weight_per_s < 0:
+        problems.append("[modelless]: monitor_s > 0, slack >= 0, load_weight_per_s >= 0")
+    if cfg.scale_down_ticks < 0 or cfg.max_switch_per_tick < 1:
+        problems.append("[modelless]: scale_down_ticks >= 0, max_switch_per_tick >= 1")
+    return problems

@@ -1,0 +1,163 @@
+"""`ModellessPlanner`: model-vertical scaling inside the autoscaler's planning pass.
+
+At each tick, before Algorithm 1 plans, the autoscaler hands the pool view and the demand
+estimate here. For every registered model whose variant functions are in the view, the
+planner measures the application's load (one estimate of its queries, less what queries
+pinned to a variant bring there), lets `vertical.decide` pick the variant that carries it
+under the loosest goals of its applications,
+records that target in the catalogue (per-query selection prefers it), moves the demand
+there (`vertical.retarget`), and marks the other variants as not to be kept warm (until
+the monitor has seen the target serving, those running keep their demand but may not
+grow; those with no instance stay without) — so
+Algorithm 1, planning every variant function like any function, replicates the target
+(horizontal scaling, with its own <b, c> choice) and releases what no longer carries load
+once the target serves. The same object runs on the server and in the simulator.
+Pure apart from the catalogue it writes: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from infless.modelless.catalog import ModelEntry, ModellessCatalog
+from infless.modelless.config import ModellessConfig
+from infless.modelless.states import VariantState
+from infless.modelless.vertical import AppLoad, Hold, VerticalDecision, decide, retarget
+from infless.scaling.config import DemandConfig
+from infless.scaling.demand import Demand, DemandState, estimate, record_interval
+from infless.scaling.view import FunctionView, InstanceState, PoolView
+
+log = logging.getLogger(__name__)
+
+
+class ModellessPlanner:
+    def __init__(
+        self, catalog: ModellessCatalog, cfg: ModellessConfig, demand_cfg: DemandConfig
+    ) -> None:
+        self._catalog = catalog
+        self._cfg = cfg
+        self._demand_cfg = demand_cfg
+        self._counts = DemandState()
+        self._seen: dict[str, int] = {}
+        self._holds: dict[str, Hold] = {}
+        self._last_s: float | None = None
+        self.decisions: dict[str, VerticalDecision] = {}
+
+    def adjust(self, view: PoolView, demand: Demand, tick_s: float) -> tuple[PoolView, Demand]:
+        """The view and demand Algorithm 1 should plan with (see the module docstring)."""
+        if not self._catalog:
+            return view, demand
+        now = view.now_s
+        since = now - tick_s if self._last_s is None else self._last_s
+        self._last_s = now
+        functions = {f.name: f for f in view.functions}
+        rates = dict(demand.rates_rps)
+        free = sum(s.free_cpus for s in view.servers) if view.servers else None
+        entries = [e for e in self._catalog.entries()
+                   if any(c.function in functions for c in e.catalogue.cards)]  # fmt: skip
+        counted = self._count(entries, since, now)
+        cold: set[str] = set()  # variants no longer wanted warm
+        frozen: dict[str, int] = {}  # variants serving until the target serves: no growth
+        for entry in entries:
+            present = [c for c in entry.catalogue.cards if c.function in functions]
+            app_rps = counted.rate_rps(_app_key(entry.model))
+            if entry.arrivals == 0:  # no query yet: a demand handed in from outside (the
+                # simulator's t = 0 prewarm) is on the variants' own rates
+                app_rps = max(rates.get(c.function, 0.0) for c in present)
+            pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
+            live = {c.name: _live(functions[c.function]) for c in present}
+            decision = self._decide(entry, live, app_rps, pinned, free)
+            if decision.target is None:
+                continue
+            serving = entry.states.get(decision.target, VariantState.INACTIVE)
+            target_serving = serving is VariantState.ACTIVE
+            moved = retarget(
+                app_rps, {c.name: rates.get(c.function, 0.0) for c in present}, pinned,
+                decision.target, target_serving, [c.name for c in present],
+            )  # fmt: skip
+            for card in present:
+                rates[card.function] = moved[card.name]
+                if card.name == decision.target:
+                    continue
+                if target_serving or live[card.name] == 0:
+                    cold.add(card.function)
+                else:
+                    frozen[card.function] = live[card.name]
+        out = []
+        for function in view.functions:
+            if function.name in cold:
+                function = replace(function, keep_warm=False, min_instances=0)  # noqa: PLW2901
+            elif function.name in frozen:
+                cap = min(function.max_instances, frozen[function.name])
+                function = replace(function, max_instances=cap)  # noqa: PLW2901
+            out.append(function)
+        return replace(view, functions=tuple(out)), Demand(rates)
+
+    def _count(self, entries: list[ModelEntry], since: float, now: float) -> Demand:
+        """One arrival-rate estimate per application and per variant's pinned queries, from
+        the catalogue's counters (the same estimator as any function's demand)."""
+        for entry in entries:
+            counters = {_app_key(entry.model): entry.arrivals}
+            for card in entry.catalogue.cards:
+                counters[_pinned_key(card.function)] = entry.pinned.get(card.name, 0)
+            for key, count in counters.items():
+                new = max(0, count - self._seen.get(key, 0))
+                self._seen[key] = count
+                self._counts = record_interval(self._counts, key, new, since, now, self._demand_cfg)
+        estimated, self._counts = estimate(self._counts, now, self._demand_cfg)
+        return estimated
+
+    def _decide(
+        self,
+        entry: ModelEntry,
+        live: dict[str, int],
+        app_rps: float,
+        pinned: dict[str, float],
+        free_cpus: int | None,
+    ) -> VerticalDecision:
+        load = AppLoad(
+            model=entry.model,
+            goals=entry.planning_goals,
+            cards=entry.catalogue.cards,
+            live=live,
+            load_rps=max(0.0, app_rps - sum(pinned.values())),
+            free_cpus=free_cpus,
+        )
+        current = entry.target
+        if current is None:  # nothing chosen yet: the variant running the most, if any
+            running = [name for name, n in live.items() if n > 0]
+            current = max(running, key=lambda n: live[n]) if running else None
+        hold = self._holds.get(entry.model, Hold())
+        settled = (
+            current is None
+            or live.get(current, 0) == 0
+            or (entry.states.get(current, VariantState.INACTIVE) is not VariantState.INACTIVE)
+        )
+        decision = decide(load, current, hold, self._cfg, settled)
+        self._holds[entry.model] = decision.hold
+        self.decisions[entry.model] = decision
+        if decision.move in ("upgrade", "downgrade"):
+            entry.switches += 1
+            log.info(
+                "modelless: %s %s %s -> %s at %.1f rps", entry.model, decision.move,
+                decision.previous, decision.target, load.load_rps,
+            )  # fmt: skip
+        entry.target = decision.target
+        return decision
+
+
+def _app_key(model: str) -> str:
+    return f"app:{model}"
+
+
+def _pinned_key(function: str) -> str:
+    return f"pinned:{function}"
+
+
+def _live(function: FunctionView) -> int:
+    return sum(1 for i in function.instances if i.state is not InstanceState.DRAINING)
+
+
+def _ready(function: FunctionView) -> int:
+    return sum(1 for i in function.instances if i.state is InstanceState.READY)

@@ -1,0 +1,78 @@
+"""The live state of each variant (INFaaS §3, Figure 4): Inactive, Active, Overloaded,
+Interfered — from what its instances did over the last monitoring window.
+
+The reference (`query_executor.cc`, every second) blacklists a variant when its mean
+latency passes `latency_factor` x its profiled inference latency while its rate passes
+`qps_factor` of what the profile sustains, or when its queue holds more than
+`queue_factor` seconds of work; it is cleared only when the queue is back under the bound
+and the latency under `recover_factor` x the profile. Here the latency is the instances'
+mean *service* time per batch against the profiled t_exec at their batch size and cores
+(the queueing wait a batching platform adds on purpose is not interference), the profiled
+rate is b / t_exec per replica, and a refusal by admission control (a 429: the variant is
+at capacity) counts as overload. High latency at a low rate is Interfered; at a high rate,
+Overloaded. A window with no completed batch decays the tracked latency (÷ `idle_decay`),
+so an idle variant recovers. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from infless.modelless.config import StateThresholds
+
+
+class VariantState(enum.Enum):
+    INACTIVE = "inactive"  # no ready instance
+    ACTIVE = "active"
+    OVERLOADED = "overloaded"  # serving at its peak throughput
+    INTERFERED = "interfered"  # slower than profiled, though not at its peak
+
+
+@dataclass(frozen=True, slots=True)
+class WindowLoad:
+    """What a variant's ready instances did in one monitoring window."""
+
+    replicas: int  # ready instances
+    batch_size: int  # their batch size
+    profiled_ms: float  # the profile's t_exec at that batch size and core count
+    window_s: float
+    completed: int = 0  # samples answered
+    batches: int = 0  # batches served
+    service_ms: float = 0.0  # summed service time of those batches
+    queued: int = 0  # samples waiting now
+    refused: int = 0  # samples refused for lack of capacity
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    state: VariantState = VariantState.INACTIVE
+    latency_ms: float = 0.0  # mean service time per batch, decayed when idle
+
+
+def _factors(replicas: int, t: StateThresholds) -> tuple[float, float, float]:
+    if replicas <= 1:
+        return t.single_latency_factor, t.single_qps_factor, t.single_recover_factor
+    return t.latency_factor, t.qps_factor, t.recover_factor
+
+
+def next_state(prev: Tracked, load: WindowLoad, t: StateThresholds) -> Tracked:
+    if load.replicas <= 0:
+        return Tracked(VariantState.INACTIVE, 0.0)
+    idle = load.batches == 0
+    latency = prev.latency_ms / t.idle_decay if idle else load.service_ms / load.batches
+    lat_f, qps_f, recover_f = _factors(load.replicas, t)
+    profiled = max(load.profiled_ms, 1e-6)
+    peak_qps = load.replicas * load.batch_size * 1000.0 / profiled
+    qps = load.completed / load.window_s if load.window_s > 0 else 0.0
+    queue_bound = t.queue_factor * peak_qps
+    slow = latency > lat_f * profiled
+    congested = load.queued > queue_bound or load.refused > 0
+    if congested or (slow and qps > qps_f * peak_qps):
+        return Tracked(VariantState.OVERLOADED, latency)
+    if slow:
+        return Tracked(VariantState.INTERFERED, latency)
+    degraded = prev.state in (VariantState.OVERLOADED, VariantState.INTERFERED)
+    if degraded and latency >= recover_f * profiled:
+        return Tracked(prev.state, latency)  # not recovered yet: the hysteresis band
+    return Tracked(VariantState.ACTIVE, latency)

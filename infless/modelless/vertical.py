@@ -1,0 +1,174 @@
+"""Model-vertical scaling (INFaaS §4.2): per application, replicate the running variant or
+switch to another one — the paper's greedy heuristic for its ILP.
+
+The ILP's cost of an action δ on variant v is C_v·(δ + λ·T_load,v·max(δ, 0)) (hardware cost
+per second, plus the load latency of the instances it adds, weighed by λ), under the
+constraints that the instances carry the load plus slack, that new instances meet the SLO,
+and that they fit the resources. The greedy heuristic compares, at each tick, the options
+"replicate the current variant" and "move to variant v" for every v that meets the
+application's goals: each needs n_v = ceil(L·(1 + slack) / Q_v) instances and costs
+C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0), N_v its live instances; options that do not fit
+the cores are dropped (unless none fits: then the one with the most throughput per core).
+Ties go to the more accurate variant.
+
+A move the load forces (the current variant would need more instances than it runs, and
+another option costs less, load term included) happens at once: an *upgrade*; if none
+costs less, the current variant is replicated. Without load pressure, an option is judged
+by what it costs once loaded (C·n) and then by accuracy — with the load term in, an
+application would stay on whatever it runs — and a move to a better one (fewer cores, or
+as many and more accurate: back to fp32 when the load has fallen) waits until the same
+choice was made on `scale_down_ticks` consecutive ticks: a *downgrade*, delayed like the
+reference's scale-down. How many instances, and with which <b, c>, stays Algorithm 1's
+business: this module only decides which variant carries the application's load, and
+`retarget` moves the demand there (`modelless.planner` runs both in the autoscaler's
+planning pass).
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from infless.modelless.cards import VariantCard, instances_needed
+from infless.modelless.config import ModellessConfig
+from infless.modelless.profiles import Goals
+from infless.modelless.selection import meets
+
+Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppLoad:
+    """One application at one tick, as vertical scaling sees it."""
+
+    model: str
+    goals: Goals  # the application's goals (its latency bound defaults to the SLO)
+    cards: tuple[VariantCard, ...]
+    live: Mapping[str, int]  # variant -> instances starting or serving
+    load_rps: float  # the demand that may go to any variant meeting the goals
+    free_cpus: int | None = None  # cores free on the servers (None: unbounded)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    card: VariantCard
+    instances: int
+    cost: float  # C·n + λ·C·T_load·max(n − N, 0), in core-units
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A move waiting for its delay: the variant wanted and for how many ticks in a row."""
+
+    wanted: str | None = None
+    ticks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VerticalDecision:
+    model: str
+    target: str | None  # the variant that carries the load from now on (None: no variant)
+    previous: str | None
+    move: Move
+    options: tuple[Option, ...] = ()
+    hold: Hold = Hold()
+
+
+def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
+    n = instances_needed(card, load.load_rps, cfg.slack)
+    added = max(0, n - load.live.get(card.name, 0))
+    cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
+    return Option(card, n, cost)
+
+
+def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
+    if load.free_cpus is None:
+        return True
+    held = sum(cards[name].cpus * count for name, count in load.live.items() if name in cards)
+    return opt.instances * opt.card.cpus <= load.free_cpus + held
+
+
+def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
+    """Every variant meeting the goals, as an option, cheapest first (ties: most accurate)."""
+    by_name = {c.name: c for c in load.cards}
+    candidates = [option(c, load, cfg) for c in load.cards if meets(c, load.goals)]
+    fitting = [o for o in candidates if _fits(o, load, by_name)]
+    if not fitting and candidates:  # nothing fits: the most throughput per core
+        fitting = [max(candidates, key=lambda o: o.card.qps / o.card.cpus)]
+    return tuple(sorted(fitting, key=_rank))
+
+
+def decide(  # noqa: PLR0911 - one return per move, in the order they are decided
+    load: AppLoad, current: str | None, hold: Hold, cfg: ModellessConfig, settled: bool = True
+) -> VerticalDecision:
+    """Which variant carries `load` now: see the module docstring. Not `settled` (the
+    current variant was chosen but does not serve yet), it is replicated if need be, not
+    replaced: a second switch before the first one lands throws a start away."""
+    ranked = options(load, cfg)
+    if not ranked:
+        return VerticalDecision(load.model, None, current, "keep", ranked, Hold())
+    now = next((o for o in ranked if o.card.name == current), None)
+    if current is None or now is None:  # nothing chosen yet, or the current one is out
+        best = ranked[0]
+        return VerticalDecision(load.model, best.card.name, current, "start", ranked, Hold())
+    live = load.live.get(current, 0)
+    if not settled:
+        move: Move = "replicate" if now.instances > live else "keep"
+        return VerticalDecision(load.model, current, current, move, ranked, Hold())
+    if now.instances > live:  # the load needs more than the current variant runs
+        best = ranked[0] if _rank(ranked[0]) < _rank(now) else now
+        move = "replicate" if best is now else "upgrade"
+        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
+    steady = min(ranked, key=_steady_rank)
+    if _steady_rank(steady) >= _steady_rank(now):
+        return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
+    ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
+    if ticks >= cfg.scale_down_ticks:
+        return VerticalDecision(load.model, steady.card.name, current, "downgrade", ranked, Hold())
+    return VerticalDecision(
+        load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
+    )
+
+
+def _rank(o: Option) -> tuple[float, float]:
+    """The ILP's cost (with the load term), then accuracy."""
+    return (round(o.cost, 9), -o.card.accuracy)
+
+
+def _steady_rank(o: Option) -> tuple[float, float]:
+    """What the option costs once loaded (C·n), then accuracy: what a move without load
+    pressure is judged by (the load term would pin every application to what it runs)."""
+    return (o.card.cpus * o.instances, -o.card.accuracy)
+
+
+def retarget(
+    app_rps: float,
+    rates: Mapping[str, float],
+    pinned: Mapping[str, float],
+    target: str,
+    target_serving: bool,
+    variants: Sequence[str],
+) -> dict[str, float]:
+    """The demand of each variant function of one application after the decision.
+
+    `app_rps`: the application's arrival rate (one estimate for the application: the sum
+    of its variants' separate estimates would count traffic that moved between them
+    twice); `rates` by variant: their own estimates; `pinned`: what queries the target
+    cannot serve (their goals exclude it, or they named a variant) bring to each. The rest
+    goes to the target — and, once the target serves, the others keep only their pinned
+    demand; until then they keep their own, so the old variant serves while the new one
+    starts.
+    """
+    stuck = {v: pinned.get(v, 0.0) for v in variants}
+    movable = max(0.0, app_rps - sum(stuck.values()))
+    result: dict[str, float] = {}
+    for variant in variants:
+        if variant == target:
+            result[variant] = movable + stuck[variant]
+        elif target_serving:
+            result[variant] = stuck[variant]
+        else:
+            result[variant] = rates.get(variant, 0.0)
+    return result

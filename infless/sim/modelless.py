@@ -1,0 +1,300 @@
+"""Model-less applications in the simulator (INFaaS on INFless's machinery).
+
+A `SimApp` is one application of a registered model: its ready variants' profiles, the
+model's SLO and its arrivals. The simulation deploys what registration deploys on a server
+— one function per ready variant (`variant_function(model, variant)`, model key
+`model/variant`, no instance until the planner or a query starts one) and one `ModelEntry`
+in a `ModellessCatalog` — and runs the server's `ModellessPlanner` inside the same
+`Autoscaler`. Each arrival of the application picks its variant with `catalog.choose` and
+then takes exactly the path an arrival of that function takes. Every `monitor_s` the
+variants' states are computed with `states.next_state` from what their instances did in the
+window, as the gateway's `VariantMonitor` does.
+
+`ProfilePredictor` is the variants' latency: the profile's measured points (linear between
+profiled batch sizes, the last slope beyond the largest, the nearest profiled core count);
+the engine uses it both as the truth and as the planner's predictor of those keys.
+Simulation only: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from infless.modelless.catalog import GOAL_HEADERS, ModelEntry
+from infless.modelless.config import ModellessConfig
+from infless.modelless.profiles import Goals, VariantProfile, variant_function
+from infless.modelless.states import Tracked, WindowLoad, next_state
+from infless.modelless.vertical import AppLoad, Hold, decide
+from infless.scaling.predictors import LatencyPredictor
+from infless.sim.cluster import SimFunction, SimFunctionState
+from infless.sim.model import AppResult, SimInstance, SimState, core_seconds, percentile
+from infless.sim.workload import RateSchedule, constant
+
+Curve = tuple[tuple[int, float], ...]  # (batch size, ms), by batch size
+
+
+@dataclass(frozen=True, slots=True)
+class SimApp:
+    """One model-less application: every query of it carries `goals` (None: the model's
+    defaults, the SLO as the latency bound)."""
+
+    model: str
+    slo_ms: float
+    max_batch: int
+    profiles: tuple[VariantProfile, ...]  # the model's variants (only ready ones are deployed)
+    load: RateSchedule
+    goals: Goals | None = None
+
+    @property
+    def ready(self) -> tuple[VariantProfile, ...]:
+        return tuple(p for p in self.profiles if p.status == "ready")
+
+
+def variant_key(model: str, variant: str) -> str:
+    """The model key a variant's function runs under (what `ProfilePredictor` answers)."""
+    return f"{model}/{variant}"
+
+
+def variant_functions(app: SimApp) -> tuple[SimFunction, ...]:
+    """What registration deploys: one function per ready variant, no arrivals of its own,
+    no instance until the planner or a query starts one."""
+    return tuple(
+        SimFunction(
+            name=variant_function(app.model, p.name),
+            model_key=variant_key(app.model, p.name),
+            slo_ms=app.slo_ms,
+            max_batch=app.max_batch,
+            load=constant(0.0),
+            min_instances=0,
+        )
+        for p in app.ready
+    )
+
+
+APP_ID = "app"  # the id a `SimApp` with goals is registered under in its model's entry
+
+
+def model_entry(app: SimApp) -> ModelEntry:
+    """The catalogue entry registration publishes: the ready variants' profiles, and the
+    application's goals when it has its own."""
+    apps = {APP_ID: app.goals} if app.goals is not None else {}
+    return ModelEntry(app.model, app.slo_ms, app.ready, apps)
+
+
+def goal_headers(goals: Goals | None) -> dict[str, str] | None:
+    """What each query of the application carries (`catalog.GOAL_HEADERS`): its registered
+    application's id, so its goals apply (None: the model's defaults)."""
+    return None if goals is None else {GOAL_HEADERS["app"]: APP_ID}
+
+
+# -- latency from profiles ------------------------------------------------------------------
+def curves_of(profile: VariantProfile) -> dict[int, Curve]:
+    """A profile's measured points per core count, each by batch size."""
+    by_cpus: dict[int, dict[int, float]] = {}
+    for point in profile.latency:
+        by_cpus.setdefault(point.cpus, {})[point.batch_size] = point.measured_ms
+    return {cpus: tuple(sorted(points.items())) for cpus, points in by_cpus.items()}
+
+
+def nearest_curve(curves: Mapping[int, Curve], cpus: int) -> Curve:
+    """The curve at `cpus` cores, else at the nearest profiled count (ties: fewer cores)."""
+    found = curves.get(cpus)
+    if found is not None:
+        return found
+    return curves[min(curves, key=lambda c: (abs(c - cpus), c))]
+
+
+def interpolate(curve: Curve, batch: float) -> float:
+    """Linear between profiled batch sizes; below the smallest its time; beyond the largest
+    the last slope (proportional to the batch when only one size was profiled)."""
+    batches = [b for b, _ in curve]
+    index = bisect.bisect_left(batches, batch)
+    if index < len(curve) and batches[index] == batch:
+        return curve[index][1]
+    if index == 0:
+        return curve[0][1]
+    if index == len(curve):
+        b1, t1 = curve[-1]
+        if len(curve) == 1:
+            return t1 * batch / b1
+        b0, t0 = curve[-2]
+        return max(t1, t1 + (t1 - t0) / (b1 - b0) * (batch - b1))
+    (b0, t0), (b1, t1) = curve[index - 1], curve[index]
+    return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+
+
+class ProfilePredictor:
+    """Variants' latency from their profiles (keys `model/variant`); any other key goes to
+    `fallback`. CPU only: a GPU share is infeasible (`LookupError`)."""
+
+    def __init__(
+        self, profiles: Iterable[VariantProfile], fallback: LatencyPredictor | None = None
+    ) -> None:
+        self._curves = {
+            variant_key(p.model, p.name): curves for p in profiles if (curves := curves_of(p))
+        }
+        self._fallback = fallback
+
+    def predict_latency_ms(
+        self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
+    ) -> float:
+        curves = self._curves.get(model_key)
+        if curves is None:
+            if self._fallback is None:
+                raise LookupError(f"no profile for {model_key!r}")
+            return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
+        if gpu_pct > 0:
+            raise LookupError(f"{model_key!r}: profiled on CPUs only")
+        return interpolate(nearest_curve(curves, cpus), batch_size)
+
+
+def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> str | None:
+    """The variant function vertical scaling starts an application on at `rate_rps` (what a
+    prewarmed simulation plans for at t = 0): `vertical.decide` with nothing running."""
+    load = AppLoad(entry.model, entry.default_goals, entry.catalogue.cards, {}, rate_rps)
+    target = decide(load, None, Hold(), cfg).target
+    card = entry.card(target) if target is not None else None
+    return card.function if card is not None else None
+
+
+# -- one application in a run ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    served: int = 0
+    batches: int = 0
+    exec_ms: float = 0.0
+    refused: int = 0
+
+
+@dataclass(eq=False)
+class AppRun:
+    """What the engine keeps of one application while it runs."""
+
+    spec: SimApp
+    entry: ModelEntry
+    arrivals: Iterator[float]
+    headers: dict[str, str] | None
+    variants: dict[str, str]  # variant function -> variant name
+    curves: dict[str, dict[int, Curve]]  # variant name -> its profile's curves
+    requests: int = 0
+    late: int = 0
+    rejected: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    by_variant: Counter[str] = field(default_factory=Counter)
+    answered: Counter[str] = field(default_factory=Counter)
+    by_second: dict[int, Counter[str]] = field(default_factory=dict)
+    totals: dict[str, _Totals] = field(default_factory=dict)  # by variant function, ever
+    seen: dict[str, _Totals] = field(default_factory=dict)  # ... at the last monitor pass
+    moves: list[tuple[float, str, str]] = field(default_factory=list)
+    switches_seen: int = 0
+
+    @staticmethod
+    def of(spec: SimApp, entry: ModelEntry, arrivals: Iterator[float]) -> AppRun:
+        ready = spec.ready
+        return AppRun(
+            spec,
+            entry,
+            arrivals,
+            goal_headers(spec.goals),
+            {variant_function(spec.model, p.name): p.name for p in ready},
+            {p.name: curves_of(p) for p in ready},
+        )
+
+    def routed(self, variant: str, now_s: float) -> None:
+        self.by_variant[variant] += 1
+        self.by_second.setdefault(int(now_s), Counter())[variant] += 1
+
+    def served(self, function: str, batch: Sequence[float], exec_ms: float, now_s: float) -> None:
+        """A batch of its variant `function` finished at `now_s`."""
+        slo_ms = self.spec.slo_ms
+        for arrival_s in batch:
+            latency_ms = (now_s - arrival_s) * 1000.0
+            self.latencies_ms.append(latency_ms)
+            if latency_ms > slo_ms + 1e-6:
+                self.late += 1
+        self.answered[self.variants[function]] += len(batch)
+        t = self.totals.get(function, _Totals())
+        self.totals[function] = _Totals(
+            t.served + len(batch), t.batches + 1, t.exec_ms + exec_ms, t.refused
+        )
+
+    # -- the monitor (`control.modelless.VariantMonitor`) -----------------------------------
+    def monitor(
+        self, functions: Mapping[str, SimFunctionState], cfg: ModellessConfig, window_s: float
+    ) -> None:
+        """Each variant's state from what its instances did since the last pass."""
+        for card in self.entry.catalogue.cards:
+            fn = functions.get(card.function)
+            if fn is None:
+                continue
+            load = self._window(card.name, fn, window_s)
+            tracked = next_state(self.entry.tracked.get(card.name, Tracked()), load, cfg.states)
+            self.entry.tracked[card.name] = tracked
+            self.entry.states[card.name] = tracked.state
+
+    def _window(self, variant: str, fn: SimFunctionState, window_s: float) -> WindowLoad:
+        name = fn.spec.name
+        now = self.totals.get(name, _Totals())
+        now = _Totals(now.served, now.batches, now.exec_ms, fn.refused)
+        before = self.seen.get(name, _Totals())
+        self.seen[name] = now
+        ready = [i for i in fn.ready if i.state is SimState.READY]
+        served, batches = now.served - before.served, now.batches - before.batches
+        batch_size = max((i.config.batch_size for i in ready), default=1)
+        cpus = max((i.config.cpus for i in ready), default=1)
+        mean_batch = served / batches if batches else float(batch_size)
+        return WindowLoad(
+            replicas=len(ready),
+            batch_size=batch_size,
+            profiled_ms=interpolate(nearest_curve(self.curves[variant], cpus), mean_batch),
+            window_s=window_s,
+            completed=served,
+            batches=batches,
+            service_ms=now.exec_ms - before.exec_ms if batches else 0.0,
+            queued=sum(len(i.queue) for i in ready),
+            refused=now.refused - before.refused,
+        )
+
+    # -- results ----------------------------------------------------------------------------
+    def note_moves(self, move: str | None, target: str | None, now_s: float) -> None:
+        """After a planning pass: record a vertical move when the switch count grew."""
+        if self.entry.switches != self.switches_seen:
+            self.switches_seen = self.entry.switches
+            self.moves.append((now_s, move or "?", target or "-"))
+
+    def result(
+        self,
+        functions: Mapping[str, SimFunctionState],
+        started: Iterable[SimInstance],
+        duration_s: float,
+    ) -> AppResult:
+        """`started`: every instance the run started (its variants' are counted)."""
+        latencies = sorted(self.latencies_ms)
+        accuracy = {c.name: c.accuracy for c in self.entry.catalogue.cards}
+        answered = sum(self.answered.values())
+        weighted = sum(accuracy.get(v, math.nan) * n for v, n in self.answered.items())
+        unserved = sum(len(functions[f].waiting) for f in self.variants if f in functions)
+        return AppResult(
+            model=self.spec.model,
+            slo_ms=self.spec.slo_ms,
+            requests=self.requests,
+            completed=len(latencies),
+            late=self.late,
+            rejected=self.rejected,
+            unserved=unserved,
+            p99_ms=percentile(latencies, 0.99),
+            mean_accuracy=weighted / answered if answered else 0.0,
+            core_seconds=core_seconds(
+                (i for i in started if i.function in self.variants), duration_s
+            ),
+            switches=self.entry.switches,
+            by_variant=dict(self.by_variant),
+            answered_by_variant=dict(self.answered),
+            by_second={s: dict(c) for s, c in sorted(self.by_second.items())},
+            moves=tuple(self.moves),
+            duration_s=duration_s,
+        )

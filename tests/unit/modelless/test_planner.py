@@ -1,0 +1,136 @@
+"""The vertical step in the planning pass: targets, demand moved, variants let go."""
+
+from __future__ import annotations
+
+from infless.modelless.catalog import ModelEntry, ModellessCatalog
+from infless.modelless.config import ModellessConfig
+from infless.modelless.planner import ModellessPlanner
+from infless.modelless.states import VariantState
+from infless.scaling.config import DemandConfig
+from infless.scaling.demand import Demand
+from infless.scaling.view import FunctionView, InstanceState, InstanceView, PoolView, ServerView
+from infless.types import InstanceConfig
+from tests.unit.modelless.support import three_variants
+
+ACTIVE = VariantState.ACTIVE
+
+
+def instance(function: str, n: int, state: InstanceState = InstanceState.READY) -> InstanceView:
+    return InstanceView(f"{function}-{n}", function, "local", InstanceConfig(8, 1), state)
+
+
+def view(now: float, instances: dict[str, list[InstanceView]], other: bool = True) -> PoolView:
+    functions = [
+        FunctionView(f"m--{v}", f"m/{v}", 50.0, 16, instances=tuple(instances.get(v, [])))
+        for v in ("fp32", "bf16", "int8")
+    ]
+    if other:
+        functions.append(FunctionView("plain", "plain", 50.0, 8))
+    return PoolView((ServerView("local", 16, 12),), tuple(functions), now)
+
+
+def setup() -> tuple[ModellessCatalog, ModelEntry, ModellessPlanner]:
+    catalog = ModellessCatalog()
+    entry = ModelEntry("m", 50.0, tuple(three_variants()))
+    catalog.put(entry)
+    planner = ModellessPlanner(catalog, ModellessConfig(scale_down_ticks=2), DemandConfig())
+    return catalog, entry, planner
+
+
+def test_no_registered_model_changes_nothing() -> None:
+    planner = ModellessPlanner(ModellessCatalog(), ModellessConfig(), DemandConfig())
+    v, d = view(1.0, {}), Demand({"plain": 5.0})
+    assert planner.adjust(v, d, 0.5) == (v, d)
+
+
+def test_first_tick_picks_a_target_and_lets_the_others_go_cold() -> None:
+    _, entry, planner = setup()
+    out_view, out_demand = planner.adjust(
+        view(1.0, {"fp32": [instance("m--fp32", 1)]}), Demand({"m--fp32": 10.0, "plain": 3.0}),
+        0.5,
+    )  # fmt: skip
+    assert entry.target == "fp32"
+    warm = {f.name: f.keep_warm for f in out_view.functions}
+    assert warm == {"m--fp32": True, "m--bf16": False, "m--int8": False, "plain": True}
+    assert out_demand.rate_rps("m--fp32") == 10.0
+    assert out_demand.rate_rps("plain") == 3.0
+
+
+def ticks(planner: ModellessPlanner, entry: ModelEntry, running: dict[str, list[InstanceView]],
+          served: dict[str, float], seconds: float, start: float = 0.0,
+          pinned: dict[str, float] | None = None) -> tuple[PoolView, Demand]:  # fmt: skip
+    """Ticks every 0.5 s for `seconds`, the queries served per variant at the given rates
+    (and some of them pinned); the variants' own rates are what they served."""
+    out: tuple[PoolView, Demand] = (view(start, running), Demand())
+    now = start
+    while now < start + seconds - 1e-9:
+        now += 0.5
+        for variant, rps in served.items():
+            entry.served[variant] = entry.served.get(variant, 0) + int(rps * 0.5)
+        for variant, rps in (pinned or {}).items():
+            entry.pinned[variant] = entry.pinned.get(variant, 0) + int(rps * 0.5)
+        own = Demand({f"m--{v}": rps for v, rps in served.items()})
+        out = planner.adjust(view(now, running), own, 0.5)
+    return out
+
+
+def function(v: PoolView, name: str) -> FunctionView:
+    return next(f for f in v.functions if f.name == name)
+
+
+def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> None:
+    _, entry, planner = setup()
+    entry.target = "fp32"
+    entry.states["fp32"] = ACTIVE
+    running = {"fp32": [instance("m--fp32", 1)]}
+    # fp32 carries ~444 rps an instance, int8 ~1100: 600 rps forces the upgrade
+    out_view, out = ticks(planner, entry, running, {"fp32": 600.0}, 2.0)
+    assert entry.target == "int8"
+    assert entry.switches == 1
+    assert planner.decisions["m"].move in ("upgrade", "keep", "replicate")
+    # int8 does not serve yet: fp32 keeps its own demand at its size; int8 gets the load
+    assert out.rate_rps("m--fp32") == 600.0
+    assert out.rate_rps("m--int8") > 400.0
+    assert function(out_view, "m--fp32").max_instances == 1
+    assert not function(out_view, "m--bf16").keep_warm  # no instance: stays without one
+    running["int8"] = [instance("m--int8", 1)]
+    entry.states["int8"] = ACTIVE
+    out_view, out = ticks(planner, entry, running, {"int8": 600.0}, 1.0, start=2.0)
+    assert out.rate_rps("m--fp32") == 0.0
+    assert out.rate_rps("m--int8") > 400.0
+    assert not function(out_view, "m--fp32").keep_warm
+
+
+def test_pinned_queries_keep_their_variant_warm_with_their_demand() -> None:
+    _, entry, planner = setup()
+    entry.target = "int8"
+    entry.states.update({"int8": ACTIVE, "fp32": ACTIVE})
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    served = {"int8": 800.0, "fp32": 20.0}  # only int8 carries 800 rps on one core
+    _, out = ticks(planner, entry, running, served, 3.0, pinned={"fp32": 20.0})
+    assert entry.target == "int8"
+    assert 10.0 < out.rate_rps("m--fp32") <= 25.0  # its pinned queries' rate
+    assert out.rate_rps("m--int8") > 600.0
+
+
+def test_a_load_fall_returns_to_the_accurate_variant_after_the_delay() -> None:
+    _, entry, planner = setup()
+    entry.target = "int8"
+    entry.states["int8"] = ACTIVE
+    running = {"int8": [instance("m--int8", 1)]}
+    ticks(planner, entry, running, {"int8": 5.0}, 0.5)
+    assert entry.target == "int8"
+    assert planner.decisions["m"].hold.ticks == 1
+    ticks(planner, entry, running, {"int8": 5.0}, 0.5, start=0.5)
+    assert entry.target == "fp32"
+    assert planner.decisions["m"].move == "downgrade"
+
+
+def test_no_second_switch_before_the_first_lands() -> None:
+    _, entry, planner = setup()
+    entry.target = "bf16"  # chosen, starting, not serving yet
+    running = {"fp32": [instance("m--fp32", 1)], "bf16": [instance("m--bf16", 1)]}
+    entry.states["fp32"] = ACTIVE
+    ticks(planner, entry, running, {"fp32": 900.0}, 1.0)  # int8 would be cheaper now
+    assert entry.target == "bf16"
+    assert entry.switches == 0

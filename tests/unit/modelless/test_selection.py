@@ -1,0 +1,157 @@
+"""Per-query variant selection: goals, states, the target, impossible goals."""
+
+from __future__ import annotations
+
+import pytest
+
+from infless.errors import GoalsUnmet, InvalidInput
+from infless.modelless.cards import card_for, cards_for
+from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
+from infless.modelless.profiles import Goals
+from infless.modelless.selection import Catalogue, NoVariant, Selected, select
+from infless.modelless.states import VariantState
+from tests.unit.modelless.support import profile, three_variants
+
+ACTIVE, INACTIVE = VariantState.ACTIVE, VariantState.INACTIVE
+OVERLOADED, INTERFERED = VariantState.OVERLOADED, VariantState.INTERFERED
+
+
+def catalogue(slo_ms: float = 50.0) -> Catalogue:
+    return Catalogue.of(cards_for(three_variants(), slo_ms))
+
+
+def chosen(result: Selected | NoVariant) -> str:
+    assert isinstance(result, Selected), result
+    return result.card.name
+
+
+def test_card_takes_the_most_requests_per_core_within_the_slo() -> None:
+    card = card_for(profile("fp32", 1.0, 4.0, 2.0), slo_ms=50.0)
+    assert card is not None
+    # b16 at 1 core: 34 ms > SLO/2 = 25; b8: 18 ms -> 444 rps per core; b16 at 2 cores:
+    # 21.25 ms -> 753 rps / 2 cores = 376 per core. b8 c1 wins.
+    assert (card.batch_size, card.cpus) == (8, 1)
+    assert card.qps == pytest.approx(8 * 1000.0 / 18.0)
+    assert card.latency_b1_ms == pytest.approx(4.0 / 1.6)
+
+
+def test_failed_variants_have_no_card() -> None:
+    assert card_for(profile("compile", 1.0, 1.0, 1.0, status="failed"), 50.0) is None
+
+
+def test_cheapest_active_variant_meeting_the_goals() -> None:
+    states = {"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE}
+    assert chosen(select(catalogue(), states, Goals(min_accuracy=0.9))) == "int8"
+    assert chosen(select(catalogue(), states, Goals(min_accuracy=0.99))) == "bf16"
+    assert chosen(select(catalogue(), states, Goals(min_accuracy=1.0))) == "fp32"
+
+
+def test_cost_weight_zero_prefers_accuracy() -> None:
+    states = {"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE}
+    goals = Goals(min_accuracy=0.9, cost_weight=0.0)
+    assert chosen(select(catalogue(), states, goals)) == "fp32"
+
+
+def test_latency_goal_excludes_slow_variants() -> None:
+    states = {"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE}
+    # b1 at 2 cores: fp32 2.5 ms, bf16 1.875 ms, int8 1.25 ms
+    goals = Goals(latency_ms=2.0, min_accuracy=0.99, cost_weight=0.0)
+    assert chosen(select(catalogue(), states, goals)) == "bf16"
+
+
+def test_the_target_wins_among_active_variants_that_meet_the_goals() -> None:
+    states = {"fp32": ACTIVE, "int8": ACTIVE}
+    assert chosen(select(catalogue(), states, Goals(), target="fp32")) == "fp32"
+    # ... but not when the query's goals exclude it
+    assert chosen(select(catalogue(), states, Goals(latency_ms=1.5), target="fp32")) == "int8"
+
+
+def test_overloaded_and_interfered_variants_are_avoided() -> None:
+    states = {"fp32": ACTIVE, "bf16": INTERFERED, "int8": OVERLOADED}
+    assert chosen(select(catalogue(), states, Goals(min_accuracy=0.9))) == "fp32"
+
+
+def test_with_nothing_active_the_fastest_to_load_and_run_is_started() -> None:
+    result = select(catalogue(), {}, Goals(min_accuracy=0.9))
+    assert isinstance(result, Selected)
+    assert result.state is INACTIVE
+    assert result.card.name == "fp32"  # 300 ms load + 2.5 ms beats 400 + 1.9 and 600 + 1.25
+
+
+def test_only_busy_variants_left_the_best_busy_one_serves() -> None:
+    states = {"fp32": OVERLOADED, "bf16": OVERLOADED, "int8": OVERLOADED}
+    result = select(catalogue(), states, Goals(min_accuracy=0.99))
+    assert isinstance(result, Selected)
+    assert result.state is OVERLOADED
+    assert result.card.name == "bf16"
+
+
+def test_impossible_goals_name_the_closest_variants() -> None:
+    result = select(catalogue(), {}, Goals(latency_ms=1.0, min_accuracy=0.999))
+    assert isinstance(result, NoVariant)
+    # fp32 lacks only latency (2.5x the bound: 1.5), int8 lacks 2.9 points plus 0.25
+    assert [c.name for c in result.closest] == ["bf16", "fp32", "int8"]
+    assert "closest: bf16" in result.message("m")
+
+
+def entry() -> ModelEntry:
+    e = ModelEntry("m", 50.0, tuple(three_variants()), {"strict": Goals(None, 0.999, 1.0)})
+    e.states.update({"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE})
+    return e
+
+
+def test_catalog_chooses_from_headers_and_applications() -> None:
+    catalog = ModellessCatalog()
+    catalog.put(entry())
+    got = catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "0.9"})
+    assert got is not None
+    assert got[1].name == "int8"
+    got = catalog.choose("m", {GOAL_HEADERS["app"]: "strict"})
+    assert got is not None
+    assert got[1].function == "m--fp32"
+    assert catalog.choose("other", None) is None
+
+
+def test_catalog_refuses_bad_goals_and_unknown_apps() -> None:
+    catalog = ModellessCatalog()
+    catalog.put(entry())
+    with pytest.raises(InvalidInput, match="X-Infless-Min-Accuracy"):
+        catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "high"})
+    with pytest.raises(InvalidInput, match="must be in"):
+        catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "1.5"})
+    with pytest.raises(InvalidInput, match="not registered"):
+        catalog.choose("m", {GOAL_HEADERS["app"]: "nope"})
+    with pytest.raises(GoalsUnmet) as info:
+        catalog.choose("m", {GOAL_HEADERS["latency_ms"]: "0.5"})
+    assert info.value.status == 422
+    assert next(c["variant"] for c in info.value.closest) == "int8"
+
+
+def test_queries_the_target_cannot_serve_are_pinned() -> None:
+    catalog = ModellessCatalog()
+    e = entry()
+    e.target = "int8"
+    catalog.put(e)
+    catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "1.0"})  # int8 cannot: fp32, pinned
+    catalog.choose("m", None)  # the target serves: not pinned
+    catalog.pin("m--bf16")  # addressed by name
+    assert e.pinned == {"fp32": 1, "bf16": 1}
+    assert e.served == {"fp32": 1, "int8": 1}
+
+
+def test_a_default_application_governs_queries_that_name_none() -> None:
+    catalog = ModellessCatalog()
+    e = entry()
+    e.apps["default"] = Goals(None, 0.99, 1.0)
+    catalog.put(e)
+    assert e.default_goals == Goals(50.0, 0.99, 1.0)
+    got = catalog.choose("m", None)
+    assert got is not None
+    assert got[1].name == "bf16"
+
+
+def test_a_busy_running_variant_is_preferred_to_a_cold_start() -> None:
+    # admission control answers in time or refuses at once; a cold start takes its load time
+    result = select(catalogue(), {"fp32": OVERLOADED}, Goals(min_accuracy=0.9), target="int8")
+    assert isinstance(result, Selected)
+    assert result.card.name == "fp32"

@@ -1,0 +1,88 @@
+"""Model-vertical scaling: replicate or switch by the ILP's cost, delays, retargeting."""
+
+from __future__ import annotations
+
+import pytest
+
+from infless.modelless.cards import cards_for
+from infless.modelless.config import ModellessConfig
+from infless.modelless.profiles import Goals
+from infless.modelless.vertical import AppLoad, Hold, decide, options, retarget
+from tests.unit.modelless.support import three_variants
+
+CFG = ModellessConfig(scale_down_ticks=3)
+CARDS = cards_for(three_variants(), 50.0)
+QPS = {c.name: c.qps for c in CARDS}
+
+
+def load(rps: float, live: dict[str, int], goals: Goals | None = None, free: int | None = None
+         ) -> AppLoad:  # fmt: skip
+    return AppLoad("m", goals or Goals(latency_ms=50.0), CARDS, live, rps, free)
+
+
+def test_cost_is_cores_plus_weighted_load_time_of_new_instances() -> None:
+    by_name = {o.card.name: o for o in options(load(0.0, {"fp32": 1}), CFG)}
+    assert by_name["fp32"].cost == pytest.approx(1.0)  # already running: no load cost
+    assert by_name["int8"].cost == pytest.approx(1.0 + 0.2 * 0.6)
+
+
+def test_at_low_load_equal_cost_keeps_the_most_accurate() -> None:
+    got = decide(load(10.0, {}), None, Hold(), CFG)
+    assert (got.target, got.move) == ("fp32", "start")  # every option is one core
+    got = decide(load(10.0, {"fp32": 1}), "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("fp32", "keep")
+
+
+def test_load_beyond_the_current_variant_upgrades_at_once() -> None:
+    rps = QPS["fp32"] * 1.5  # fp32 needs two instances; int8 carries it on one core
+    got = decide(load(rps, {"fp32": 1}), "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("int8", "upgrade")
+
+
+def test_replicating_wins_when_no_variant_is_cheaper() -> None:
+    rps = QPS["int8"] * 1.5
+    got = decide(load(rps, {"int8": 1}), "int8", Hold(), CFG)
+    assert (got.target, got.move) == ("int8", "replicate")
+    assert got.options[0].instances == 2
+
+
+def test_accuracy_goal_limits_the_upgrade() -> None:
+    rps = QPS["bf16"] * 0.85  # fp32 needs two instances, bf16 one, int8 is not accurate enough
+    got = decide(load(rps, {"fp32": 1}, Goals(latency_ms=50.0, min_accuracy=0.99)), "fp32",
+                 Hold(), CFG)  # fmt: skip
+    assert got.target == "bf16"
+
+
+def test_a_downgrade_waits_for_consecutive_ticks() -> None:
+    low = load(5.0, {"int8": 1})
+    hold = Hold()
+    for tick in range(CFG.scale_down_ticks - 1):
+        got = decide(low, "int8", hold, CFG)
+        assert (got.target, got.move) == ("int8", "keep"), tick
+        hold = got.hold
+    got = decide(low, "int8", hold, CFG)
+    assert (got.target, got.move) == ("fp32", "downgrade")
+
+
+def test_a_load_spike_resets_the_downgrade_delay() -> None:
+    got = decide(load(5.0, {"int8": 1}), "int8", Hold(), CFG)
+    assert got.hold.ticks == 1
+    got = decide(load(QPS["int8"] * 0.9, {"int8": 1}), "int8", got.hold, CFG)
+    assert got.hold == Hold()  # int8 is the cheapest again
+
+
+def test_options_that_do_not_fit_the_cores_are_dropped() -> None:
+    rps = QPS["fp32"] * 2.5  # fp32: 3 instances = 3 cores; one core free
+    names = [o.card.name for o in options(load(rps, {"fp32": 0}, free=1), CFG)]
+    assert "fp32" not in names
+    assert names[0] == "int8"
+
+
+def test_retarget_moves_the_movable_demand_once_the_target_serves() -> None:
+    variants = ["fp32", "int8"]
+    rates = {"fp32": 100.0, "int8": 20.0}
+    # the application's 120 rps (one estimate), 10 of them pinned to fp32
+    moved = retarget(120.0, rates, {"fp32": 10.0}, "int8", True, variants)
+    assert moved == {"fp32": 10.0, "int8": 110.0}
+    starting = retarget(120.0, rates, {"fp32": 10.0}, "int8", False, variants)
+    assert starting == {"fp32": 100.0, "int8": 110.0}  # the old variant serves meanwhile
