@@ -36,6 +36,7 @@ from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.modelless.catalog import ModellessCatalog
+from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.packaging.store import PackageStore
@@ -181,7 +182,10 @@ def build_platform(
     autoscaler = None
     if autoscaled:
         autoscaler = Autoscaler(
-            pool, scaling, profiles=lambda keys: load_profiled_predictor(state_dir, keys),
+            pool, scaling,
+            profiles=lambda keys: CatalogPredictor(
+                catalog, load_profiled_predictor(state_dir, keys)
+            ),
             vertical=ModellessPlanner(catalog, config.modelless, scaling.demand),
         )  # fmt: skip
         tickers.append(Ticker(clock, scaling.tick_s, autoscaler.tick, "autoscaler"))

@@ -18,7 +18,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import itertools
 import logging
 import re
 import sys
@@ -35,6 +34,7 @@ from infless.dataplane.instance import InstanceState as LiveState
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
+from infless.modelless.latency import profile_ms
 from infless.modelless.profiles import TRANSFORMS, GenerationResult, Goals, variant_function
 from infless.modelless.states import Tracked, WindowLoad, next_state
 from infless.models.resolver import PackageResolver
@@ -411,17 +411,8 @@ class VariantMonitor:
 
 
 def profiled_ms(entry: ModelEntry, variant: str, batch: float, cpus: int) -> float:
-    """The profile's t_exec nearest to a (mean) batch size at `cpus` cores (linear between
-    profiled batch sizes)."""
+    """The profile's t_exec at a (mean) batch size and `cpus` cores (`latency.profile_ms`)."""
     profile = next((p for p in entry.profiles if p.name == variant), None)
     if profile is None or not profile.latency:
         return 1.0
-    points = sorted(
-        (p.batch_size, p.measured_ms) for p in profile.latency if p.cpus == cpus
-    ) or sorted((p.batch_size, p.measured_ms) for p in profile.latency)
-    if batch <= points[0][0]:
-        return points[0][1]
-    for (b0, t0), (b1, t1) in itertools.pairwise(points):
-        if batch <= b1:
-            return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
-    return points[-1][1] * batch / points[-1][0]
+    return profile_ms(profile, batch, cpus)

@@ -92,6 +92,7 @@ class ModellessCatalog:
     def __init__(self) -> None:
         self._models: dict[str, ModelEntry] = {}
         self._variant_functions: dict[str, ModelEntry] = {}
+        self._by_package: dict[str, VariantProfile] = {}
 
     def __bool__(self) -> bool:
         return bool(self._models)
@@ -101,12 +102,21 @@ class ModellessCatalog:
         if old is not None:
             entry.apps = {**old.apps, **entry.apps}
         self._models[entry.model] = entry
-        self._variant_functions = {f: e for e in self._models.values() for f in e.by_function}
+        self._index()
 
     def remove(self, model: str) -> ModelEntry | None:
         entry = self._models.pop(model, None)
-        self._variant_functions = {f: e for e in self._models.values() for f in e.by_function}
+        self._index()
         return entry
+
+    def _index(self) -> None:
+        models = self._models.values()
+        self._variant_functions = {f: e for e in models for f in e.by_function}
+        self._by_package = {p.package_dir: p for e in models for p in e.profiles if p.package_dir}
+
+    def profile_for_package(self, package_dir: str) -> VariantProfile | None:
+        """The variant whose package is `package_dir` (its functions' model key)."""
+        return self._by_package.get(package_dir)
 
     def get(self, model: str) -> ModelEntry | None:
         return self._models.get(model)

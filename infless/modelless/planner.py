@@ -134,7 +134,8 @@ class ModellessPlanner:
             or live.get(current, 0) == 0
             or (entry.states.get(current, VariantState.INACTIVE) is not VariantState.INACTIVE)
         )
-        decision = decide(load, current, hold, self._cfg, settled)
+        overloaded = entry.states.get(current or "") is VariantState.OVERLOADED
+        decision = decide(load, current, hold, self._cfg, settled, overloaded)
         self._holds[entry.model] = decision.hold
         self.decisions[entry.model] = decision
         if decision.move in ("upgrade", "downgrade"):

@@ -9,7 +9,8 @@ and that they fit the resources. The greedy heuristic compares, at each tick, th
 application's goals: each needs n_v = ceil(L·(1 + slack) / Q_v) instances and costs
 C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0), N_v its live instances; options that do not fit
 the cores are dropped (unless none fits: then the one with the most throughput per core).
-Ties go to the more accurate variant.
+Ties go to the more accurate variant. With nothing chosen yet, an application starts on the
+option best once loaded (C·n, then accuracy, then the load term).
 
 A move the load forces (the current variant would need more instances than it runs, and
 another option costs less, load term included) happens at once: an *upgrade*; if none
@@ -76,8 +77,10 @@ class VerticalDecision:
     hold: Hold = Hold()
 
 
-def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
-    n = instances_needed(card, load.load_rps, cfg.slack)
+def option(
+    card: VariantCard, load: AppLoad, cfg: ModellessConfig, instances: int | None = None
+) -> Option:
+    n = instances if instances is not None else instances_needed(card, load.load_rps, cfg.slack)
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
     return Option(card, n, cost)
@@ -101,24 +104,34 @@ def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
 
 
 def decide(  # noqa: PLR0911 - one return per move, in the order they are decided
-    load: AppLoad, current: str | None, hold: Hold, cfg: ModellessConfig, settled: bool = True
+    load: AppLoad,
+    current: str | None,
+    hold: Hold,
+    cfg: ModellessConfig,
+    settled: bool = True,
+    overloaded: bool = False,
 ) -> VerticalDecision:
     """Which variant carries `load` now: see the module docstring. Not `settled` (the
     current variant was chosen but does not serve yet), it is replicated if need be, not
-    replaced: a second switch before the first one lands throws a start away."""
+    replaced: a second switch before the first one lands throws a start away. An
+    `overloaded` current variant (its state: it serves at its peak, whatever its profile
+    says) needs at least one instance more than it runs — replicate it, or move."""
     ranked = options(load, cfg)
     if not ranked:
         return VerticalDecision(load.model, None, current, "keep", ranked, Hold())
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
-        best = ranked[0]
+        best = min(ranked, key=lambda o: (*_steady_rank(o), o.cost))
         return VerticalDecision(load.model, best.card.name, current, "start", ranked, Hold())
     live = load.live.get(current, 0)
     if not settled:
         move: Move = "replicate" if now.instances > live else "keep"
         return VerticalDecision(load.model, current, current, move, ranked, Hold())
+    if overloaded and now.instances <= live:
+        now = option(now.card, load, cfg, instances=live + 1)
     if now.instances > live:  # the load needs more than the current variant runs
-        best = ranked[0] if _rank(ranked[0]) < _rank(now) else now
+        others = [o for o in ranked if o.card.name != current]
+        best = min([now, *others], key=_rank)  # ties: keep the current one
         move = "replicate" if best is now else "upgrade"
         return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
     steady = min(ranked, key=_steady_rank)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+from msgspec.structs import replace
+
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
+from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import ModellessPlanner
 from infless.modelless.states import VariantState
 from infless.scaling.config import DemandConfig
@@ -134,3 +138,19 @@ def test_no_second_switch_before_the_first_lands() -> None:
     ticks(planner, entry, running, {"fp32": 900.0}, 1.0)  # int8 would be cheaper now
     assert entry.target == "bf16"
     assert entry.switches == 0
+
+
+def test_the_autoscaler_predicts_variants_from_their_profiles() -> None:
+    catalog = ModellessCatalog()
+    profiles = tuple(replace(p, package_dir=f"/r/{p.name}") for p in three_variants())
+    catalog.put(ModelEntry("m", 50.0, profiles))
+    predictor = CatalogPredictor(catalog)
+    # fp32: t(b, 1) = 4 + 2 (b - 1): 18 ms at b8, 34 at b16, beyond: the last slope
+    assert predictor.predict_latency_ms("/r/fp32", 8, 1) == 18.0
+    assert predictor.predict_latency_ms("/r/fp32", 12, 1) == 26.0
+    assert predictor.predict_latency_ms("/r/fp32", 32, 1) == 66.0
+    assert predictor.predict_latency_ms("/r/fp32", 1, 4) == 4.0 / 1.6  # nearest: 2 cores
+    with pytest.raises(LookupError):
+        predictor.predict_latency_ms("/r/unknown", 1, 1)
+    with pytest.raises(LookupError):
+        predictor.predict_latency_ms("/r/fp32", 1, 1, 10)
