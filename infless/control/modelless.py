@@ -36,7 +36,7 @@ from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.latency import profile_ms
 from infless.modelless.profiles import TRANSFORMS, GenerationResult, Goals, variant_function
-from infless.modelless.states import Tracked, WindowLoad, next_state
+from infless.modelless.states import Tracked, WindowLoad, capacity_factor, next_state
 from infless.models.resolver import PackageResolver
 from infless.registry.variants import RegisteredModel, VariantStore
 from infless.types import FunctionSpec
@@ -382,6 +382,10 @@ class VariantMonitor:
                     log.info("modelless: %s is %s", card.function, tracked.state.value)
                 entry.tracked[card.name] = tracked
                 entry.states[card.name] = tracked.state
+                entry.capacity[card.name] = capacity_factor(
+                    entry.capacity.get(card.name, 1.0), tracked.state, load, card.qps,
+                    self._cfg.capacity_recovery,
+                )  # fmt: skip
 
     def _window(
         self, entry: ModelEntry, variant: str, function: DeployedFunction, window: float

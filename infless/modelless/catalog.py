@@ -46,6 +46,9 @@ class ModelEntry:
     served: dict[str, int] = field(default_factory=dict)  # queries routed, by variant
     direct: int = 0  # calls to a variant's function by name, ever
     switches: int = 0  # vertical moves (upgrades and downgrades)
+    # what each variant really sustains against its profile (1: as profiled; lowered by the
+    # monitor when a variant is overloaded below its profiled throughput)
+    capacity: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.catalogue = Catalogue.of(cards_for(self.profiles, self.slo_ms))

@@ -38,7 +38,8 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     slack: float = 0.1  # headroom kept over the load (a share of it), constraint (1)
     load_weight_per_s: float = 0.2  # lambda: weight of a new instance's load time (1/s)
     scale_down_ticks: int = 10  # consecutive ticks wanting a cheaper variant before moving
-    max_switch_per_tick: int = 1  # variants an application may change to per tick
+    settle_s: float = 15.0  # a move waits this long at most for its variant to serve
+    capacity_recovery: float = 0.05  # per calm window, share of a capacity shortfall forgiven
     selection_search_limit: int = 0  # 0: every variant (the reference caps at max(3, ...))
 
 
@@ -56,6 +57,6 @@ def check_modelless(cfg: ModellessConfig) -> list[str]:
         problems.append("[modelless.states]: idle_decay >= 1, queue_factor and qps factors > 0")
     if cfg.monitor_s <= 0 or cfg.slack < 0 or cfg.load_weight_per_s < 0:
         problems.append("[modelless]: monitor_s > 0, slack >= 0, load_weight_per_s >= 0")
-    if cfg.scale_down_ticks < 0 or cfg.max_switch_per_tick < 1:
-        problems.append("[modelless]: scale_down_ticks >= 0, max_switch_per_tick >= 1")
+    if cfg.scale_down_ticks < 0 or cfg.settle_s <= 0:
+        problems.append("[modelless]: scale_down_ticks >= 0, settle_s > 0")
     return problems

@@ -8,7 +8,8 @@ under the loosest goals of its applications,
 records that target in the catalogue (per-query selection prefers it), moves the demand
 there (`vertical.retarget`), and marks the other variants as not to be kept warm (until
 the monitor has seen the target serving, those running keep their demand but may not
-grow; those with no instance stay without) — so
+grow, and give up the cores the target's first instances need, down to one instance each;
+those with no instance stay without) — so
 Algorithm 1, planning every variant function like any function, replicates the target
 (horizontal scaling, with its own <b, c> choice) and releases what no longer carries load
 once the target serves. The same object runs on the server and in the simulator.
@@ -41,6 +42,7 @@ class ModellessPlanner:
         self._counts = DemandState()
         self._seen: dict[str, int] = {}
         self._holds: dict[str, Hold] = {}
+        self._pending: dict[str, tuple[str, float]] = {}  # model -> (new target, since)
         self._last_s: float | None = None
         self.decisions: dict[str, VerticalDecision] = {}
 
@@ -67,7 +69,7 @@ class ModellessPlanner:
                 app_rps = max(rates.get(c.function, 0.0) for c in present)
             pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
             live = {c.name: _live(functions[c.function]) for c in present}
-            decision = self._decide(entry, live, app_rps, pinned, free)
+            decision = self._decide(entry, live, app_rps, pinned, free, now)
             if decision.target is None:
                 continue
             serving = entry.states.get(decision.target, VariantState.INACTIVE)
@@ -76,20 +78,31 @@ class ModellessPlanner:
                 app_rps, {c.name: rates.get(c.function, 0.0) for c in present}, pinned,
                 decision.target, target_serving, [c.name for c in present],
             )  # fmt: skip
+            # cores the target's new instances need beyond what is free: the variants it
+            # replaces give them up (down to one instance each) before it serves
+            target_card = entry.card(decision.target)
+            wanted = next((o.instances for o in decision.options
+                           if o.card.name == decision.target), 1)  # fmt: skip
+            short = 0
+            if target_card is not None and free is not None:
+                missing = max(0, wanted - live.get(decision.target, 0)) * target_card.cpus
+                short = max(0, missing - free)
             for card in present:
                 rates[card.function] = moved[card.name]
                 if card.name == decision.target:
                     continue
                 if target_serving or live[card.name] == 0:
                     cold.add(card.function)
-                else:
-                    frozen[card.function] = live[card.name]
+                    continue
+                give = min(live[card.name] - 1, -(-short // card.cpus))
+                frozen[card.function] = live[card.name] - give
+                short -= give * card.cpus
         out = []
         for function in view.functions:
             if function.name in cold:
                 function = replace(function, keep_warm=False, min_instances=0)  # noqa: PLW2901
             elif function.name in frozen:
-                cap = min(function.max_instances, frozen[function.name])
+                cap = min(function.max_instances, max(1, frozen[function.name]))
                 function = replace(function, max_instances=cap)  # noqa: PLW2901
             out.append(function)
         return replace(view, functions=tuple(out)), Demand(rates)
@@ -108,6 +121,19 @@ class ModellessPlanner:
         estimated, self._counts = estimate(self._counts, now, self._demand_cfg)
         return estimated
 
+    def _settled(self, entry: ModelEntry, current: str | None, now_s: float) -> bool:
+        """Whether the application's last move has landed: its new variant serves (the
+        monitor saw it), or it has had `settle_s` to do so (a start that fails must not
+        pin the application)."""
+        pending = self._pending.get(entry.model)
+        if pending is None or pending[0] != current:
+            return True
+        serving = entry.states.get(pending[0], VariantState.INACTIVE) is not VariantState.INACTIVE
+        if serving or now_s - pending[1] > self._cfg.settle_s:
+            del self._pending[entry.model]
+            return True
+        return False
+
     def _decide(
         self,
         entry: ModelEntry,
@@ -115,6 +141,7 @@ class ModellessPlanner:
         app_rps: float,
         pinned: dict[str, float],
         free_cpus: int | None,
+        now_s: float,
     ) -> VerticalDecision:
         load = AppLoad(
             model=entry.model,
@@ -123,21 +150,23 @@ class ModellessPlanner:
             live=live,
             load_rps=max(0.0, app_rps - sum(pinned.values())),
             free_cpus=free_cpus,
+            capacity=dict(entry.capacity),
         )
         current = entry.target
         if current is None:  # nothing chosen yet: the variant running the most, if any
             running = [name for name, n in live.items() if n > 0]
             current = max(running, key=lambda n: live[n]) if running else None
         hold = self._holds.get(entry.model, Hold())
-        settled = (
-            current is None
-            or live.get(current, 0) == 0
-            or (entry.states.get(current, VariantState.INACTIVE) is not VariantState.INACTIVE)
-        )
-        overloaded = entry.states.get(current or "") is VariantState.OVERLOADED
-        decision = decide(load, current, hold, self._cfg, settled, overloaded)
+        settled = self._settled(entry, current, now_s)
+        decision = decide(load, current, hold, self._cfg, settled)
         self._holds[entry.model] = decision.hold
         self.decisions[entry.model] = decision
+        if decision.target is not None and decision.target != current:
+            self._pending[entry.model] = (decision.target, now_s)
+        log.debug(
+            "modelless: %s at %.1f rps: %s %s (hold %s)", entry.model, load.load_rps,
+            decision.move, decision.target, decision.hold,
+        )  # fmt: skip
         if decision.move in ("upgrade", "downgrade"):
             entry.switches += 1
             log.info(

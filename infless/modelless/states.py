@@ -76,3 +76,23 @@ def next_state(prev: Tracked, load: WindowLoad, t: StateThresholds) -> Tracked:
     if degraded and latency >= recover_f * profiled:
         return Tracked(prev.state, latency)  # not recovered yet: the hysteresis band
     return Tracked(VariantState.ACTIVE, latency)
+
+
+def capacity_factor(
+    prev: float, state: VariantState, load: WindowLoad, profiled_qps: float, recovery: float
+) -> float:
+    """What share of its profiled throughput a variant sustains here and now.
+
+    Profiles are timed on an idle core; a worker serving beside the gateway, the client and
+    other workers gets less. When a variant is Overloaded, the throughput it delivered in
+    the window over what its replicas' profile promises is averaged into the factor; in any
+    other window the factor recovers towards 1 by `recovery` of the gap, so an old
+    shortfall does not condemn a variant for ever.
+    """
+    if state is VariantState.OVERLOADED and load.replicas > 0 and load.window_s > 0:
+        delivered = load.completed / load.window_s
+        promised = load.replicas * profiled_qps
+        if promised > 0 and delivered < promised:
+            return max(0.05, 0.5 * prev + 0.5 * delivered / promised)
+        return prev
+    return min(1.0, prev + (1.0 - prev) * recovery)

@@ -29,7 +29,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from infless.modelless.cards import VariantCard, instances_needed
@@ -50,6 +50,7 @@ class AppLoad:
     live: Mapping[str, int]  # variant -> instances starting or serving
     load_rps: float  # the demand that may go to any variant meeting the goals
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
+    capacity: Mapping[str, float] = field(default_factory=dict)  # measured / profiled Q
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,9 @@ class VerticalDecision:
 def option(
     card: VariantCard, load: AppLoad, cfg: ModellessConfig, instances: int | None = None
 ) -> Option:
-    n = instances if instances is not None else instances_needed(card, load.load_rps, cfg.slack)
+    factor = load.capacity.get(card.name, 1.0)
+    n = instances_needed(card, load.load_rps / max(factor, 1e-3), cfg.slack)
+    n = instances if instances is not None else n
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
     return Option(card, n, cost)
@@ -109,13 +112,10 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     hold: Hold,
     cfg: ModellessConfig,
     settled: bool = True,
-    overloaded: bool = False,
 ) -> VerticalDecision:
     """Which variant carries `load` now: see the module docstring. Not `settled` (the
     current variant was chosen but does not serve yet), it is replicated if need be, not
-    replaced: a second switch before the first one lands throws a start away. An
-    `overloaded` current variant (its state: it serves at its peak, whatever its profile
-    says) needs at least one instance more than it runs — replicate it, or move."""
+    replaced: a second switch before the first one lands throws a start away."""
     ranked = options(load, cfg)
     if not ranked:
         return VerticalDecision(load.model, None, current, "keep", ranked, Hold())
@@ -127,8 +127,6 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     if not settled:
         move: Move = "replicate" if now.instances > live else "keep"
         return VerticalDecision(load.model, current, current, move, ranked, Hold())
-    if overloaded and now.instances <= live:
-        now = option(now.card, load, cfg, instances=live + 1)
     if now.instances > live:  # the load needs more than the current variant runs
         others = [o for o in ranked if o.card.name != current]
         best = min([now, *others], key=_rank)  # ties: keep the current one

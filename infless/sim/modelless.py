@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.states import Tracked, WindowLoad, next_state
+from infless.modelless.states import Tracked, WindowLoad, capacity_factor, next_state
 from infless.modelless.vertical import AppLoad, Hold, decide
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState
@@ -235,6 +235,10 @@ class AppRun:
             tracked = next_state(self.entry.tracked.get(card.name, Tracked()), load, cfg.states)
             self.entry.tracked[card.name] = tracked
             self.entry.states[card.name] = tracked.state
+            self.entry.capacity[card.name] = capacity_factor(
+                self.entry.capacity.get(card.name, 1.0), tracked.state, load, card.qps,
+                cfg.capacity_recovery,
+            )  # fmt: skip
 
     def _window(self, variant: str, fn: SimFunctionState, window_s: float) -> WindowLoad:
         name = fn.spec.name

@@ -199,7 +199,9 @@ def test_after_the_downgrade_at_a_moderate_load_the_app_stays_on_fp32() -> None:
     _, _, app = run_app(SimApp("m", SLO_MS, 16, VARIANTS, step(150.0)), duration_s=130.0)
     moves = [(move, variant) for _, move, variant in app.moves]
     assert moves[0] == ("upgrade", "int8")
-    assert moves[1:] == [("downgrade", "fp32")]
+    # back down (through bf16 while fp32's measured shortfall at the step is forgiven), for good
+    assert moves[-1] == ("downgrade", "fp32")
+    assert all(move == "downgrade" for move, _ in moves[1:])
     assert share(app.mix(110, 130), "fp32") == 1.0
 
 

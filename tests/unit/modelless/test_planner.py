@@ -132,12 +132,18 @@ def test_a_load_fall_returns_to_the_accurate_variant_after_the_delay() -> None:
 
 def test_no_second_switch_before_the_first_lands() -> None:
     _, entry, planner = setup()
-    entry.target = "bf16"  # chosen, starting, not serving yet
-    running = {"fp32": [instance("m--fp32", 1)], "bf16": [instance("m--bf16", 1)]}
+    entry.target = "fp32"
     entry.states["fp32"] = ACTIVE
-    ticks(planner, entry, running, {"fp32": 900.0}, 1.0)  # int8 would be cheaper now
-    assert entry.target == "bf16"
-    assert entry.switches == 0
+    running = {"fp32": [instance("m--fp32", 1)]}
+    ticks(planner, entry, running, {"fp32": 600.0}, 1.0)
+    assert entry.target == "int8"
+    assert entry.switches == 1
+    # int8 starts (not serving yet) while fp32 is now overloaded: no move back and forth
+    running["int8"] = [instance("m--int8", 1, InstanceState.STARTING)]
+    entry.states["fp32"] = VariantState.OVERLOADED
+    ticks(planner, entry, running, {"fp32": 600.0}, 3.0, start=1.0)
+    assert entry.target == "int8"
+    assert entry.switches == 1
 
 
 def test_the_autoscaler_predicts_variants_from_their_profiles() -> None:
