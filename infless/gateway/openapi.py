@@ -135,6 +135,19 @@ SCHEMAS: dict[str, Schema] = {
         "model_name! model_version id", outputs=_arr(_ref("ResponseOutput"))
     ),
     "StoredPackage": _fields("digest! image! name! bytes!:int"),
+    "Registration": _fields(
+        "model! image! sloMs!:num maxBatch:int metric variants:strs cpus:ints",
+        validation=_fields("generate:int filename data"),
+        apps=_arr(_ref("Application")),
+    ),
+    "Application": _fields("id! latencyMs:num minAccuracy:num costWeight:num"),
+    "RegisteredModel": _fields(
+        "model! image! slo_ms!:num max_batch!:int metric status! error registered_at "
+        "generation_s:num"
+    ),
+    "ModelVariants": _fields(
+        "model! status! target switches:int", apps=_obj(), variants=_arr(_obj())
+    ),
     "PackageManifest": _fields(
         "name! architecture! format weights_file program_file handler digest requirements:strs",
         inputs=_arr(_obj()),
@@ -318,6 +331,37 @@ ROUTES: list[Route] = [
         400,
         404,
     ),
+    _mg(
+        "post",
+        "/system/register",
+        "Register a model: its variants are generated and profiled in the background",
+        202,
+        _ref("RegisteredModel"),
+        400,
+        409,
+        413,
+        body=_j(_ref("Registration")),
+    ),
+    _mg("get", "/system/models", "Registered models", 200, _arr(_ref("RegisteredModel"))),
+    _mg(
+        "get",
+        "/system/variants/{model}",
+        "A registered model, its variants' profiles and live states",
+        200,
+        _ref("ModelVariants"),
+        404,
+    ),
+    _mg(
+        "post",
+        "/system/models/{model}/apps",
+        "Add or replace an application's goals",
+        201,
+        _ref("Application"),
+        400,
+        404,
+        body=_j(_ref("Application")),
+    ),
+    _mg("delete", "/system/models/{model}", "Remove a registered model", 202, None, 404),
     _mg("get", "/system/secrets", "Secret names (never values)", 200, _arr(_ref("Secret"))),
     *(
         _mg(method, "/system/secrets", summary, ok, None, 400, *errors, body=_j(_ref("Secret")))

@@ -5,9 +5,10 @@ are the most honest prediction there is for configurations already seen. For a c
 not measured it falls back to the combined-operator predictor when one is given, else to
 the nearest measured count, assuming no speed-up from more cores (conservative) and a
 proportional slow-down from fewer. Between batch sizes it interpolates linearly; beyond the
-largest it takes the fallback's curve scaled to the largest measurement (an instance started
-at batch 1 measures only batch 1: a model-less variant's profile knows the rest), else
-extrapolates from the last two points. Pure bookkeeping: no I/O, no clock.
+largest it extrapolates from the last two points — or, when only one batch size was
+measured (an instance started at batch 1 times only that), takes the fallback's curve scaled
+to that measurement (a model-less variant's profile knows the rest).
+Pure bookkeeping: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class MeasuredPredictor:
         table = self._tables.get((model_key, cpus))
         if table is not None and gpu_pct == 0:
             top = max(table)
-            if batch_size > top and self._fallback is not None:
+            if batch_size > top and len(table) == 1 and self._fallback is not None:
                 # beyond what was measured: the profile's shape, scaled to the measurement
                 try:
                     at_top = self._fallback.predict_latency_ms(model_key, top, cpus, 0)
