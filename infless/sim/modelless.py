@@ -18,7 +18,6 @@ Simulation only: no I/O, no clock.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry
 from infless.modelless.config import ModellessConfig
+from infless.modelless.latency import profile_ms
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
 from infless.modelless.states import Tracked, WindowLoad, capacity_factor, next_state
 from infless.modelless.vertical import AppLoad, Hold, decide
@@ -33,8 +33,6 @@ from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState
 from infless.sim.model import AppResult, SimInstance, SimState, core_seconds, percentile
 from infless.sim.workload import RateSchedule, constant
-
-Curve = tuple[tuple[int, float], ...]  # (batch size, ms), by batch size
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,41 +90,6 @@ def goal_headers(goals: Goals | None) -> dict[str, str] | None:
 
 
 # -- latency from profiles ------------------------------------------------------------------
-def curves_of(profile: VariantProfile) -> dict[int, Curve]:
-    """A profile's measured points per core count, each by batch size."""
-    by_cpus: dict[int, dict[int, float]] = {}
-    for point in profile.latency:
-        by_cpus.setdefault(point.cpus, {})[point.batch_size] = point.measured_ms
-    return {cpus: tuple(sorted(points.items())) for cpus, points in by_cpus.items()}
-
-
-def nearest_curve(curves: Mapping[int, Curve], cpus: int) -> Curve:
-    """The curve at `cpus` cores, else at the nearest profiled count (ties: fewer cores)."""
-    found = curves.get(cpus)
-    if found is not None:
-        return found
-    return curves[min(curves, key=lambda c: (abs(c - cpus), c))]
-
-
-def interpolate(curve: Curve, batch: float) -> float:
-    """Linear between profiled batch sizes; below the smallest its time; beyond the largest
-    the last slope (proportional to the batch when only one size was profiled)."""
-    batches = [b for b, _ in curve]
-    index = bisect.bisect_left(batches, batch)
-    if index < len(curve) and batches[index] == batch:
-        return curve[index][1]
-    if index == 0:
-        return curve[0][1]
-    if index == len(curve):
-        b1, t1 = curve[-1]
-        if len(curve) == 1:
-            return t1 * batch / b1
-        b0, t0 = curve[-2]
-        return max(t1, t1 + (t1 - t0) / (b1 - b0) * (batch - b1))
-    (b0, t0), (b1, t1) = curve[index - 1], curve[index]
-    return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
-
-
 class ProfilePredictor:
     """Variants' latency from their profiles (keys `model/variant`); any other key goes to
     `fallback`. CPU only: a GPU share is infeasible (`LookupError`)."""
@@ -134,22 +97,20 @@ class ProfilePredictor:
     def __init__(
         self, profiles: Iterable[VariantProfile], fallback: LatencyPredictor | None = None
     ) -> None:
-        self._curves = {
-            variant_key(p.model, p.name): curves for p in profiles if (curves := curves_of(p))
-        }
+        self._profiles = {variant_key(p.model, p.name): p for p in profiles if p.latency}
         self._fallback = fallback
 
     def predict_latency_ms(
         self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
     ) -> float:
-        curves = self._curves.get(model_key)
-        if curves is None:
+        profile = self._profiles.get(model_key)
+        if profile is None:
             if self._fallback is None:
                 raise LookupError(f"no profile for {model_key!r}")
             return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
         if gpu_pct > 0:
             raise LookupError(f"{model_key!r}: profiled on CPUs only")
-        return interpolate(nearest_curve(curves, cpus), batch_size)
+        return profile_ms(profile, batch_size, cpus)
 
 
 def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> str | None:
@@ -179,7 +140,7 @@ class AppRun:
     arrivals: Iterator[float]
     headers: dict[str, str] | None
     variants: dict[str, str]  # variant function -> variant name
-    curves: dict[str, dict[int, Curve]]  # variant name -> its profile's curves
+    profiles: dict[str, VariantProfile]  # by variant name
     requests: int = 0
     late: int = 0
     rejected: int = 0
@@ -201,7 +162,7 @@ class AppRun:
             arrivals,
             goal_headers(spec.goals),
             {variant_function(spec.model, p.name): p.name for p in ready},
-            {p.name: curves_of(p) for p in ready},
+            {p.name: p for p in ready},
         )
 
     def routed(self, variant: str, now_s: float) -> None:
@@ -254,7 +215,7 @@ class AppRun:
         return WindowLoad(
             replicas=len(ready),
             batch_size=batch_size,
-            profiled_ms=interpolate(nearest_curve(self.curves[variant], cpus), mean_batch),
+            profiled_ms=profile_ms(self.profiles[variant], mean_batch, cpus),
             window_s=window_s,
             completed=served,
             batches=batches,
