@@ -155,3 +155,10 @@ def test_a_busy_running_variant_is_preferred_to_a_cold_start() -> None:
     result = select(catalogue(), {"fp32": OVERLOADED}, Goals(min_accuracy=0.9), target="int8")
     assert isinstance(result, Selected)
     assert result.card.name == "fp32"
+
+
+def test_the_manifest_knows_every_transform_the_generator_makes() -> None:
+    from infless.modelless.profiles import TRANSFORMS
+    from infless.models.package import TRANSFORM_NAMES
+
+    assert set(TRANSFORMS) == TRANSFORM_NAMES - {""}
