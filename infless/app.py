@@ -27,10 +27,11 @@ from infless.config import Config
 from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend, LoopLagProbe
 from infless.control.functions import DeployedFunction
-from infless.control.modelless import ModellessService, VariantMonitor
+from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
+from infless.control.variant_monitor import VariantMonitor
 from infless.gateway import routes
 from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer

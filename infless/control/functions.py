@@ -5,20 +5,24 @@
 - the data plane writes `router` (its instances and queues), `activity` and `latency` (the
   frontend, on every request);
 - nothing else writes anything here; everybody may read.
+`InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape).
 Gateway side: never imports torch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infless.control import desired as d
 from infless.control.desired import DesiredState
 from infless.dataplane.activity import FunctionActivity
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.router import FunctionRouter
 from infless.models.package import PackageManifest
+from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
 
 SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
@@ -74,3 +78,22 @@ class DeployedFunction:
         """The function's `com.openfaas.scale.zero` label; None when it has none."""
         label = self.spec.labels.get(SCALE_ZERO_LABEL)
         return None if label is None else label.strip().lower() == "true"
+
+
+class InstanceMinter:
+    """New desired entries of one function (`desired.InstanceMint`): fresh ids, its uniform
+    shape, the server it runs on."""
+
+    def __init__(self, function: DeployedFunction, server_id: str) -> None:
+        self._function = function
+        self._server_id = server_id
+
+    def _id(self) -> str:
+        return f"{self._function.name}-{secrets.token_hex(3)}"
+
+    def uniform(self) -> d.WantedInstance:
+        config = self._function.uniform_config
+        return d.WantedInstance(self._id(), config, fixed_batch=False, server_id=self._server_id)
+
+    def planned(self, start: StartInstance) -> d.WantedInstance:
+        return d.planned_instance(self._id(), start)

@@ -1,4 +1,4 @@
-"""Model-less serving on this gateway: registration, the variants' functions, the monitor.
+"""Model-less serving on this gateway: registration and the variants' functions.
 
 `ModellessService.register` takes a registration (a model name, the fp32 package's image,
 the SLO, a validation set, the applications' goals), stores it as "generating", and in the
@@ -7,9 +7,9 @@ of its own: it imports torch and loads each variant in a fresh child) into the m
 repository (`<repository>/variants/<model>/<variant>/`); it then stores the profiles in the
 metadata store (SQLite, `registry.variants`), deploys one function per ready variant
 (`<model>--<variant>`, autoscaled, starting with no instance: Inactive) and puts the model
-into the catalogue the request path selects from. `VariantMonitor.tick` (every
-`modelless.monitor_s`) turns what each variant's instances did into its state
-(`modelless.states`). Gateway side: no torch.
+into the catalogue the request path selects from. The registration's wire format is
+`registry.registration`'s; the variants' live states, `control.variant_monitor`'s.
+Gateway side: no torch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import base64
 import binascii
 import contextlib
 import logging
-import re
 import sys
 from pathlib import Path
 
@@ -30,14 +29,12 @@ from infless.clock import Clock
 from infless.config import Config
 from infless.control.functions import DeployedFunction
 from infless.control.service import FunctionService, rfc3339
-from infless.dataplane.instance import InstanceState as LiveState
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
-from infless.modelless.config import ModellessConfig
-from infless.modelless.latency import profile_ms
-from infless.modelless.profiles import TRANSFORMS, GenerationResult, Goals, variant_function
-from infless.modelless.states import Tracked, WindowLoad, capacity_factor, next_state
+from infless.modelless.profiles import GenerationResult, variant_function
+from infless.modelless.states import Tracked
 from infless.models.resolver import PackageResolver
+from infless.registry.registration import AppGoals, Registration, check_goals, parse_registration
 from infless.registry.variants import RegisteredModel, VariantStore
 from infless.types import FunctionSpec
 
@@ -45,76 +42,7 @@ log = logging.getLogger(__name__)
 
 MODEL_LABEL = "com.infless.model"
 VARIANT_LABEL = "com.infless.variant"
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-VALIDATION_SUFFIXES = (".npz", ".safetensors", ".txt")
 MAX_VALIDATION_BYTES = 64 << 20
-
-
-class AppGoals(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    id: str
-    latency_ms: float | None = None
-    min_accuracy: float = 0.0
-    cost_weight: float = 1.0
-
-    def goals(self) -> Goals:
-        return Goals(self.latency_ms, self.min_accuracy, self.cost_weight)
-
-
-class Validation(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    generate: int | None = None  # seeded random samples from the signature
-    filename: str = ""  # or a file: .npz / .safetensors (tensors, `labels`), .txt (bodies)
-    data: str = ""  # its bytes, base64
-
-
-class Registration(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    model: str
-    image: str
-    slo_ms: float
-    validation: Validation
-    max_batch: int = 16
-    metric: str = ""
-    variants: list[str] = []
-    cpus: list[int] = []
-    apps: list[AppGoals] = []
-
-
-def parse_registration(body: object) -> Registration:
-    try:
-        reg = msgspec.convert(body, type=Registration)
-    except msgspec.ValidationError as exc:
-        raise InvalidDeployment(f"registration: {exc}") from None
-    if not _NAME.match(reg.model) or len(reg.model) > 40 or "--" in reg.model:
-        raise InvalidDeployment(
-            f"model {reg.model!r}: lowercase letters, digits and single dashes, at most 40"
-        )
-    if reg.slo_ms <= 0 or not 1 <= reg.max_batch <= 256:
-        raise InvalidDeployment("registration: need sloMs > 0 and 1 <= maxBatch <= 256")
-    unknown = [v for v in reg.variants if v not in TRANSFORMS]
-    if unknown:
-        raise InvalidDeployment(f"variants {unknown}: unknown; known: {', '.join(TRANSFORMS)}")
-    v = reg.validation
-    if (v.generate is None) == (not v.filename):
-        raise InvalidDeployment("validation: give either generate (a count) or filename + data")
-    if v.generate is not None and not 1 <= v.generate <= 4096:
-        raise InvalidDeployment("validation.generate: between 1 and 4096 samples")
-    if v.filename and not v.filename.endswith(VALIDATION_SUFFIXES):
-        raise InvalidDeployment(
-            f"validation.filename {v.filename!r}: expected {', '.join(VALIDATION_SUFFIXES)}"
-        )
-    for app in reg.apps:
-        check_goals(app)
-    return reg
-
-
-def check_goals(app: AppGoals) -> None:
-    if not _NAME.match(app.id):
-        raise InvalidDeployment(f"application id {app.id!r}: lowercase letters, digits, dashes")
-    if app.latency_ms is not None and app.latency_ms <= 0:
-        raise InvalidDeployment(f"application {app.id!r}: latencyMs must be > 0")
-    if not 0 <= app.min_accuracy <= 1 or not 0 <= app.cost_weight <= 1:
-        raise InvalidDeployment(
-            f"application {app.id!r}: minAccuracy and costWeight must be in [0, 1]"
-        )
 
 
 class ModellessService:
@@ -347,76 +275,3 @@ class ModellessService:
         for task in list(self._jobs.values()):
             task.cancel()
         await asyncio.gather(*self._jobs.values(), return_exceptions=True)
-
-
-class VariantMonitor:
-    """Every `monitor_s`: each registered variant's state from its instances' last window."""
-
-    def __init__(
-        self,
-        catalog: ModellessCatalog,
-        functions: dict[str, DeployedFunction],
-        cfg: ModellessConfig,
-        clock: Clock,
-    ) -> None:
-        self._catalog = catalog
-        self._functions = functions
-        self._cfg = cfg
-        self._clock = clock
-        self._seen: dict[str, tuple[int, int, float, int]] = {}  # served, batches, exec, refused
-        self._last_s: float | None = None
-
-    def tick(self) -> None:
-        now = self._clock.now()
-        window = self._cfg.monitor_s if self._last_s is None else max(1e-3, now - self._last_s)
-        self._last_s = now
-        for entry in self._catalog.entries():
-            for card in entry.catalogue.cards:
-                function = self._functions.get(card.function)
-                if function is None:
-                    continue
-                load = self._window(entry, card.name, function, window)
-                prev = entry.tracked.get(card.name, Tracked())
-                tracked = next_state(prev, load, self._cfg.states)
-                if tracked.state is not prev.state:
-                    log.info("modelless: %s is %s", card.function, tracked.state.value)
-                entry.tracked[card.name] = tracked
-                entry.states[card.name] = tracked.state
-                entry.capacity[card.name] = capacity_factor(
-                    entry.capacity.get(card.name, 1.0), tracked.state, load, card.qps,
-                    self._cfg.capacity_recovery,
-                )  # fmt: skip
-
-    def _window(
-        self, entry: ModelEntry, variant: str, function: DeployedFunction, window: float
-    ) -> WindowLoad:
-        ready = [i for i in function.router.instances if i.state is LiveState.READY]
-        served = sum(i.served for i in ready)
-        batches = sum(i.batches for i in ready)
-        exec_total = sum(i.exec_ms_total for i in ready)
-        refused = function.router.rejected
-        s0, b0, e0, r0 = self._seen.get(function.name, (served, batches, exec_total, refused))
-        self._seen[function.name] = (served, batches, exec_total, refused)
-        d_served, d_batches = max(0, served - s0), max(0, batches - b0)
-        mean_batch = d_served / d_batches if d_batches else 0.0
-        batch_size = max((i.config.batch_size for i in ready), default=1)
-        cpus = max((i.config.cpus for i in ready), default=1)
-        return WindowLoad(
-            replicas=len(ready),
-            batch_size=batch_size,
-            profiled_ms=profiled_ms(entry, variant, mean_batch or batch_size, cpus),
-            window_s=window,
-            completed=d_served,
-            batches=d_batches,
-            service_ms=max(0.0, exec_total - e0) if d_batches else 0.0,
-            queued=sum(i.queue_length for i in ready),
-            refused=max(0, refused - r0),
-        )
-
-
-def profiled_ms(entry: ModelEntry, variant: str, batch: float, cpus: int) -> float:
-    """The profile's t_exec at a (mean) batch size and `cpus` cores (`latency.profile_ms`)."""
-    profile = next((p for p in entry.profiles if p.name == variant), None)
-    if profile is None or not profile.latency:
-        return 1.0
-    return profile_ms(profile, batch, cpus)

@@ -7,8 +7,9 @@ running). After every change, and after every instance event, `_reconcile` compa
 wanted set with the running instances: it starts what is missing (through the
 `InstanceStarter`: processes for real, in-process in tests), drains what is no longer
 wanted, and replaces a worker that died (its requests are retried, see `dataplane.router`).
-It decides nothing itself. It is also the scaling port's target (`snapshot`, `apply`), so
-the autoscaler and the prewarm manager never see instances or workers.
+It decides nothing itself. It is also the scaling port's target (`snapshot`, read by
+`control.snapshot`; `apply`), so the autoscaler and the prewarm manager never see instances
+or workers.
 Gateway side: never imports torch.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -27,8 +27,9 @@ from typing import Any
 from infless.clock import Clock
 from infless.cluster.cpus import CpuAllocator
 from infless.control import desired as d
-from infless.control.functions import DeployedFunction
-from infless.control.port import ActivityView, FunctionState, Measured, Snapshot
+from infless.control.functions import DeployedFunction, InstanceMinter
+from infless.control.port import Snapshot
+from infless.control.snapshot import LIVE, function_state, server_view
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import FunctionLatency
@@ -39,39 +40,15 @@ from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
 from infless.scaling.view import (
     Action,
-    FunctionView,
-    InstanceView,
     ScalingPlan,
-    ServerView,
-    StartInstance,
 )
-from infless.scaling.view import InstanceState as ViewState
 from infless.types import FunctionSpec
 from infless.workers.boot import BootOrder, InstanceStarter
 
 log = logging.getLogger(__name__)
 
 LOCAL_SERVER = "local"
-LIVE = (InstanceState.STARTING, InstanceState.READY)
 Transition = Callable[[d.DesiredState, d.InstanceMint], d.DesiredState]
-
-
-class _Mint:
-    """New desired entries of one function: fresh ids, its uniform shape, this server."""
-
-    def __init__(self, function: DeployedFunction, server_id: str) -> None:
-        self._function = function
-        self._server_id = server_id
-
-    def _id(self) -> str:
-        return f"{self._function.name}-{secrets.token_hex(3)}"
-
-    def uniform(self) -> d.WantedInstance:
-        config = self._function.uniform_config
-        return d.WantedInstance(self._id(), config, fixed_batch=False, server_id=self._server_id)
-
-    def planned(self, start: StartInstance) -> d.WantedInstance:
-        return d.planned_instance(self._id(), start)
 
 
 class WorkerPool:
@@ -163,7 +140,7 @@ class WorkerPool:
     def change(self, name: str, transition: Transition) -> d.DesiredState:
         """Apply an owner's transition to the function's desired state, then reconcile."""
         function = self.get(name)
-        function.desired = transition(function.desired, _Mint(function, self._server_id))
+        function.desired = transition(function.desired, InstanceMinter(function, self._server_id))
         self._reconcile(function)
         return function.desired
 
@@ -183,88 +160,13 @@ class WorkerPool:
 
     def snapshot(self) -> Snapshot:
         now = self._clock.now()
-        states = tuple(self._function_state(f, now) for f in self.functions.values())
-        return Snapshot((self._server_view(),), states, now)
-
-    def _server_view(self) -> ServerView:
-        used_cpus = 0
-        used_gpu = [0] * len(self._gpu_pct)
-        for function in self.functions.values():
-            for wanted in function.desired.instances:
-                used_cpus += wanted.config.cpus
-                if wanted.gpu_index is not None and 0 <= wanted.gpu_index < len(used_gpu):
-                    used_gpu[wanted.gpu_index] += wanted.config.gpu_pct
-            for instance in function.router.instances:
-                if instance.state is InstanceState.DRAINING:
-                    used_cpus += instance.config.cpus
-        free_gpu = tuple(max(0, c - u) for c, u in zip(self._gpu_pct, used_gpu, strict=True))
-        free_cpus = max(0, self._capacity_cpus - used_cpus)
-        idle = sum(1 for load in self._allocator.load().values() if load == 0)
-        return ServerView(
-            self._server_id, self._capacity_cpus, free_cpus, self._gpu_pct, free_gpu, idle
-        )
-
-    def _function_state(self, function: DeployedFunction, now: float) -> FunctionState:
-        spec, activity = function.spec, function.activity
-        view = FunctionView(
-            name=spec.name,
-            model_key=spec.image,
-            slo_ms=spec.slo_ms,
-            max_batch=spec.max_batch,
-            min_instances=max(spec.min_instances, 0),
-            max_instances=spec.max_instances,
-            instances=self._instance_views(function, now),
-        )
-        ready = [i for i in function.router.instances if i.state is InstanceState.READY]
-        return FunctionState(
-            view=view,
-            owner=function.desired.owner,
-            arrivals=function.router.arrivals,
-            scale_to_zero=function.scale_to_zero,
-            activity=ActivityView(
-                activity.outstanding,
-                activity.idle_since_s,
-                activity.last_finish_s,
-                tuple(activity.idle_arrivals),
-                activity.idle_arrival_count,
-            ),
-            start_s=function.health.last_start_s,
-            measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
-            p99_ms=function.latency.p99_ms(now),
-            refused=function.router.rejected,
-        )
-
-    def _instance_views(self, function: DeployedFunction, now: float) -> tuple[InstanceView, ...]:
-        running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
-        views = []
-        for wanted in function.desired.instances:
-            instance = running.get(wanted.instance_id)
-            if instance is not None and instance.state is InstanceState.READY:
-                b = instance.config.batch_size
-                views.append(
-                    InstanceView(
-                        wanted.instance_id, function.name, wanted.server_id, instance.config,
-                        ViewState.READY, instance.exec_ms_by_batch.get(b), instance.started_at_s,
-                        None if instance.busy else instance.last_active_s,
-                    )
-                )  # fmt: skip
-            else:  # starting, or waiting to be started again
-                started_s = now if instance is None else instance.started_at_s
-                views.append(
-                    InstanceView(
-                        wanted.instance_id, function.name, wanted.server_id, wanted.config,
-                        ViewState.STARTING, wanted.exec_ms, started_s,
-                    )
-                )  # fmt: skip
-        for instance in function.router.instances:
-            if instance.state is InstanceState.DRAINING:
-                views.append(
-                    InstanceView(
-                        instance.instance_id, function.name, self._server_id, instance.config,
-                        ViewState.DRAINING, None, instance.started_at_s,
-                    )
-                )  # fmt: skip
-        return tuple(views)
+        functions = self.functions.values()
+        states = tuple(function_state(f, now, self._server_id) for f in functions)
+        server = server_view(
+            functions, self._server_id, self._capacity_cpus, self._gpu_pct,
+            sum(1 for load in self._allocator.load().values() if load == 0),
+        )  # fmt: skip
+        return Snapshot((server,), states, now)
 
     # -- reconciliation ------------------------------------------------------------------
     def _reconcile(self, function: DeployedFunction) -> None:

@@ -4,8 +4,9 @@ live states, the variant model-vertical scaling chose (the target) and the arriv
 had to go elsewhere (pinned).
 
 Who writes what: registration (`control.modelless`) puts and removes models; the monitor
-writes `states`; the vertical planner (`modelless.planner`) writes `target` and counts
-`switches`; the request path (`choose`) counts `pinned`. Everybody reads. In memory only:
+(`control.variant_monitor`) writes `states`, `tracked` and `capacity`; the vertical planner
+(`modelless.planner`) writes `target` and counts `switches`; the request path (`choose`,
+`pin`) counts `served`, `pinned` and `direct`. Everybody reads. In memory only:
 the metadata store (SQLite) holds the durable part. No I/O, no clock.
 """
 

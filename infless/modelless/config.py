@@ -40,7 +40,6 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     scale_down_ticks: int = 10  # consecutive ticks wanting a cheaper variant before moving
     settle_s: float = 15.0  # a move waits this long at most for its variant to serve
     capacity_recovery: float = 0.05  # per calm window, share of a capacity shortfall forgiven
-    selection_search_limit: int = 0  # 0: every variant (the reference caps at max(3, ...))
 
 
 def check_modelless(cfg: ModellessConfig) -> list[str]:

@@ -3,18 +3,14 @@ profiles — so Algorithm 1 can plan a variant no instance has run yet (the meas
 predictor knows only what ran; the operator profiles know the fp32 graph at best).
 
 A variant function's model key is its package directory (`FunctionSpec.image`), which the
-profile records. The prediction at <b, c>: the profile's points at the nearest profiled
-core count, linear between profiled batch sizes, beyond the largest the last slope. GPU
-shares were not profiled: LookupError. Other keys go to the fallback. Reads the catalogue
+profile records; the prediction is `VariantProfile.exec_ms`. GPU shares were not profiled:
+LookupError. Other keys go to the fallback. Reads the catalogue
 live, so a model registered later is known at once. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import itertools
-
 from infless.modelless.catalog import ModellessCatalog
-from infless.modelless.profiles import VariantProfile
 from infless.scaling.predictors import LatencyPredictor
 
 
@@ -33,22 +29,4 @@ class CatalogPredictor:
             return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
         if gpu_pct > 0:
             raise LookupError(f"{model_key!r}: variants are profiled on CPUs only")
-        return profile_ms(profile, batch_size, cpus)
-
-
-def profile_ms(profile: VariantProfile, batch_size: float, cpus: int) -> float:
-    """The profile's t_exec at <batch_size, nearest profiled cpus> (see the module doc)."""
-    counts = sorted({p.cpus for p in profile.latency})
-    if not counts:
-        raise LookupError(f"variant {profile.name!r} has no latency points")
-    nearest = min(counts, key=lambda c: (abs(c - cpus), -c))
-    points = sorted((p.batch_size, p.measured_ms) for p in profile.latency if p.cpus == nearest)
-    if batch_size <= points[0][0]:
-        return points[0][1]
-    for (b0, t0), (b1, t1) in itertools.pairwise(points):
-        if batch_size <= b1:
-            return t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0)
-    if len(points) == 1:
-        return points[0][1] * batch_size / points[0][0]
-    (b0, t0), (b1, t1) = points[-2], points[-1]
-    return t1 + max(0.0, (t1 - t0) / (b1 - b0)) * (batch_size - b1)
+        return profile.exec_ms(batch_size, cpus)

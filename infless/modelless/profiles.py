@@ -13,6 +13,7 @@ Pure data: no I/O, no torch.
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 import msgspec
@@ -43,6 +44,25 @@ class VariantProfile(msgspec.Struct, frozen=True):
     latency: list[LatencyPoint] = []
     load_ms: float | None = None  # build + attach + transform + first forward, fresh process
     peak_memory_bytes: int | None = None  # the loading process's peak RSS
+
+    def exec_ms(self, batch_size: float, cpus: int) -> float:
+        """t_exec at <batch_size, cpus>: the points at the nearest profiled core count (ties:
+        more cores), linear between profiled batch sizes, beyond the largest the last slope
+        (proportional when only one size was profiled). LookupError without points."""
+        counts = sorted({p.cpus for p in self.latency})
+        if not counts:
+            raise LookupError(f"variant {self.name!r} has no latency points")
+        nearest = min(counts, key=lambda c: (abs(c - cpus), -c))
+        points = sorted((p.batch_size, p.measured_ms) for p in self.latency if p.cpus == nearest)
+        if batch_size <= points[0][0]:
+            return points[0][1]
+        for (b0, t0), (b1, t1) in itertools.pairwise(points):
+            if batch_size <= b1:
+                return t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0)
+        if len(points) == 1:
+            return points[0][1] * batch_size / points[0][0]
+        (b0, t0), (b1, t1) = points[-2], points[-1]
+        return t1 + max(0.0, (t1 - t0) / (b1 - b0)) * (batch_size - b1)
 
     def latency_ms(self, batch_size: int, cpus: int) -> float | None:
         for point in self.latency:

@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass
 
 from infless.modelless.config import StateThresholds
+from infless.modelless.profiles import VariantProfile
 
 
 class VariantState(enum.Enum):
@@ -42,6 +43,43 @@ class WindowLoad:
     service_ms: float = 0.0  # summed service time of those batches
     queued: int = 0  # samples waiting now
     refused: int = 0  # samples refused for lack of capacity
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """A variant's running totals (only grow): what a window is the difference of."""
+
+    served: int = 0
+    batches: int = 0
+    exec_ms: float = 0.0  # the workers' forward time, summed
+    refused: int = 0
+
+
+def window_load(
+    profile: VariantProfile,
+    now: Counters,
+    before: Counters,
+    replicas: int,
+    batch_size: int,
+    cpus: int,
+    queued: int,
+    window_s: float,
+) -> WindowLoad:
+    """The window between two readings of a variant's counters, with the profile's t_exec
+    at the batch size its instances served on average (their batch size when idle)."""
+    served, batches = max(0, now.served - before.served), max(0, now.batches - before.batches)
+    mean_batch = served / batches if batches else float(batch_size)
+    return WindowLoad(
+        replicas=replicas,
+        batch_size=batch_size,
+        profiled_ms=profile.exec_ms(mean_batch, cpus) if profile.latency else 1.0,
+        window_s=window_s,
+        completed=served,
+        batches=batches,
+        service_ms=max(0.0, now.exec_ms - before.exec_ms) if batches else 0.0,
+        queued=queued,
+        refused=max(0, now.refused - before.refused),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,12 +78,11 @@ class VerticalDecision:
     hold: Hold = Hold()
 
 
-def option(
-    card: VariantCard, load: AppLoad, cfg: ModellessConfig, instances: int | None = None
-) -> Option:
+def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
+    """`card` carrying the load: n instances at its measured share of the profiled Q, and
+    the ILP's cost of running them."""
     factor = load.capacity.get(card.name, 1.0)
     n = instances_needed(card, load.load_rps / max(factor, 1e-3), cfg.slack)
-    n = instances if instances is not None else n
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
     return Option(card, n, cost)

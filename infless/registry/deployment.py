@@ -38,6 +38,11 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$")
 
 
+def is_function_name(name: str) -> bool:
+    """A DNS label: lowercase letters, digits and inner '-' (the length is the caller's)."""
+    return _NAME.match(name) is not None
+
+
 def parse_duration_ms(text: str, field: str) -> float:
     """'100ms', '0.2s', '250' (milliseconds) -> milliseconds."""
     match = _DURATION.match(text)
@@ -94,7 +99,7 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
     name = body.get("service")
     if not isinstance(name, str) or not name:
         raise InvalidDeployment("service: is required (the function name)")
-    if not _NAME.match(name) or len(name) > 63:
+    if not is_function_name(name) or len(name) > 63:
         raise InvalidDeployment(
             f"service = {name!r}: must be a DNS label (lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters)"

@@ -27,18 +27,14 @@ import itertools
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from infless.coldstart.policies import ColdStartPolicy, build_policy
 from infless.control.autoscaler import Autoscaler
 from infless.control.desired import DesiredState, Owner
 from infless.control.prewarm import PrewarmManager
 from infless.dataplane.policy import DispatchMode, dispatch_at, update_interarrival
-from infless.errors import GoalsUnmet
-from infless.modelless.catalog import ModellessCatalog
 from infless.modelless.config import ModellessConfig
-from infless.modelless.planner import ModellessPlanner
 from infless.scaling.baselines import ScalingPolicy, get_policy
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
@@ -46,6 +42,7 @@ from infless.scaling.predictors import CachedPredictor, LatencyPredictor
 from infless.scaling.view import ScalingPlan
 from infless.sim.cluster import SimCluster, SimFunction, SimFunctionState
 from infless.sim.model import (
+    SimConfig,
     SimInstance,
     SimResult,
     SimServer,
@@ -57,37 +54,13 @@ from infless.sim.modelless import (
     AppRun,
     ProfilePredictor,
     SimApp,
-    first_target,
-    model_entry,
-    variant_functions,
+    SimApps,
 )
 from infless.sim.workload import arrivals
 
 __all__ = ["SimApp", "SimConfig", "SimFunction", "Simulation", "simulate"]
 
 _ARRIVAL, _TICK, _READY, _DONE, _TIMEOUT, _APP_ARRIVAL, _MONITOR = range(7)
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    servers: int = 4
-    cpus_per_server: int = 16
-    gpus_per_server: int = 0
-    duration_s: float = 60.0
-    cold_start_s: float = 1.0
-    queue_capacity_batches: int = 4
-    slack_ms: float = 2.0
-    exec_jitter: float = 0.0  # each batch's time × U(1 − j, 1 + j)
-    seed: int = 1
-    prewarm: bool = True  # plan for the t = 0 rates at t = 0, those instances ready at once
-    # `batching.policy` modes ("deadline": INFless, full or t_slo − t_exec − slack; "adaptive";
-    # "eager"), plus "busy-aware": deadline with t_slo − 2·t_exec − slack, so a batch that
-    # finds the worker still busy (at most t_exec more) still meets the SLO
-    dispatch: Literal["deadline", "adaptive", "eager", "busy-aware"] = "deadline"
-    # the cold-start policy of scale-to-zero functions (`SimFunction.scale_to_zero`)
-    coldstart: Literal["fixed", "hhp", "lsth"] = "lsth"
-    coldstart_params: tuple[tuple[str, float], ...] = ()
-    release_grace_s: float = 0.0
 
 
 class Simulation:
@@ -128,11 +101,19 @@ class Simulation:
             )
             for f in functions
         }
-        self.catalog = ModellessCatalog()
-        self.apps: dict[str, AppRun] = {}
-        self._app_of: dict[str, AppRun] = {}  # variant function -> its application
+        self.modelless_apps = SimApps(apps, self.modelless, scaling.demand)
+        self.apps = self.modelless_apps.runs
+        self.catalog = self.modelless_apps.catalog
         for app in apps:
-            self._add_app(app)
+            for spec in self.modelless_apps.add(
+                app, arrivals(app.load, cfg.duration_s, self._stream())
+            ):
+                if spec.name in self.functions:
+                    raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
+                no_arrivals = arrivals(spec.load, cfg.duration_s, random.Random(0))
+                self.functions[spec.name] = SimFunctionState(
+                    spec, no_arrivals, DesiredState(Owner.AUTOSCALER)
+                )
         self.cluster = SimCluster(
             self.functions,
             self.servers,
@@ -143,9 +124,7 @@ class Simulation:
             busy_aware=cfg.dispatch == "busy-aware",
             on_start=self._started,
         )
-        self.vertical = (
-            ModellessPlanner(self.catalog, self.modelless, scaling.demand) if apps else None
-        )
+        self.vertical = self.modelless_apps.planner
         self.autoscaler = Autoscaler(
             self.cluster, scaling, self.planner_predictor, policy or get_policy(scaling.policy),
             vertical=self.vertical,
@@ -168,24 +147,7 @@ class Simulation:
         self.peak_instances = 0
         self.core_seconds = 0.0
         self.late_by_s: Counter[int] = Counter()  # second of arrival -> late or rejected
-        self._monitor_s: float | None = None
         self.started: list[SimInstance] = []  # every instance, in the order they started
-
-    def _add_app(self, app: SimApp) -> None:
-        if app.model in self.apps:
-            raise ValueError(f"model {app.model!r}: one application per model")
-        entry = model_entry(app)
-        self.catalog.put(entry)
-        run = AppRun.of(app, entry, arrivals(app.load, self.cfg.duration_s, self._stream()))
-        self.apps[app.model] = run
-        for spec in variant_functions(app):
-            if spec.name in self.functions:
-                raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
-            no_arrivals = arrivals(spec.load, self.cfg.duration_s, random.Random(0))
-            self.functions[spec.name] = SimFunctionState(
-                spec, no_arrivals, DesiredState(Owner.AUTOSCALER)
-            )
-            self._app_of[spec.name] = run
 
     def _stream(self) -> random.Random:
         return random.Random(self.rng.random())
@@ -249,11 +211,7 @@ class Simulation:
     def _prewarm(self) -> None:
         """Plan for the t = 0 rates at t = 0; those instances are ready at once."""
         rates = {n: f.spec.load.rate_at(0.0) for n, f in self.functions.items()}
-        for app in self.apps.values():  # on the variant vertical scaling starts it on
-            rate = app.spec.load.rate_at(0.0)
-            target = first_target(app.entry, rate, self.modelless) if rate > 0 else None
-            if target is not None:
-                rates[target] = rate
+        rates.update(self.modelless_apps.prewarm_rates())
         self._ready_now = True
         self._planned(self.autoscaler.plan_for(Demand(rates)))
         self._ready_now = False
@@ -267,20 +225,13 @@ class Simulation:
     def _app_arrive(self, app: AppRun, now: float) -> None:
         """A query of a model-less application: its variant, then that function's path."""
         self.requests += 1
-        app.requests += 1
-        try:
-            chosen = self.catalog.choose(app.spec.model, app.headers)
-        except GoalsUnmet:
-            chosen = None
+        function = self.modelless_apps.choose(app, now)
         self._next_app_arrival(app)
-        if chosen is None:  # no variant meets the goals: refused
+        if function is None:  # no variant meets the goals: refused
             self.rejected += 1
-            app.rejected += 1
             self.late_by_s[int(now)] += 1
             return
-        card = chosen[1]
-        app.routed(card.name, now)
-        fn = self.functions[card.function]
+        fn = self.functions[function]
         fn.arrive(now)
         self._route(fn, now)
 
@@ -298,7 +249,7 @@ class Simulation:
             fn.refused += 1
             self.late_by_s[int(now)] += 1
             fn.finish(now)
-            app = self._app_of.get(fn.spec.name)
+            app = self.modelless_apps.of_function.get(fn.spec.name)
             if app is not None:
                 app.rejected += 1
         else:
@@ -332,7 +283,7 @@ class Simulation:
 
     def _done(self, inst: SimInstance, batch: list[float], exec_ms: float, now: float) -> None:
         fn = self.functions[inst.function]
-        app = self._app_of.get(inst.function)
+        app = self.modelless_apps.of_function.get(inst.function)
         if app is not None:
             app.served(inst.function, batch, exec_ms, now)
         slo_ms = fn.spec.slo_ms
@@ -368,21 +319,14 @@ class Simulation:
 
     def _monitor(self, now: float) -> None:
         """The variants' states, every `modelless.monitor_s` (`VariantMonitor.tick`)."""
+        self.modelless_apps.monitor(self.functions, now)
         step = self.modelless.monitor_s
-        window = step if self._monitor_s is None else max(1e-3, now - self._monitor_s)
-        self._monitor_s = now
-        for app in self.apps.values():
-            app.monitor(self.functions, self.modelless, window)
         if now + step < self.cfg.duration_s:
             self._push(now + step, _MONITOR, None)
 
     def _planned(self, plan: ScalingPlan) -> None:
         self.plans += 1
-        if self.vertical is not None:
-            for model, app in self.apps.items():
-                decision = self.vertical.decisions.get(model)
-                move = decision.move if decision is not None else None
-                app.note_moves(move, app.entry.target, self.cluster.now_s)
+        self.modelless_apps.planned(self.cluster.now_s)
         if any(d.unmet_rps > 0 for d in plan.decisions):
             self.unmet_ticks += 1
         self.peak_instances = max(self.peak_instances, self.cluster.live_instances)

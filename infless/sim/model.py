@@ -1,4 +1,5 @@
-"""The simulated world: servers with capacity, instances with batch queues, and the run's result.
+"""The simulated world: servers with capacity, instances with batch queues, the run's settings
+(`SimConfig`) and its result.
 
 A `SimServer` hands out cores and GPU shares and records any overrun instead of failing, so a
 test can assert there was none. A `SimInstance` is `Routable` for `RateShareDispatcher`: it
@@ -14,6 +15,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from infless.types import InstanceConfig
 
@@ -212,3 +214,25 @@ def percentile(sorted_values: list[float], q: float) -> float:
         return 0.0
     index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[index]
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    servers: int = 4
+    cpus_per_server: int = 16
+    gpus_per_server: int = 0
+    duration_s: float = 60.0
+    cold_start_s: float = 1.0
+    queue_capacity_batches: int = 4
+    slack_ms: float = 2.0
+    exec_jitter: float = 0.0  # each batch's time × U(1 − j, 1 + j)
+    seed: int = 1
+    prewarm: bool = True  # plan for the t = 0 rates at t = 0, those instances ready at once
+    # `batching.policy` modes ("deadline": INFless, full or t_slo − t_exec − slack; "adaptive";
+    # "eager"), plus "busy-aware": deadline with t_slo − 2·t_exec − slack, so a batch that
+    # finds the worker still busy (at most t_exec more) still meets the SLO
+    dispatch: Literal["deadline", "adaptive", "eager", "busy-aware"] = "deadline"
+    # the cold-start policy of scale-to-zero functions (`SimFunction.scale_to_zero`)
+    coldstart: Literal["fixed", "hhp", "lsth"] = "lsth"
+    coldstart_params: tuple[tuple[str, float], ...] = ()
+    release_grace_s: float = 0.0

@@ -23,12 +23,21 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from infless.modelless.catalog import GOAL_HEADERS, ModelEntry
+from infless.errors import GoalsUnmet
+from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
-from infless.modelless.latency import profile_ms
+from infless.modelless.planner import ModellessPlanner
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.states import Tracked, WindowLoad, capacity_factor, next_state
+from infless.modelless.states import (
+    Counters,
+    Tracked,
+    WindowLoad,
+    capacity_factor,
+    next_state,
+    window_load,
+)
 from infless.modelless.vertical import AppLoad, Hold, decide
+from infless.scaling.config import DemandConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState
 from infless.sim.model import AppResult, SimInstance, SimState, core_seconds, percentile
@@ -110,7 +119,7 @@ class ProfilePredictor:
             return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
         if gpu_pct > 0:
             raise LookupError(f"{model_key!r}: profiled on CPUs only")
-        return profile_ms(profile, batch_size, cpus)
+        return profile.exec_ms(batch_size, cpus)
 
 
 def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> str | None:
@@ -123,14 +132,6 @@ def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> st
 
 
 # -- one application in a run ---------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Totals:
-    served: int = 0
-    batches: int = 0
-    exec_ms: float = 0.0
-    refused: int = 0
-
-
 @dataclass(eq=False)
 class AppRun:
     """What the engine keeps of one application while it runs."""
@@ -148,8 +149,8 @@ class AppRun:
     by_variant: Counter[str] = field(default_factory=Counter)
     answered: Counter[str] = field(default_factory=Counter)
     by_second: dict[int, Counter[str]] = field(default_factory=dict)
-    totals: dict[str, _Totals] = field(default_factory=dict)  # by variant function, ever
-    seen: dict[str, _Totals] = field(default_factory=dict)  # ... at the last monitor pass
+    totals: dict[str, Counters] = field(default_factory=dict)  # by variant function, ever
+    seen: dict[str, Counters] = field(default_factory=dict)  # ... at the last monitor pass
     moves: list[tuple[float, str, str]] = field(default_factory=list)
     switches_seen: int = 0
 
@@ -178,8 +179,8 @@ class AppRun:
             if latency_ms > slo_ms + 1e-6:
                 self.late += 1
         self.answered[self.variants[function]] += len(batch)
-        t = self.totals.get(function, _Totals())
-        self.totals[function] = _Totals(
+        t = self.totals.get(function, Counters())
+        self.totals[function] = Counters(
             t.served + len(batch), t.batches + 1, t.exec_ms + exec_ms, t.refused
         )
 
@@ -203,26 +204,17 @@ class AppRun:
 
     def _window(self, variant: str, fn: SimFunctionState, window_s: float) -> WindowLoad:
         name = fn.spec.name
-        now = self.totals.get(name, _Totals())
-        now = _Totals(now.served, now.batches, now.exec_ms, fn.refused)
-        before = self.seen.get(name, _Totals())
+        total = self.totals.get(name, Counters())
+        now = Counters(total.served, total.batches, total.exec_ms, fn.refused)
+        before = self.seen.get(name, Counters())
         self.seen[name] = now
         ready = [i for i in fn.ready if i.state is SimState.READY]
-        served, batches = now.served - before.served, now.batches - before.batches
-        batch_size = max((i.config.batch_size for i in ready), default=1)
-        cpus = max((i.config.cpus for i in ready), default=1)
-        mean_batch = served / batches if batches else float(batch_size)
-        return WindowLoad(
-            replicas=len(ready),
-            batch_size=batch_size,
-            profiled_ms=profile_ms(self.profiles[variant], mean_batch, cpus),
-            window_s=window_s,
-            completed=served,
-            batches=batches,
-            service_ms=now.exec_ms - before.exec_ms if batches else 0.0,
-            queued=sum(len(i.queue) for i in ready),
-            refused=now.refused - before.refused,
-        )
+        return window_load(
+            self.profiles[variant], now, before, len(ready),
+            max((i.config.batch_size for i in ready), default=1),
+            max((i.config.cpus for i in ready), default=1),
+            sum(len(i.queue) for i in ready), window_s,
+        )  # fmt: skip
 
     # -- results ----------------------------------------------------------------------------
     def note_moves(self, move: str | None, target: str | None, now_s: float) -> None:
@@ -263,3 +255,70 @@ class AppRun:
             moves=tuple(self.moves),
             duration_s=duration_s,
         )
+
+
+class SimApps:
+    """The model-less side of one simulation: its applications, their catalogue, the
+    vertical planner the autoscaler runs, the monitor's windows and the t = 0 targets."""
+
+    def __init__(self, apps: Sequence[SimApp], cfg: ModellessConfig, demand: DemandConfig) -> None:
+        self.cfg = cfg
+        self.catalog = ModellessCatalog()
+        self.runs: dict[str, AppRun] = {}  # by model
+        self.of_function: dict[str, AppRun] = {}  # variant function -> its application
+        self.planner = ModellessPlanner(self.catalog, cfg, demand) if apps else None
+        self._monitor_s: float | None = None
+
+    def add(self, app: SimApp, arrivals: Iterator[float]) -> tuple[SimFunction, ...]:
+        """Register `app`; returns the variant functions the simulation must deploy."""
+        if app.model in self.runs:
+            raise ValueError(f"model {app.model!r}: one application per model")
+        entry = model_entry(app)
+        self.catalog.put(entry)
+        run = AppRun.of(app, entry, arrivals)
+        self.runs[app.model] = run
+        functions = variant_functions(app)
+        for spec in functions:
+            self.of_function[spec.name] = run
+        return functions
+
+    def prewarm_rates(self) -> dict[str, float]:
+        """The t = 0 rate of each application, on the variant vertical scaling starts it on."""
+        rates: dict[str, float] = {}
+        for run in self.runs.values():
+            rate = run.spec.load.rate_at(0.0)
+            target = first_target(run.entry, rate, self.cfg) if rate > 0 else None
+            if target is not None:
+                rates[target] = rate
+        return rates
+
+    def choose(self, run: AppRun, now_s: float) -> str | None:
+        """A query of `run`: the variant function it goes to (None: no variant meets its
+        goals, the query is refused)."""
+        run.requests += 1
+        try:
+            chosen = self.catalog.choose(run.spec.model, run.headers)
+        except GoalsUnmet:
+            chosen = None
+        if chosen is None:
+            run.rejected += 1
+            return None
+        run.routed(chosen[1].name, now_s)
+        return chosen[1].function
+
+    def monitor(self, functions: Mapping[str, SimFunctionState], now_s: float) -> None:
+        """The variants' states, as the gateway's `VariantMonitor.tick` does."""
+        step = self.cfg.monitor_s
+        window = step if self._monitor_s is None else max(1e-3, now_s - self._monitor_s)
+        self._monitor_s = now_s
+        for run in self.runs.values():
+            run.monitor(functions, self.cfg, window)
+
+    def planned(self, now_s: float) -> None:
+        """After a plan: each application's vertical move, if any."""
+        if self.planner is None:
+            return
+        for model, run in self.runs.items():
+            decision = self.planner.decisions.get(model)
+            move = decision.move if decision is not None else None
+            run.note_moves(move, run.entry.target, now_s)

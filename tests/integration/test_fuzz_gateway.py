@@ -16,7 +16,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infless.gateway.openapi import DATATYPES, openapi_document
+from infless.gateway.openapi import openapi_document
+from infless.gateway.openapi_schemas import DATATYPES
 from infless.gateway.v2.datatypes import NUMPY_BY_V2
 from infless.models.zoo import ZOO
 from tests.support.gateway import GatewayProcess, start_gateway

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from infless.modelless import accuracy, predictions, profile_child, variant_packages
 from infless.modelless import generate as g
 from infless.modelless.profiles import TRANSFORMS, LatencyPoint, VariantProfile
 from infless.models.package import (
@@ -26,24 +27,24 @@ def test_top1_metrics_against_labels_and_against_fp32() -> None:
     reference = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]], dtype=np.float32)
     found = reference.copy()
     found[3] = [0.4, 0.6]  # one of four disagrees
-    assert g.score("top1-agreement", found, reference, None) == 0.75
-    assert g.score("top1-agreement", reference, reference, None) == 1.0
+    assert accuracy.score("top1-agreement", found, reference, None) == 0.75
+    assert accuracy.score("top1-agreement", reference, reference, None) == 1.0
     labels = np.array([1, 0, 0, 0])
-    assert g.score("top1-labels", reference, reference, labels) == 0.75
+    assert accuracy.score("top1-labels", reference, reference, labels) == 0.75
     class_ids = np.array([1, 0, 1, 1])  # an output that is the class id itself
-    assert g.score("top1-labels", class_ids, class_ids, labels) == 0.5
+    assert accuracy.score("top1-labels", class_ids, class_ids, labels) == 0.5
     with pytest.raises(ValueError, match="labels"):
-        g.score("top1-labels", reference, reference, labels[:2])
+        accuracy.score("top1-labels", reference, reference, labels[:2])
 
 
 def test_cosine_is_per_sample_over_the_flattened_first_output() -> None:
     reference = np.array([[[1.0, 0.0]], [[0.0, 2.0]], [[0.0, 0.0]]])
     found = np.array([[[2.0, 0.0]], [[2.0, 0.0]], [[0.0, 0.0]]])
     # alike (1), orthogonal (0), both zero (alike: 1)
-    assert g.score("cosine", found, reference, None) == pytest.approx(2.0 / 3.0)
-    assert g.score("cosine", reference, reference, None) == 1.0
+    assert accuracy.score("cosine", found, reference, None) == pytest.approx(2.0 / 3.0)
+    assert accuracy.score("cosine", reference, reference, None) == 1.0
     with pytest.raises(ValueError, match="shape"):
-        g.score("cosine", found[:, :, :1], reference, None)
+        accuracy.score("cosine", found[:, :, :1], reference, None)
 
 
 def _package(directory: Path, digest: bool = False) -> Path:
@@ -72,7 +73,7 @@ def test_a_variant_package_links_the_files_and_names_its_transform(tmp_path: Pat
     target.mkdir(parents=True)
     (target / "stale.bin").write_bytes(b"old")
     manifest = load_manifest(source)
-    g.write_variant(source, manifest, target, "mine", "int8")
+    variant_packages.write_variant(source, manifest, target, "mine", "int8")
     written = load_manifest(target)
     assert written.name == "mine--int8"
     assert written.transform == "int8"
@@ -87,7 +88,7 @@ def test_a_variant_package_links_the_files_and_names_its_transform(tmp_path: Pat
     assert not (target / "src" / "__pycache__").exists()
     assert json.loads((source / MANIFEST_FILE).read_text())["name"] == "mine"  # untouched
     with pytest.raises(ValueError, match="remove the source package"):
-        g.write_variant(source, manifest, source, "mine", "int8")
+        variant_packages.write_variant(source, manifest, source, "mine", "int8")
 
 
 def _ready(name: str, figures: dict[tuple[int, int], float]) -> VariantProfile:
@@ -111,9 +112,9 @@ def test_predictions_scale_fp32s_by_the_ratio_at_one_point(
     def fake(*_args: object) -> dict[tuple[int, int], float]:
         return predicted
 
-    monkeypatch.setattr(g, "fp32_predictions", fake)
+    monkeypatch.setattr(predictions, "fp32_predictions", fake)
     manifest = PackageManifest(name="m", architecture="a", inputs=[], outputs=[])
-    result = g.with_predictions([fp32, int8, failed], Path(), manifest, Path(), print)
+    result = predictions.with_predictions([fp32, int8, failed], Path(), manifest, Path(), print)
     by_name = {v.name: {(p.batch_size, p.cpus): p.predicted_ms for p in v.latency} for v in result}
     assert by_name["fp32"] == {(1, 1): 2.2, (4, 1): 5.0, (4, 2): None}
     assert by_name["int8"] == {(1, 1): pytest.approx(1.1), (4, 1): pytest.approx(2.5),
@@ -125,18 +126,22 @@ def test_a_predictor_that_fails_leaves_no_predictions(monkeypatch: pytest.Monkey
     def broken(*_args: object) -> dict[tuple[int, int], float]:
         raise RuntimeError("stale database")
 
-    monkeypatch.setattr(g, "fp32_predictions", broken)
+    monkeypatch.setattr(predictions, "fp32_predictions", broken)
     lines: list[str] = []
     profiles = [_ready("fp32", {(1, 1): 2.0})]
     manifest = PackageManifest(name="m", architecture="a", inputs=[], outputs=[])
-    assert g.with_predictions(profiles, Path(), manifest, Path(), lines.append) == profiles
+    assert (
+        predictions.with_predictions(profiles, Path(), manifest, Path(), lines.append) == profiles
+    )
     assert "stale database" in lines[0]
 
 
 def test_no_profile_database_means_no_predictions(tmp_path: Path) -> None:
     manifest = load_manifest(_package(tmp_path / "pkg"))
     points = [LatencyPoint(1, 1, 1.0)]
-    assert g.fp32_predictions(tmp_path / "pkg", manifest, tmp_path / "state", points) == {}
+    assert (
+        predictions.fp32_predictions(tmp_path / "pkg", manifest, tmp_path / "state", points) == {}
+    )
 
 
 @pytest.mark.parametrize(
@@ -175,8 +180,8 @@ def test_a_text_validation_set_needs_a_handler(tmp_path: Path) -> None:
 
 
 def test_batch_sizes_and_default_cores() -> None:
-    assert g.batch_sizes(32) == [1, 2, 4, 8, 16, 32]
-    assert g.batch_sizes(12) == [1, 2, 4, 8]
+    assert profile_child.batch_sizes(32) == [1, 2, 4, 8, 16, 32]
+    assert profile_child.batch_sizes(12) == [1, 2, 4, 8]
     cores = g.default_cpus()
     assert cores[0] == 1
     assert max(cores) <= 2

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from infless.control.modelless import parse_registration
 from infless.errors import InvalidDeployment
 from infless.modelless.profiles import Goals
+from infless.registry.registration import parse_registration
 from infless.registry.variants import RegisteredModel, VariantStore
 from tests.unit.modelless.support import three_variants
 

@@ -1,0 +1,108 @@
+"""The scaling port's snapshot of this server (`WorkerPool.snapshot`): the server's free
+capacity, and per function the planner's view, owner, demand, activity and measurements,
+read from the desired states and the data plane. Read-only: it changes nothing.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from infless.control.functions import DeployedFunction
+from infless.control.port import ActivityView, FunctionState, Measured
+from infless.dataplane.instance import InstanceState
+from infless.scaling.view import FunctionView, InstanceView, ServerView
+from infless.scaling.view import InstanceState as ViewState
+
+LIVE = (InstanceState.STARTING, InstanceState.READY)
+
+
+def server_view(
+    functions: Iterable[DeployedFunction],
+    server_id: str,
+    capacity_cpus: int,
+    gpu_pct: tuple[int, ...],
+    idle_cores: int,
+) -> ServerView:
+    """This server: its capacity, and what the wanted and draining instances leave free."""
+    used_cpus = 0
+    used_gpu = [0] * len(gpu_pct)
+    for function in functions:
+        for wanted in function.desired.instances:
+            used_cpus += wanted.config.cpus
+            if wanted.gpu_index is not None and 0 <= wanted.gpu_index < len(used_gpu):
+                used_gpu[wanted.gpu_index] += wanted.config.gpu_pct
+        for instance in function.router.instances:
+            if instance.state is InstanceState.DRAINING:
+                used_cpus += instance.config.cpus
+    free_gpu = tuple(max(0, c - u) for c, u in zip(gpu_pct, used_gpu, strict=True))
+    free_cpus = max(0, capacity_cpus - used_cpus)
+    return ServerView(server_id, capacity_cpus, free_cpus, gpu_pct, free_gpu, idle_cores)
+
+
+def function_state(function: DeployedFunction, now: float, server_id: str) -> FunctionState:
+    """What the policies see of one function: the planner's view, owner, demand, activity."""
+    spec, activity = function.spec, function.activity
+    view = FunctionView(
+        name=spec.name,
+        model_key=spec.image,
+        slo_ms=spec.slo_ms,
+        max_batch=spec.max_batch,
+        min_instances=max(spec.min_instances, 0),
+        max_instances=spec.max_instances,
+        instances=instance_views(function, now, server_id),
+    )
+    ready = [i for i in function.router.instances if i.state is InstanceState.READY]
+    return FunctionState(
+        view=view,
+        owner=function.desired.owner,
+        arrivals=function.router.arrivals,
+        scale_to_zero=function.scale_to_zero,
+        activity=ActivityView(
+            activity.outstanding,
+            activity.idle_since_s,
+            activity.last_finish_s,
+            tuple(activity.idle_arrivals),
+            activity.idle_arrival_count,
+        ),
+        start_s=function.health.last_start_s,
+        measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
+        p99_ms=function.latency.p99_ms(now),
+        refused=function.router.rejected,
+    )
+
+
+def instance_views(
+    function: DeployedFunction, now: float, server_id: str
+) -> tuple[InstanceView, ...]:
+    """Every wanted instance (ready, or starting) and every draining one."""
+    running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
+    views = []
+    for wanted in function.desired.instances:
+        instance = running.get(wanted.instance_id)
+        if instance is not None and instance.state is InstanceState.READY:
+            b = instance.config.batch_size
+            views.append(
+                InstanceView(
+                    wanted.instance_id, function.name, wanted.server_id, instance.config,
+                    ViewState.READY, instance.exec_ms_by_batch.get(b), instance.started_at_s,
+                    None if instance.busy else instance.last_active_s,
+                )
+            )  # fmt: skip
+        else:  # starting, or waiting to be started again
+            started_s = now if instance is None else instance.started_at_s
+            views.append(
+                InstanceView(
+                    wanted.instance_id, function.name, wanted.server_id, wanted.config,
+                    ViewState.STARTING, wanted.exec_ms, started_s,
+                )
+            )  # fmt: skip
+    for instance in function.router.instances:
+        if instance.state is InstanceState.DRAINING:
+            views.append(
+                InstanceView(
+                    instance.instance_id, function.name, server_id, instance.config,
+                    ViewState.DRAINING, None, instance.started_at_s,
+                )
+            )  # fmt: skip
+    return tuple(views)
