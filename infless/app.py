@@ -31,6 +31,8 @@ from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
+from infless.control.structures import StructureCache
+from infless.control.transforms import TransformService
 from infless.control.variant_monitor import VariantMonitor
 from infless.gateway import routes
 from infless.gateway.context import GatewayContext
@@ -45,6 +47,7 @@ from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_profiled_predictor
+from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
 from infless.workers.boot import InstanceStarter, ProcessStarter, StartSettings
@@ -58,6 +61,7 @@ log = logging.getLogger(__name__)
 PLATFORM_KEY = web.AppKey("platform", object)
 REGISTRY_FILE = "registry.sqlite"
 SECRETS_DIR = "secrets"
+STRUCTURES_DIR = "structures"  # packages' model structures (control.structures)
 
 
 @dataclass
@@ -178,6 +182,13 @@ def build_platform(
         autoscaled=autoscaled,
         on_instance_change=instances_changed,
     )
+    if starter is None and store is not None and config.transform.enabled:
+        assert isinstance(pool.starter, ProcessStarter)
+        pool.transforms = TransformService(
+            config.transform, clock, pool.starter,
+            StructureCache(state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s),
+            load_costs(state_dir), store,
+        )  # fmt: skip
     tickers: list[Ticker] = []
     catalog = ModellessCatalog()
     autoscaler = None

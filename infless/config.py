@@ -22,6 +22,7 @@ from infless.errors import ConfigError
 from infless.gateway.config import AuthConfig, GatewayConfig, check_gateway
 from infless.modelless.config import ModellessConfig, check_modelless
 from infless.scaling.config import ScalingConfig, check_scaling
+from infless.transform.config import TransformConfig, check_transform
 from infless.weights.config import StoreConfig, check_store
 from infless.workers.config import WorkersConfig, check_workers
 
@@ -54,6 +55,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     store: StoreConfig = StoreConfig()
     scaling: ScalingConfig = ScalingConfig()
     modelless: ModellessConfig = ModellessConfig()
+    transform: TransformConfig = TransformConfig()
     auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
@@ -75,6 +77,7 @@ def _check(config: Config, source: str) -> Config:
         *check_coldstart(config.coldstart),
         *check_scaling(config.scaling),
         *check_modelless(config.modelless),
+        *check_transform(config.transform),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

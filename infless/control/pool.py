@@ -7,7 +7,9 @@ running). After every change, and after every instance event, `_reconcile` compa
 wanted set with the running instances: it starts what is missing (through the
 `InstanceStarter`: processes for real, in-process in tests), drains what is no longer
 wanted, and replaces a worker that died (its requests are retried, see `dataplane.router`).
-It decides nothing itself. It is also the scaling port's target (`snapshot`, read by
+An instance no longer wanted may be kept as an idle worker, and a start may
+transform one, when warm-instance transformation is on (`control.transforms`, which decides
+both). It decides nothing itself. It is also the scaling port's target (`snapshot`, read by
 `control.snapshot`; `apply`), so the autoscaler and the prewarm manager never see instances
 or workers.
 Gateway side: never imports torch.
@@ -22,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infless.clock import Clock
 from infless.cluster.cpus import CpuAllocator
@@ -43,7 +45,10 @@ from infless.scaling.view import (
     ScalingPlan,
 )
 from infless.types import FunctionSpec
-from infless.workers.boot import BootOrder, InstanceStarter
+from infless.workers.boot import Booted, BootOrder, InstanceStarter
+
+if TYPE_CHECKING:
+    from infless.control.transforms import TransformService
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class WorkerPool:
         autoscaled: bool = False,
         server_id: str = LOCAL_SERVER,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
+        transforms: TransformService | None = None,
     ) -> None:
         self._clock = clock
         self.starter = starter
@@ -74,6 +80,7 @@ class WorkerPool:
         self._owner = d.Owner.AUTOSCALER if autoscaled else d.Owner.MANUAL
         self._server_id = server_id
         self._on_change = on_instance_change
+        self.transforms = transforms  # warm-instance transformation (Optimus), when on
         self.functions: dict[str, DeployedFunction] = {}
         self._stopping = False
         self._background: set[asyncio.Task[Any]] = set()  # drains and releases: awaited
@@ -96,6 +103,8 @@ class WorkerPool:
         )
         function.activity.idle_since_s = self._clock.now()
         self.functions[spec.name] = function
+        if self.transforms is not None and manifest.format == "module":
+            self.transforms.prepare(package_dir, spec.tenant)
         count = spec.instances if self._owner is d.Owner.MANUAL else min(1, spec.min_instances)
         self.change(spec.name, partial(d.initial, count=count))
         return function
@@ -162,9 +171,14 @@ class WorkerPool:
         now = self._clock.now()
         functions = self.functions.values()
         states = tuple(function_state(f, now, self._server_id) for f in functions)
+        affinity = {}
+        if self.transforms is not None:
+            affinity = {
+                f.name: self.transforms.affinity(f.package_dir, f.spec.tenant) for f in functions
+            }
         server = server_view(
             functions, self._server_id, self._capacity_cpus, self._gpu_pct,
-            sum(1 for load in self._allocator.load().values() if load == 0),
+            sum(1 for load in self._allocator.load().values() if load == 0), affinity,
         )  # fmt: skip
         return Snapshot((server,), states, now)
 
@@ -236,7 +250,7 @@ class WorkerPool:
             runtime=spec.runtime,
         )
         try:
-            booted = await self.starter.boot(order)
+            booted = await self._start_worker(instance, order)
         except asyncio.CancelledError:
             self._discard(function, instance)
             raise
@@ -263,6 +277,14 @@ class WorkerPool:
         function.router.instance_ready(instance)
         self._changed(function)
         self._reconcile(function)
+
+    async def _start_worker(self, instance: Instance, order: BootOrder) -> Booted:
+        """Start the instance's worker: transformed from an idle one when that is predicted
+        faster (`control.transforms`), else the starter's way."""
+        if self.transforms is None:
+            return await self.starter.boot(order)
+        booted, instance.history = await self.transforms.start(order)
+        return booted
 
     def batch_settings(
         self, spec: FunctionSpec, exec_ms_by_batch: dict[int, float], fixed_batch: int | None
@@ -326,12 +348,37 @@ class WorkerPool:
         self._reconcile(function)
 
     async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
+        keep = (
+            self.transforms is not None
+            and not self._stopping
+            and self.functions.get(function.name) is function
+            and self.transforms.may_park(function.name, function.spec, function.manifest)
+        )
+        parked = False
         try:
-            await instance.drain(timeout_s=max(5.0, function.spec.slo_ms / 1000.0 * 10))
+            timeout_s = max(5.0, function.spec.slo_ms / 1000.0 * 10)
+            await instance.drain(timeout_s=timeout_s, stop_worker=not keep)
+            handle = instance.handle
+            if keep and self.transforms is not None and handle is not None and handle.alive:
+                self.transforms.keep_idle(
+                    function.name, function.spec.tenant, function.package_dir, instance, handle,
+                    self._idle_gone,
+                )  # fmt: skip
+                parked = True  # another function may transform it (Optimus)
+            elif keep and handle is not None:
+                await handle.stop(timeout_s)
         finally:
             function.router.remove(instance)
-            self._forget(instance)
+            if parked:  # the cores go back; the store holds stay with the idle worker
+                self._holding.discard(instance.worker_id)
+                self._allocator.release(instance.cpu_ids)
+            else:
+                self._forget(instance)
             self._changed(function)
+
+    def _idle_gone(self, worker_id: str) -> None:
+        """An idle worker was stopped or died: free its store holds and cgroup."""
+        self._background_task(self.starter.release(worker_id))
 
     def _forget(self, instance: Instance) -> None:
         """An instance is gone for good: free its cores, store holds and cgroup (once)."""
@@ -355,8 +402,9 @@ class WorkerPool:
         return [i for f in self.functions.values() for i in f.router.instances]
 
     def holder_ids(self) -> list[str]:
-        """Every worker that may hold store tensors (starting, ready or draining)."""
-        return [*self._holding, *self.starter.holder_ids()]
+        """Every worker that may hold store tensors (starting, ready, draining or idle)."""
+        idle = [] if self.transforms is None else list(self.transforms.idle)
+        return [*self._holding, *self.starter.holder_ids(), *idle]
 
     # -- shutdown ------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -367,6 +415,8 @@ class WorkerPool:
                 await self.remove(name)
         for task in list(self._retries):
             task.cancel()
+        if self.transforms is not None:
+            await self.transforms.close()
         await asyncio.gather(*self._background, *self._retries, return_exceptions=True)
         await self.starter.close()
 

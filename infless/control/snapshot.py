@@ -6,7 +6,7 @@ Gateway side: never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from infless.control.functions import DeployedFunction
 from infless.control.port import ActivityView, FunctionState, Measured
@@ -23,8 +23,10 @@ def server_view(
     capacity_cpus: int,
     gpu_pct: tuple[int, ...],
     idle_cores: int,
+    affinity: Mapping[str, float] | None = None,
 ) -> ServerView:
-    """This server: its capacity, and what the wanted and draining instances leave free."""
+    """This server: its capacity, what the wanted and draining instances leave free, and its
+    affinity for each function (what it holds of it already: placement prefers that)."""
     used_cpus = 0
     used_gpu = [0] * len(gpu_pct)
     for function in functions:
@@ -37,7 +39,9 @@ def server_view(
                 used_cpus += instance.config.cpus
     free_gpu = tuple(max(0, c - u) for c, u in zip(gpu_pct, used_gpu, strict=True))
     free_cpus = max(0, capacity_cpus - used_cpus)
-    return ServerView(server_id, capacity_cpus, free_cpus, gpu_pct, free_gpu, idle_cores)
+    return ServerView(
+        server_id, capacity_cpus, free_cpus, gpu_pct, free_gpu, idle_cores, dict(affinity or {})
+    )
 
 
 def function_state(function: DeployedFunction, now: float, server_id: str) -> FunctionState:

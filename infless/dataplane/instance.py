@@ -111,6 +111,7 @@ class Instance:
         self.exec_ms_total = 0.0  # the worker's forward time, summed over served batches
         self.exec_ms_by_batch: dict[int, float] = {}
         self.start_breakdown = p.StartBreakdown()
+        self.history: list[dict[str, object]] = []  # its worker's starts and transformations
         self.started_at_s = clock.now()
         self.ready_at_s: float | None = None
         self.last_active_s = self.started_at_s  # when it last finished a batch
@@ -280,15 +281,16 @@ class Instance:
         if self.queue is not None:
             self.queue.close()
 
-    async def drain(self, timeout_s: float) -> None:
-        """Stop accepting, finish what is queued, then stop the worker."""
+    async def drain(self, timeout_s: float, *, stop_worker: bool = True) -> None:
+        """Stop accepting, finish what is queued, then stop the worker (unless it is kept
+        idle: `stop_worker` False leaves it running, its handle to the caller)."""
         self.stop_accepting()
         if self._runner is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)
             except TimeoutError:
                 self._runner.cancel()
-        if self.handle is not None:
+        if self.handle is not None and stop_worker:
             await self.handle.stop(timeout_s)
         if self.state is not InstanceState.DEAD:
             self.state = InstanceState.DEAD

@@ -84,6 +84,9 @@ _HEADER_LENGTH = {
 }
 _NAMESPACE = _query("namespace", STR, "only this namespace")
 _FN = _query("function", STR, "only this function's instances")
+_INSTANCE_STATE = _query(
+    "state", STR, "live (default), idle (workers kept for transformation) or all"
+)
 _READY = fields("name ready:bool")
 _LOG_QUERY = (
     _query("name", STR, "function name", required=True),
@@ -186,7 +189,14 @@ ROUTES: list[Route] = [
         404,
         body=_j(ref("ScaleServiceRequest")),
     ),
-    _mg("get", "/system/instances", "Instances", 200, arr(ref("Instance")), params=(_FN,)),
+    _mg(
+        "get",
+        "/system/instances",
+        "Instances",
+        200,
+        arr(ref("Instance")),
+        params=(_FN, _INSTANCE_STATE),
+    ),
     _mg("get", "/system/templates", "Per-model template processes", 200, arr(ref("Template"))),
     _mg(
         "post",

@@ -87,7 +87,10 @@ SCHEMAS: dict[str, Schema] = {
         provider=fields("provider orchestration", version=fields("sha release")),
         version=fields("sha release commit_message"),
     ),
-    "Instance": fields("id! function! batchSize:int cpus:int pid:int state! served:int template"),
+    "Instance": fields(
+        "id! function! batchSize:int cpus:int pid:int state! served:int template start:any",
+        history=arr(fields("event! path from tookMs:num predictedMs:num plan:any")),
+    ),
     "Template": fields("id! pid!:int tenant! package! alive:bool instances:strs startMs:num"),
     "LogEntry": fields("name! namespace instance timestamp!:time text!"),
     "Sample": fields("inputs!:any"),

@@ -16,7 +16,7 @@ from aiohttp import web
 from infless import __version__
 from infless.control.functions import DeployedFunction
 from infless.dataplane.instance import Instance, InstanceState
-from infless.errors import InvalidDeployment, MalformedBody
+from infless.errors import InvalidDeployment, InvalidInput, MalformedBody
 from infless.types import TensorSpec
 
 if TYPE_CHECKING:
@@ -105,7 +105,9 @@ def instance_status(instance: Instance) -> dict[str, object]:
             "buildMs": round(start.build_ms, 1),
             "attachMs": round(start.attach_ms, 1),
             "warmupMs": round(start.warmup_ms, 1),
+            "transformMs": round(start.transform_ms, 1),
         },
+        "history": instance.history,
         "error": instance.error,
     }
 
@@ -149,6 +151,9 @@ class SystemRoutes:
         status = function_status(function)
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
         status["admission"] = self._ctx.frontend.describe(function)
+        transforms = self._ctx.pool.transforms
+        if transforms is not None:
+            status["structure"] = transforms.describe_structure(function.package_dir)
         return _json(status)
 
     async def create(self, request: web.Request) -> web.Response:
@@ -177,16 +182,21 @@ class SystemRoutes:
         return _json(function_status(self._ctx.pool.get(name)), status=202)
 
     async def instances(self, request: web.Request) -> web.Response:
+        """Live instances; `state=idle`: the idle workers kept for transformation (`all`:
+        both)."""
         function = request.query.get("function")
-        starter = self._ctx.pool.starter
-        return _json(
-            [
-                instance_status(i) | starter.describe(i.worker_id)
-                for i in self._ctx.pool.all_instances()
-                if (not function or i.function_name == function)
-                and i.state is not InstanceState.DEAD
-            ]
-        )
+        state = request.query.get("state", "live")
+        if state not in ("live", "idle", "all"):
+            raise InvalidInput(f"state={state!r}: use live (the default), idle or all")
+        pool = self._ctx.pool
+        live = [
+            instance_status(i) | pool.starter.describe(i.worker_id)
+            for i in pool.all_instances()
+            if (not function or i.function_name == function) and i.state is not InstanceState.DEAD
+        ]
+        idle = [] if pool.transforms is None else pool.transforms.describe_idle()
+        idle = [w for w in idle if not function or w["function"] == function]
+        return _json({"live": live, "idle": idle, "all": live + idle}[state])
 
     async def templates(self, request: web.Request) -> web.Response:
         """The per-model template processes instances are forked from (workers.templates)."""

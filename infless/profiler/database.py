@@ -10,6 +10,8 @@ Tables:
                                                              paired with it (the machine speed
                                                              index, 0: unknown)
   calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
+  metaop_costs(meta_op, kind, fixed_us, per_item_us, ...) -- Optimus meta-operator costs per
+                                                             operation type (transform.profile)
   meta(key, value)                                        -- schema version, reference kernel
 
 Owns storage only: it never measures and never imports torch. Writes commit per operator, so
@@ -67,6 +69,16 @@ CREATE TABLE IF NOT EXISTS calibration (
     name TEXT PRIMARY KEY,
     value REAL NOT NULL,
     measured_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metaop_costs (
+    meta_op TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    fixed_us REAL NOT NULL,
+    per_item_us REAL NOT NULL,
+    per_mib_us REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (meta_op, kind)
 );
 """
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -213,6 +225,24 @@ class ProfileDatabase:
         self._conn.executemany(
             "INSERT OR REPLACE INTO calibration(name, value, measured_at) VALUES (?, ?, ?)",
             [(name, value, measured_at) for name, value in values.items()],
+        )
+        self._conn.commit()
+
+    def metaop_costs(self) -> list[tuple[str, str, float, float, float]]:
+        """Every profiled meta-operator cost: (meta_op, kind, fixed_us, per_item_us,
+        per_mib_us); an item is a tensor (a graph node for Edge)."""
+        rows = self._conn.execute(
+            "SELECT meta_op, kind, fixed_us, per_item_us, per_mib_us FROM metaop_costs"
+        ).fetchall()
+        return [(str(m), str(k), float(f), float(i), float(b)) for m, k, f, i, b in rows]
+
+    def set_metaop_costs(
+        self, rows: Iterable[tuple[str, str, float, float, float, int]], measured_at: float
+    ) -> None:
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO metaop_costs(meta_op, kind, fixed_us, per_item_us, "
+            "per_mib_us, samples, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(*row, measured_at) for row in rows],
         )
         self._conn.commit()
 

@@ -8,6 +8,11 @@ GPU share. A lookup walks the buckets with enough cores in increasing order and 
 as no later bucket can beat the best score found: O(distinct free-core values · log m), not
 O(servers). Placing an instance moves one server between buckets (bisect).
 
+Sharing affinity (`ServerView.affinity`): per function, the few servers with a nonzero
+affinity for it (clamped to (0, 1]), kept by position. `choices` returns the best fit plus
+every fitting one of those, each with its affinity: O(buckets · log m + k) for k such servers,
+so the planner can weigh them without scanning the pool.
+
 Mutable, but private to one `plan()` call: built from a `PoolView`, never shared or stored.
 Pure: no I/O, no clock.
 """
@@ -15,6 +20,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 from infless.scaling.view import ServerView
@@ -35,6 +41,11 @@ class CapacityIndex:
             self._bucket_of(pos).append((self._gpu_total(pos), pos))
         for bucket in self._buckets.values():
             bucket.sort()
+        self._affine: dict[str, dict[int, float]] = {}  # function → {position: affinity}
+        for pos, server in enumerate(servers):
+            for function, value in server.affinity.items():
+                if value > 0 and math.isfinite(value):  # NaN, 0 and below: no affinity
+                    self._affine.setdefault(function, {})[pos] = min(1.0, value)
 
     def _gpu_total(self, pos: int) -> int:
         return sum(self.free_gpu[pos])
@@ -76,6 +87,29 @@ class CapacityIndex:
                     break
                 index += 1
         return None if best is None else best[1]
+
+    def choices(
+        self, cpus: int, gpu_pct: int, function: str | None = None
+    ) -> list[tuple[int, float]]:
+        """The servers worth weighing for (cpus, gpu_pct), each with its affinity.
+
+        The best fit first, then every other fitting server with a nonzero affinity for
+        `function`, in position order; empty when nothing fits. `function=None`: the best fit
+        alone, with affinity 0 (the plain Algorithm-1 choice).
+        """
+        best = self.best_fit(cpus, gpu_pct)
+        if best is None:
+            return []
+        if function is None:
+            return [(best, 0.0)]
+        affine = self._affine.get(function, {})
+        found = [(best, affine.get(best, 0.0))]
+        found.extend(
+            (pos, value)
+            for pos, value in affine.items()
+            if pos != best and self.fits(pos, cpus, gpu_pct)
+        )
+        return found
 
     def _unindex(self, pos: int) -> None:
         bucket = self._buckets[self.free_cpus[pos]]

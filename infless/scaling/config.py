@@ -6,6 +6,7 @@ problems as sentences naming the key, the value and the fix. Pure: no I/O, no en
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
@@ -83,6 +84,7 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     gpu_pct_gflops: float = 142.0
     efficiency: Literal["served", "paper"] = "served"  # Equation 10's numerator (planner doc)
     min_fragment: float = 0.25  # Equation 10's denominator floor (reference code: ~0.001)
+    affinity_weight: float = 0.5  # e_ij × (1 + this × server affinity for the function); 0: off
     prediction_factor: float = 1.0  # multiplies every prediction (ablations use 1.5 and 2)
     prefer_measured: bool = True  # an instance's measured t_exec beats the prediction
     downsize: bool = True  # start a smaller instance when the kept ones are underfed
@@ -135,10 +137,7 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
             f"{section}.cpu_core_gflops / gpu_pct_gflops = {cfg.cpu_core_gflops} / "
             f"{cfg.gpu_pct_gflops}: both must be > 0 (reference: 64 and 142)"
         )
-    if not 0 < cfg.min_fragment <= 1:
-        problems.append(
-            f"{section}.min_fragment = {cfg.min_fragment}: must be in (0, 1] (default 0.25)"
-        )
+    problems.extend(_check_efficiency(cfg, section))
     if cfg.prediction_factor <= 0:
         problems.append(
             f"{section}.prediction_factor = {cfg.prediction_factor}: must be > 0 (1.0 = as is)"
@@ -160,6 +159,21 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
             f"({d.short_window_s}) <= long_window_s ({d.long_window_s}) and decay_tau_s "
             f"({d.decay_tau_s}) > 0, trend_lookahead_s ({d.trend_lookahead_s}) and trend_z "
             f"({d.trend_z}) >= 0"
+        )
+    return problems
+
+
+def _check_efficiency(cfg: ScalingConfig, section: str) -> list[str]:
+    """Equation 10's knobs: the fragment floor and the sharing-affinity weight."""
+    problems: list[str] = []
+    if not 0 < cfg.min_fragment <= 1:
+        problems.append(
+            f"{section}.min_fragment = {cfg.min_fragment}: must be in (0, 1] (default 0.25)"
+        )
+    if not 0 <= cfg.affinity_weight < math.inf:
+        problems.append(
+            f"{section}.affinity_weight = {cfg.affinity_weight}: must be a finite number >= 0 "
+            "(0 = placement ignores sharing; default 0.5)"
         )
     return problems
 

@@ -20,12 +20,17 @@ capacity index so functions compete for the same servers):
    Algorithm-1 set for R needs ≤ `downsize_ratio` of their resources, start that set; once it
    is ready, step 4 releases the oversized instances (they are the underfed ones).
 
-Equation 10, two deliberate deviations (`efficiency = "paper"` and a tiny `min_fragment` give
-the literal form): the numerator counts the rate the instance will really receive,
-min(r_up, residual), not r_up; and the fragment 1 − u/S is floored at `min_fragment` (0.25).
-Literally, a configuration that fills a server exactly has fragment 0 and wins whatever its
-throughput (the reference code's 1.001 only caps it at 1000×), so a 16-core instance would
-be started for 5 RPS on an empty 16-core server.
+Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zero
+`affinity_weight` give the literal form): the numerator counts the rate the instance will
+really receive, min(r_up, residual), not r_up; the fragment 1 − u/S is floored at
+`min_fragment` (0.25). Literally, a configuration that fills a server exactly has fragment 0
+and wins whatever its throughput (the reference code's 1.001 only caps it at 1000×), so a
+16-core instance would be started for 5 RPS on an empty 16-core server. And, for sharing
+(Tetris tensor similarity, Optimus transformation), e_ij is multiplied by 1 + w·a, with w =
+`affinity_weight` and a = the server's affinity for F (`ServerView.affinity`, in [0, 1]): the
+servers weighed per configuration are the best fit and every fitting server with a nonzero
+affinity for F (`placement.pick`, which with `Candidate` and `efficiency` lives in
+`infless.scaling.placement`).
 
 Pure: no I/O, no clock (time comes in the view). Starting instances count towards cover for
 scale-out but not for release, so nothing is released before its replacement serves.
@@ -43,6 +48,7 @@ from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import Rounding, ScalingConfig
 from infless.scaling.demand import Demand
+from infless.scaling.placement import Candidate, pick
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.shares import Regime, ShareInput, dispatch_shares
 from infless.scaling.view import (
@@ -78,6 +84,7 @@ class Knobs:
     downsize_ratio: float = 0.75
     efficiency: Literal["served", "paper"] = "served"
     min_fragment: float = 0.25
+    affinity_weight: float = 0.5  # e_ij × (1 + this × affinity); 0: placement ignores sharing
     allow_batching: bool = True  # False: the "no batching" ablation (b = 1 only)
     max_throughput_only: bool = False  # True: "no resource scheduling" ablation
 
@@ -96,20 +103,8 @@ def knobs_from(cfg: ScalingConfig) -> Knobs:
         downsize_ratio=cfg.downsize_ratio,
         efficiency=cfg.efficiency,
         min_fragment=cfg.min_fragment,
+        affinity_weight=cfg.affinity_weight,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A feasible <b, c, g> of one function with its Equation-1 bounds."""
-
-    config: InstanceConfig
-    bounds: Bounds
-    units: float  # β·c + g
-
-    @property
-    def rate_per_unit(self) -> float:
-        return self.bounds.r_up_rps / self.units
 
 
 def candidates(
@@ -152,48 +147,6 @@ class _Placed:
     units: float
 
 
-def efficiency(
-    rate_rps: float, units: float, best_rate_per_unit: float, free_units: float, min_fragment: float
-) -> float:
-    """Equation 10: e_ij = (RPS/resource, normalised to [0, 1]) / (1 − u_i / S_j), floored."""
-    fragment = max(1.0 - units / free_units, min_fragment) if free_units > 0 else 1.0
-    return (rate_rps / units / best_rate_per_unit) / fragment
-
-
-def _pick(
-    cands: Sequence[Candidate],
-    residual_rps: float,
-    index: CapacityIndex,
-    best_rate: float,
-    knobs: Knobs,
-) -> tuple[Candidate, int, float] | None:
-    """Algorithm 1, lines 3–11: the largest batch with a placeable config; argmax e_ij."""
-    current: int | None = None
-    best: tuple[float, Candidate, int] | None = None
-    fits: dict[tuple[int, int], int | None] = {}
-    for cand in cands:  # grouped by batch size, largest first
-        b = cand.config.batch_size
-        if b != current:
-            if best is not None:
-                break  # a larger batch size already has a placement
-            current = b
-        if b > 1 and residual_rps + _EPS < cand.bounds.r_low_rps:
-            continue
-        key = (cand.config.cpus, cand.config.gpu_pct)
-        if key not in fits:
-            fits[key] = index.best_fit(*key)
-        pos = fits[key]
-        if pos is None:
-            continue
-        rate_rps = cand.bounds.r_up_rps
-        if knobs.efficiency == "served":
-            rate_rps = min(rate_rps, max(residual_rps, 1.0))
-        e_ij = efficiency(rate_rps, cand.units, best_rate, index.score(pos), knobs.min_fragment)
-        if best is None or e_ij > best[0]:
-            best = (e_ij, cand, pos)
-    return None if best is None else (best[1], best[2], best[0])
-
-
 def schedule(
     function: FunctionView,
     cands: Sequence[Candidate],
@@ -210,7 +163,16 @@ def schedule(
     placed: list[_Placed] = []
     best_rate = max((c.rate_per_unit for c in cands), default=1.0)
     while (residual_rps > _EPS or (ensure_one and not placed)) and len(placed) < max_new:
-        choice = _pick(cands, residual_rps, index, best_rate, knobs)
+        choice = pick(
+            cands,
+            residual_rps,
+            index,
+            best_rate,
+            function=function.name,
+            served=knobs.efficiency == "served",
+            min_fragment=knobs.min_fragment,
+            affinity_weight=knobs.affinity_weight,
+        )
         if choice is None:
             break
         cand, pos, e_ij = choice

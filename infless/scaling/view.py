@@ -13,6 +13,7 @@ Pure data: no I/O, no clock, no behaviour beyond small derived properties.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,7 +29,13 @@ class InstanceState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ServerView:
-    """One server's capacity and what is still free (after every live or draining instance)."""
+    """One server's capacity and what is still free (after every live or draining instance).
+
+    `affinity`: function name → how cheaply a new instance of it starts here, in [0, 1]
+    (1: the server already holds all of its stored tensors, or an idle instance that can be
+    transformed into it cheaply; absent or 0: nothing). The planner multiplies Equation 10's
+    e_ij by 1 + affinity_weight · affinity. Compared, but left out of the hash (a dict).
+    """
 
     server_id: str
     cpus: int
@@ -36,6 +43,7 @@ class ServerView:
     gpu_pct: tuple[int, ...] = ()  # capacity per GPU device, in percent (100 each)
     free_gpu_pct: tuple[int, ...] = ()  # free share per device, same order
     idle_cores: int | None = None  # cores no instance runs on (None: not known)
+    affinity: Mapping[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ def torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def _ensure_descriptor_headroom(count: int) -> None:
+def ensure_descriptor_headroom(count: int) -> None:
     """Raise the soft open-file limit when `count` more maps would come near it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = sum(1 for _ in Path("/proc/self/fd").iterdir()) + count + _FD_HEADROOM
@@ -75,7 +75,7 @@ def map_tensor(stored: StoredTensor) -> torch.Tensor:
 
 def attach(stored: Sequence[StoredTensor]) -> dict[str, torch.Tensor]:
     """The state dict named by `stored`, every tensor mapped from the store (zero-copy)."""
-    _ensure_descriptor_headroom(len(stored))
+    ensure_descriptor_headroom(len(stored))
     state: dict[str, torch.Tensor] = {}
     for item in stored:
         try:

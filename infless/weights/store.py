@@ -145,6 +145,18 @@ class TensorStore:
             self._indexes[weights] = index
         return index
 
+    def known_index(self, package_dir: Path) -> PackageIndex | None:
+        """The package's index if it was read before and is current; never reads it (an
+        event loop may call this)."""
+        try:
+            weights = (package_dir / load_manifest(package_dir).weights_file).resolve()
+            identity = FileIdentity.of(weights.stat())
+        except (OSError, ValueError):
+            return None
+        with self._mutex:
+            cached = self._indexes.get(weights)
+        return cached if cached is not None and cached.identity == identity else None
+
     def publish(
         self, package_dir: Path, tenant: str, *, holder: str | None = None
     ) -> list[StoredTensor]:
@@ -308,10 +320,16 @@ class TensorStore:
         with self._mutex:
             return sum(size for key, size in sizes.items() if (tenant, key) in self._entries)
 
-    def similarity(self, package_dir: Path, tenant: str) -> float:
-        """Tetris θ_ij = Mem(T_i ∩ T_store) / Mem(T_i), in [0, 1]."""
-        total = self.index_package(package_dir).unique_bytes
-        return 1.0 if total == 0 else self.shared_bytes_for(package_dir, tenant) / total
+    def similarity(self, package_dir: Path, tenant: str, *, known_only: bool = False) -> float:
+        """Tetris θ_ij = Mem(T_i ∩ T_store) / Mem(T_i), in [0, 1]; `known_only`: 0 for a
+        package whose index was never read (never reads one: an event loop may call it)."""
+        index = self.known_index(package_dir) if known_only else self.index_package(package_dir)
+        if index is None or index.unique_bytes == 0:
+            return 0.0 if index is None else 1.0
+        sizes = index.unique_sizes()
+        with self._mutex:
+            shared = sum(size for key, size in sizes.items() if (tenant, key) in self._entries)
+        return shared / index.unique_bytes
 
     # -- reclaiming and restart ----------------------------------------------------------
 

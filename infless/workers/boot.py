@@ -17,6 +17,7 @@ Gateway side: never imports torch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
+from infless.transform.choice import StartPath
+from infless.transform.planner import PlanStep
 from infless.types import InstanceConfig, WorkerRuntime
 from infless.weights.store import StoreError
 from infless.weights.stored import StoredTensor
@@ -32,7 +35,7 @@ from infless.workers import protocol as p
 from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStartFailed
 from infless.workers.isolation import probe_secrets
-from infless.workers.launcher import LaunchedWorker, WorkerLauncher
+from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import OutputPumps, Sink
 from infless.workers.templates import TemplateCache
 
@@ -178,6 +181,81 @@ class ProcessStarter:
             raise
         start = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
         return Booted(handle, ready, start)
+
+    # -- transformation (Optimus): an idle worker becomes another function's instance ------
+    def normal_path(self, order: BootOrder) -> StartPath:
+        """How `boot` would start this instance: from the model's template when one runs,
+        else from the zygote, else as a fresh process."""
+        if (
+            self._templates is not None
+            and self.store is not None
+            and order.shared_weights
+            and not order.runtime.secrets
+            and self._templates.has_template(order.tenant, str(order.package_dir))
+        ):
+            return StartPath.TEMPLATE
+        return (
+            StartPath.FRESH if isinstance(self.launcher, SubprocessLauncher) else StartPath.ZYGOTE
+        )
+
+    def parked(self, instance_id: str) -> None:
+        """The instance's worker is kept idle: it no longer counts as its model's instance
+        (a model left without instances closes its template)."""
+        if self._templates is not None:
+            self._templates.release(instance_id)
+
+    def transformable(self, order: BootOrder) -> bool:
+        """Whether this instance may come from (or become) a transformed worker: stored
+        weights, no secrets, no memory limit (its worker's cgroups stay simple)."""
+        runtime = order.runtime
+        return (
+            self.store is not None
+            and order.shared_weights
+            and not runtime.secrets
+            and runtime.memory_limit_bytes is None
+        )
+
+    async def transform(
+        self,
+        order: BootOrder,
+        donor_id: str,
+        handle: WorkerHandle,
+        steps: list[PlanStep],
+        structure_json: str,
+    ) -> Booted:
+        """Turn the idle worker `donor_id` into `order`'s instance by `steps`: publish the
+        destination's tensors (held by the new instance), move the worker to the new
+        instance's cores, have it transform its model, then let go of what the donor held.
+        Raises (and kills the worker) when anything fails: it must not serve again."""
+        if not isinstance(handle, ProcessWorkerHandle) or self.store is None:
+            raise WorkerStartFailed("only a process worker with the store can be transformed")
+        try:
+            stored = await asyncio.to_thread(
+                self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
+            )
+            self._confine(order, handle.pid)
+            handle.rebind_death(lambda _: order.on_death())
+            request = p.TransformModel(
+                package_dir=str(order.package_dir),
+                structure=structure_json,
+                steps=steps,
+                store_tensors=stored,
+                cpus=order.config.cpus,
+                cpu_ids=list(order.cpu_ids),
+                warmup_batch_sizes=list(order.warmup_batch_sizes),
+                warmup_rounds=self._settings.warmup_rounds,
+            )
+            ready = await handle.transform(request, self._settings.start_timeout_s)
+        except BaseException:
+            handle.kill()
+            confinement = self._confinements.pop(order.instance_id, None)
+            if confinement is not None and self._confiner is not None:
+                with contextlib.suppress(OSError):  # the normal start makes its own group
+                    await asyncio.to_thread(self._confiner.release, confinement)
+            raise
+        finally:
+            await self.release(donor_id)  # its store holds, template use and old cgroup
+        return Booted(handle, ready, ready.start)
 
     def _secrets_of(self, runtime: WorkerRuntime) -> dict[str, bytes] | None:
         if not runtime.secrets:

@@ -130,6 +130,20 @@ class ProcessWorkerHandle:
 
     async def load(self, request: p.LoadModel, timeout_s: float) -> p.Ready:
         await self._connect()
+        return await self._until_ready(request, timeout_s)
+
+    async def transform(self, request: p.TransformModel, timeout_s: float) -> p.Ready:
+        """Have the (idle) worker transform its model; `WorkerStartFailed` when it could
+        not (it then exits: the caller must not serve it again)."""
+        return await self._until_ready(request, timeout_s)
+
+    def rebind_death(self, on_death: Callable[[ProcessWorkerHandle], None] | None) -> None:
+        """Whom to tell when the worker dies (a transformed worker serves someone else)."""
+        self._on_death = on_death
+
+    async def _until_ready(
+        self, request: p.LoadModel | p.TransformModel, timeout_s: float
+    ) -> p.Ready:
         self._load_future = asyncio.get_running_loop().create_future()
         future = self._load_future
         self._send(request)

@@ -4,9 +4,11 @@ Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function
 and mount its secrets (`workers.isolation`) → build the model (structure on
 the meta device, then weights: mapped from the shared store or read from the package) →
 time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
-the socket (the gateway is gone). One batch at a time; torch threads = the instance's cores;
-malloc keeps freed memory for the next batch (`infless.profiler.allocator`), and the heap the
-warm-up leaves is trimmed once.
+the socket (the gateway is gone). An idle worker may be told to `TransformModel`: it turns
+its model into another package's (`workers.transformer`) and answers `Ready` again.
+One batch at a time; torch threads = the instance's cores; malloc keeps freed memory for
+the next batch (`infless.profiler.allocator`), and the heap the warm-up leaves is trimmed
+once.
 A template process (`prepare_template`) loads a model once on one thread; instances forked
 from it take that model as is (no build, no attach) and only time their own warm-up.
 """
@@ -103,17 +105,7 @@ def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
     else:
         model, attach_started = build_model(request)
     warmup_started = perf_s()
-    exec_ms: dict[int, float] = {}
-    for batch_size in request.warmup_batch_sizes:
-        example = model.example_inputs(batch_size)
-        model.check_outputs(model.run(example), batch_size)  # first call pays allocation
-        timings = []
-        for _ in range(max(1, request.warmup_rounds)):
-            started = perf_s()
-            model.run(example)
-            timings.append((perf_s() - started) * 1000.0)
-        exec_ms[batch_size] = float(np.median(timings))
-    _return_free_memory()
+    exec_ms = _warm_up(model, request.warmup_batch_sizes, request.warmup_rounds)
     done = perf_s()
     breakdown = p.StartBreakdown(
         build_ms=(attach_started - build_started) * 1000.0,
@@ -121,6 +113,43 @@ def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
         warmup_ms=(done - warmup_started) * 1000.0,
     )
     return model, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown)
+
+
+def _warm_up(model: LoadedModel, batch_sizes: list[int], rounds: int) -> dict[int, float]:
+    """Run each batch size once (it pays the allocation), then time `rounds` runs."""
+    exec_ms: dict[int, float] = {}
+    for batch_size in batch_sizes:
+        example = model.example_inputs(batch_size)
+        model.check_outputs(model.run(example), batch_size)  # first call pays allocation
+        timings = []
+        for _ in range(max(1, rounds)):
+            started = perf_s()
+            model.run(example)
+            timings.append((perf_s() - started) * 1000.0)
+        exec_ms[batch_size] = float(np.median(timings))
+    _return_free_memory()
+    return exec_ms
+
+
+def _transform(model: LoadedModel, request: p.TransformModel) -> tuple[LoadedModel, p.Ready]:
+    """Transform the served model into the package's (`transform.metaops`), then warm up."""
+    import torch
+
+    from infless.workers.transformer import transform_model
+
+    if request.cpu_ids:
+        os.sched_setaffinity(0, request.cpu_ids)
+    torch.set_num_threads(max(1, request.cpus))
+    started = perf_s()
+    transformed, metaops_ms = transform_model(model, request)
+    warmup_started = perf_s()
+    exec_ms = _warm_up(transformed, request.warmup_batch_sizes, request.warmup_rounds)
+    breakdown = p.StartBreakdown(
+        transform_ms=(warmup_started - started) * 1000.0,
+        warmup_ms=(perf_s() - warmup_started) * 1000.0,
+        metaops_ms=metaops_ms,
+    )
+    return transformed, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown)
 
 
 def prepare_template(sock: socket.socket) -> bool:
@@ -162,6 +191,19 @@ def _rss_bytes() -> int:
         return 0
 
 
+def _run(model: LoadedModel, message: p.RunBatch | p.RunRequests) -> p.FromWorker:
+    """One batch's answer; a bad batch fails that batch, not the worker."""
+    started = perf_s()
+    try:
+        if isinstance(message, p.RunBatch):
+            outputs = model.run(message.inputs)
+            return p.BatchResult(message.batch_id, outputs, (perf_s() - started) * 1000.0)
+        answers = model.serve(message.requests)
+        return p.RequestsResult(message.batch_id, answers, (perf_s() - started) * 1000.0)
+    except Exception as exc:  # reported to the gateway as this batch's failure
+        return p.BatchFailed(message.batch_id, f"{type(exc).__name__}: {exc}")
+
+
 def serve(sock: socket.socket) -> None:
     """Serve one instance on `sock` until Shutdown or EOF. Never raises for a bad batch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway owns shutdown
@@ -181,22 +223,17 @@ def serve(sock: socket.socket) -> None:
         if message is None or isinstance(message, p.Shutdown):
             return
         if isinstance(message, p.RunBatch | p.RunRequests):
-            started = perf_s()
-            try:
-                if isinstance(message, p.RunBatch):
-                    outputs = model.run(message.inputs)
-                else:
-                    answers = model.serve(message.requests)
-            except Exception as exc:  # a bad batch fails that batch, not the worker
-                channel.send(p.BatchFailed(message.batch_id, f"{type(exc).__name__}: {exc}"))
-                continue
-            exec_ms = (perf_s() - started) * 1000.0
-            if isinstance(message, p.RunBatch):
-                channel.send(p.BatchResult(message.batch_id, outputs, exec_ms))
-            else:
-                channel.send(p.RequestsResult(message.batch_id, answers, exec_ms))
+            channel.send(_run(model, message))
         elif isinstance(message, p.Ping):
             channel.send(p.Pong(message.nonce, _rss_bytes()))
+        elif isinstance(message, p.TransformModel):
+            try:
+                model, ready = _transform(model, message)
+            except Exception as exc:  # half transformed: never serve it, exit
+                traceback.print_exc(file=sys.stderr)
+                channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
+                return
+            channel.send(ready)
 
 
 def main(argv: list[str] | None = None) -> int:

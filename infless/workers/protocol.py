@@ -12,6 +12,7 @@ import struct
 
 import msgspec
 
+from infless.transform.planner import PlanStep
 from infless.weights.stored import StoredTensor
 
 FRAME_HEADER = struct.Struct(">I")
@@ -51,13 +52,35 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     secrets: dict[str, bytes] | None = None  # never logged: values travel only here
 
 
+class TransformModel(msgspec.Struct, tag="transform", frozen=True):
+    """Turn the model this (idle) worker serves into the package's, by `steps` (Optimus).
+
+    `structure` is the destination's `ModelStructure` JSON (its operations and graph);
+    `store_tensors` its stored tensors, of which the steps map those they name. The worker
+    answers `Ready` (its warm-up timed as after `LoadModel`) or `LoadFailed` and exits: a
+    half-transformed model is never served.
+    """
+
+    package_dir: str
+    structure: str
+    steps: list[PlanStep]
+    store_tensors: list[StoredTensor]
+    cpus: int
+    cpu_ids: list[int] = []
+    warmup_batch_sizes: list[int] = []
+    warmup_rounds: int = 3
+
+
 class StartBreakdown(msgspec.Struct, frozen=True):
-    """Where an instance's start time went, in milliseconds."""
+    """Where an instance's start time went, in milliseconds (`transform_ms`: a transformed
+    instance's meta-operators, per kind in `metaops_ms`)."""
 
     spawn_ms: float = 0.0
     build_ms: float = 0.0
     attach_ms: float = 0.0
     warmup_ms: float = 0.0
+    transform_ms: float = 0.0
+    metaops_ms: dict[str, float] = {}
 
 
 class Ready(msgspec.Struct, tag="ready", frozen=True):
@@ -132,7 +155,7 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
-ToWorker = LoadModel | RunBatch | RunRequests | Ping | Shutdown
+ToWorker = LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown
 FromWorker = Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong
 Message = ToWorker | FromWorker
 

@@ -241,6 +241,13 @@ class TemplateCache:
         slot.start = asyncio.get_running_loop().create_task(start, name=key.template_id)
         slot.start.add_done_callback(_log_start)
 
+    def has_template(self, tenant: str, package_dir: str) -> bool:
+        """Whether a template of the model runs now (an instance would fork from it)."""
+        return any(
+            key.tenant == tenant and key.package_dir == package_dir and slot.template()
+            for key, slot in self._slots.items()
+        )
+
     async def wait_started(self, instance_id: str) -> Template | None:
         """The template of `instance_id`'s model once its start ends (None: it failed)."""
         key = self._by_instance.get(instance_id)

@@ -26,6 +26,8 @@ BUILDERS: dict[str, str] = {
     "mnist_cnn": "infless.models.zoo.cnn:mnist_cnn",
     "vgg16": "infless.models.zoo.cnn:vgg16",
     "resnet50": "infless.models.zoo.cnn:resnet50",
+    "resnet": "infless.models.zoo.cnn:resnet",
+    "vgg": "infless.models.zoo.cnn:vgg",
     "resnet_cifar": "infless.models.zoo.cnn:resnet_cifar",
     "mobilenet_v1": "infless.models.zoo.mobile:mobilenet_v1",
     "ssd_mobilenet_v1": "infless.models.zoo.mobile:ssd_mobilenet_v1",
@@ -311,7 +313,112 @@ _ENTRIES: list[ZooEntry] = [
     ),
 ]
 
+
+# Model families to transform between (Optimus §8): ResNets and VGGs of every depth, BERTs of
+# four sizes and two task heads on one BERT-base encoder. resnet-50 is the Table 1 entry.
+_BERT_SIZES: tuple[tuple[str, int, int, int, int], ...] = (
+    # (size, layers, hidden, heads, seed): the intermediate width is 4 × hidden
+    ("mini", 4, 256, 4, 1121),
+    ("small", 4, 512, 8, 1122),
+    ("medium", 8, 512, 8, 1123),
+    ("base", 12, 768, 12, 1124),
+)
+_BERT_TOKENS = 64
+
+
+def _bert_entry(size: str, layers: int, hidden: int, heads: int, seed: int, qa: bool) -> ZooEntry:
+    tokens = (
+        _sig("input_ids", "int64", _BERT_TOKENS),
+        _sig("attention_mask", "int64", _BERT_TOKENS),
+    )
+    kwargs: dict[str, object] = {
+        "vocab_size": 30522, "hidden": hidden, "layers": layers, "heads": heads,
+        "intermediate": 4 * hidden, "max_positions": 512, "type_vocab_size": 2, "classes": 2,
+    }  # fmt: skip
+    if qa:
+        return ZooEntry(
+            name=f"bert-{size}-qa",
+            builder="bert",
+            kwargs={**kwargs, "head": "qa"},
+            inputs=tokens,
+            outputs=(_sig("span_logits", "float32", _BERT_TOKENS, 2),),
+            seed=seed,
+            head_seeds={"qa_outputs.": seed + 100},
+            description=f"bert-{size}'s encoder, bit for bit, with a question-answering head: "
+            "per token, the logits of a span starting and ending there",
+        )
+    return ZooEntry(
+        name=f"bert-{size}",
+        builder="bert",
+        kwargs=kwargs,
+        inputs=tokens,
+        outputs=_probabilities(2),
+        seed=seed,
+        postprocess="softmax",
+        description=f"BERT-{size} ({layers} layers, hidden {hidden}, {heads} heads, vocabulary "
+        f"30522) sentence classifier over {_BERT_TOKENS} tokens",
+    )
+
+
+_FAMILIES: list[ZooEntry] = [
+    *(
+        ZooEntry(
+            name=f"resnet-{depth}",
+            builder="resnet",
+            kwargs={"depth": depth, "num_classes": 1000},
+            inputs=_image(3, 224),
+            outputs=_probabilities(1000),
+            seed=seed,
+            postprocess="softmax",
+            description=f"ResNet-{depth} ImageNet classifier on 224×224 RGB",
+        )
+        for depth, seed in ((18, 1101), (34, 1102), (101, 1103), (152, 1104))
+    ),
+    *(
+        ZooEntry(
+            name=f"vgg-{depth}",
+            builder="vgg",
+            kwargs={"depth": depth, "num_classes": 1000, "hidden": 2048},
+            inputs=_image(3, 128),
+            outputs=_probabilities(1000),
+            seed=seed,
+            postprocess="softmax",
+            description=f"VGG-{depth} convolutional features with a global-pool 2048-wide "
+            "classifier head, on 128×128 RGB",
+        )
+        for depth, seed in ((11, 1111), (13, 1112), (16, 1113), (19, 1114))
+    ),
+    *(_bert_entry(*size, qa=False) for size in _BERT_SIZES),
+    _bert_entry(*_BERT_SIZES[-1], qa=True),
+]
+_ENTRIES += _FAMILIES
+
 ZOO: dict[str, ZooEntry] = {entry.name: entry for entry in _ENTRIES}
+
+# name -> family, for the transformation benchmark and tests
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "resnet": ("resnet-18", "resnet-34", "resnet-50", "resnet-101", "resnet-152"),
+    "vgg": ("vgg-11", "vgg-13", "vgg-16", "vgg-19"),
+    "bert": ("bert-mini", "bert-small", "bert-medium", "bert-base", "bert-base-qa"),
+}
+
+# (source, destination) pairs of `bench.transform`: within each family both ways, across
+# families both ways, and the two heads on one BERT.
+TRANSFORM_PAIRS: tuple[tuple[str, str], ...] = (
+    ("resnet-18", "resnet-34"), ("resnet-34", "resnet-18"),
+    ("resnet-34", "resnet-50"), ("resnet-50", "resnet-34"),
+    ("resnet-50", "resnet-101"), ("resnet-101", "resnet-50"),
+    ("resnet-101", "resnet-152"), ("resnet-152", "resnet-101"),
+    ("vgg-11", "vgg-16"), ("vgg-16", "vgg-11"),
+    ("vgg-13", "vgg-19"), ("vgg-19", "vgg-13"),
+    ("bert-mini", "bert-small"), ("bert-small", "bert-mini"),
+    ("bert-medium", "bert-base"), ("bert-base", "bert-medium"),
+    ("bert-mini", "bert-base"), ("bert-base", "bert-mini"),
+    ("bert-base", "bert-base-qa"), ("bert-base-qa", "bert-base"),
+    ("resnet-152", "vgg-19"), ("vgg-19", "resnet-152"),
+    ("resnet-50", "vgg-16"), ("vgg-16", "resnet-50"),
+    ("resnet-50", "bert-base"), ("bert-base", "resnet-50"),
+)  # fmt: skip
 
 # The eleven models of INFless Table 1, in the table's order.
 TABLE1_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.table_size_mib is not None)

@@ -1,4 +1,4 @@
-"""BERT-base encoder with a sequence-classification head (the zoo's bert-v1).
+"""BERT encoders of any size with a sequence-classification or a question-answering head.
 
 Worker side (imports torch). Plain `torch.nn` with attention written out as matmul + softmax
 (so `torch.fx` sees every operator), BERT's parameter layout, and no buffers at all: position
@@ -12,6 +12,8 @@ import math
 
 import torch
 from torch import nn
+
+HEADS = ("classification", "qa")
 
 
 class SelfAttention(nn.Module):
@@ -65,8 +67,11 @@ class BertClassifier(nn.Module):
         max_positions: int,
         type_vocab_size: int,
         classes: int,
+        head: str = "classification",
     ) -> None:
         super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"head={head!r}: a BERT head is one of {', '.join(HEADS)}")
         self.vocab_size = vocab_size
         self.word_embeddings = nn.Embedding(vocab_size, hidden)
         self.position_embeddings = nn.Embedding(max_positions, hidden)
@@ -75,8 +80,12 @@ class BertClassifier(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(hidden, heads, intermediate) for _ in range(layers)
         )
-        self.pooler = nn.Linear(hidden, hidden)
-        self.classifier = nn.Linear(hidden, classes)
+        self.head = head
+        if head == "classification":
+            self.pooler = nn.Linear(hidden, hidden)
+            self.classifier = nn.Linear(hidden, classes)
+        else:
+            self.qa_outputs = nn.Linear(hidden, 2)  # a span's start and end logit per token
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         seq_len = input_ids.shape[1]
@@ -88,6 +97,9 @@ class BertClassifier(nn.Module):
         mask_bias = (1.0 - keep) * -10000.0
         for layer in self.layers:
             x = layer(x, mask_bias)
+        if self.head == "qa":
+            spans: torch.Tensor = self.qa_outputs(x)
+            return spans
         pooled = torch.tanh(self.pooler(x[:, 0]))
         logits: torch.Tensor = self.classifier(pooled)
         return logits
@@ -102,8 +114,12 @@ def bert(
     max_positions: int = 512,
     type_vocab_size: int = 2,
     classes: int = 2,
+    head: str = "classification",
 ) -> nn.Module:
-    """BERT-base (Chinese vocabulary size, 21128) → pooled [CLS] → class logits."""
+    """A BERT encoder (default: BERT-base, Chinese vocabulary size 21128) → `head`:
+    "classification" (pooled [CLS] → class logits) or "qa" (per token: span start and end
+    logits)."""
     return BertClassifier(
-        vocab_size, hidden, layers, heads, intermediate, max_positions, type_vocab_size, classes
-    )
+        vocab_size, hidden, layers, heads, intermediate, max_positions, type_vocab_size, classes,
+        head,
+    )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Image-classification architectures of the zoo: MNIST CNN, VGG-16, ResNet-50, CIFAR ResNets.
+"""Image-classification architectures of the zoo: MNIST CNN, VGGs, ResNets, CIFAR ResNets.
 
 Worker side (imports torch). Plain `torch.nn`, traceable with `torch.fx` (no data-dependent
 control flow, no non-persistent buffers). Builders only define structure: seeded weights are
@@ -44,18 +44,24 @@ def mnist_cnn(num_classes: int = 10, hidden: int = 56) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------------------------
-# VGG-16 (configuration D, no batch norm) with a compact classifier head.
+# VGG-11/13/16/19 (configurations A, B, D, E; no batch norm) with a compact classifier head.
 
-_VGG16_LAYOUT: tuple[int, ...] = (64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0)
-_VGG16_LAYOUT += (512, 512, 512, 0)  # 0 = 2×2 max pool
+VGG_LAYOUTS: dict[int, tuple[int, ...]] = {  # 0 = 2×2 max pool
+    11: (64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0),
+    13: (64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0),
+    16: (64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0),
+    19: (64, 64, 0, 128, 128, 0, *(256,) * 4, 0, *(512,) * 4, 0, *(512,) * 4, 0),
+}
 
 
 class Vgg(nn.Module):
-    def __init__(self, num_classes: int, hidden: int) -> None:
+    def __init__(self, num_classes: int, hidden: int, depth: int = 16) -> None:
         super().__init__()
+        if depth not in VGG_LAYOUTS:
+            raise ValueError(f"depth={depth}: VGG comes in depths {sorted(VGG_LAYOUTS)}")
         layers: list[nn.Module] = []
         channels = 3
-        for width in _VGG16_LAYOUT:
+        for width in VGG_LAYOUTS[depth]:
             if width == 0:
                 layers.append(nn.MaxPool2d(2))
             else:
@@ -77,16 +83,46 @@ class Vgg(nn.Module):
 
 def vgg16(num_classes: int = 1000, hidden: int = 2048) -> nn.Module:
     """VGG-16 convolutional features (13 conv layers) → global pool → 2-layer classifier."""
-    return Vgg(num_classes, hidden)
+    return Vgg(num_classes, hidden, 16)
+
+
+def vgg(depth: int = 16, num_classes: int = 1000, hidden: int = 2048) -> nn.Module:
+    """VGG-`depth` convolutional features → global pool → 2-layer classifier."""
+    return Vgg(num_classes, hidden, depth)
 
 
 # ---------------------------------------------------------------------------------------------
-# ResNet-50 (v1.5: stride on the 3×3 conv), torchvision's parameter naming.
+# ResNet-18/34/50/101/152 (v1.5: stride on the 3×3 conv), torchvision's parameter naming.
 
 
 def _conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1) -> list[nn.Module]:
     conv = nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False)
     return [conv, nn.BatchNorm2d(c_out)]
+
+
+def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    if stride != 1 or c_in != c_out:
+        return nn.Sequential(*_conv_bn(c_in, c_out, 1, stride))
+    return nn.Identity()
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = _shortcut(c_in, planes, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        result: torch.Tensor = self.relu(out + self.downsample(x))
+        return result
 
 
 class Bottleneck(nn.Module):
@@ -102,11 +138,7 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(planes, c_out, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(c_out)
         self.relu = nn.ReLU(inplace=True)
-        self.downsample: nn.Module = (
-            nn.Sequential(*_conv_bn(c_in, c_out, 1, stride))
-            if stride != 1 or c_in != c_out
-            else nn.Identity()
-        )
+        self.downsample = _shortcut(c_in, c_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
@@ -116,20 +148,33 @@ class Bottleneck(nn.Module):
         return result
 
 
-class ResNet50(nn.Module):
-    def __init__(self, num_classes: int) -> None:
+# depth -> (block, blocks per stage)
+RESNET_LAYOUTS: dict[int, tuple[type[BasicBlock] | type[Bottleneck], tuple[int, ...]]] = {
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+    152: (Bottleneck, (3, 8, 36, 3)),
+}
+
+
+class ResNet(nn.Module):
+    def __init__(self, num_classes: int, depth: int = 50) -> None:
         super().__init__()
+        if depth not in RESNET_LAYOUTS:
+            raise ValueError(f"depth={depth}: ResNet comes in depths {sorted(RESNET_LAYOUTS)}")
+        block, counts = RESNET_LAYOUTS[depth]
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         c_in = 64
         stages: list[nn.Sequential] = []
-        for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for planes, blocks, stride in zip((64, 128, 256, 512), counts, (1, 2, 2, 2), strict=True):
             layer: list[nn.Module] = []
             for index in range(blocks):
-                layer.append(Bottleneck(c_in, planes, stride if index == 0 else 1))
-                c_in = planes * Bottleneck.expansion
+                layer.append(block(c_in, planes, stride if index == 0 else 1))
+                c_in = planes * block.expansion
             stages.append(nn.Sequential(*layer))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -144,7 +189,12 @@ class ResNet50(nn.Module):
 
 def resnet50(num_classes: int = 1000) -> nn.Module:
     """ResNet-50 for 224×224 RGB; the classifier head is `fc` (the transfer-learning head)."""
-    return ResNet50(num_classes)
+    return ResNet(num_classes, 50)
+
+
+def resnet(depth: int = 50, num_classes: int = 1000) -> nn.Module:
+    """ResNet-`depth` (18, 34: basic blocks; 50, 101, 152: bottlenecks) for 224×224 RGB."""
+    return ResNet(num_classes, depth)
 
 
 # ---------------------------------------------------------------------------------------------

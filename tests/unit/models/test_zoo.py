@@ -13,7 +13,7 @@ from infless.errors import UnknownModel
 from infless.models.build import build_meta_module, build_seeded_module, state_nbytes
 from infless.models.loader import apply_postprocess
 from infless.models.package import encode_manifest
-from infless.models.zoo import TABLE1_MODELS, ZOO, zoo_entry
+from infless.models.zoo import FAMILIES, TABLE1_MODELS, ZOO, zoo_entry
 from tests.unit.models.inputs import as_outputs, random_inputs
 
 MIB = 1024 * 1024
@@ -23,6 +23,7 @@ BATCH_SIZES: dict[str, tuple[int, int]] = {
     "bert-v1": (1, 2),
     "vggnet": (1, 2),
     **dict.fromkeys(TRANSFER_VARIANTS, (1, 2)),
+    **dict.fromkeys([name for family in FAMILIES.values() for name in family], (1, 2)),
 }
 
 
@@ -58,6 +59,24 @@ def test_fp32_weights_within_25_percent_of_table1(name: str) -> None:
     assert all(t.dtype == torch.float32 for t in module.parameters())
     ratio = state_nbytes(module) / (entry.table_size_mib * MIB)
     assert 0.75 <= ratio <= 1.25, f"{name}: {ratio:.2f}× Table 1's {entry.table_size_mib} MiB"
+
+
+@pytest.mark.parametrize(
+    ("name", "millions"),
+    [("resnet-18", 11.7), ("resnet-34", 21.8), ("resnet-101", 44.5), ("resnet-152", 60.2),
+     ("bert-base", 109.5), ("bert-mini", 11.2)],
+)  # fmt: skip
+def test_families_have_their_published_parameter_counts(name: str, millions: float) -> None:
+    module = build_meta_module(ZOO[name])
+    parameters = sum(p.numel() for p in module.parameters()) / 1e6
+    assert abs(parameters - millions) / millions < 0.03, f"{name}: {parameters:.1f} M"
+
+
+def test_bert_heads_share_the_encoder() -> None:
+    classifier, qa = ZOO["bert-base"], ZOO["bert-base-qa"]
+    assert classifier.seed == qa.seed
+    assert qa.seed_for("qa_outputs.weight") != classifier.seed_for("classifier.weight")
+    assert qa.seed_for("layers.0.attention.query.weight") == classifier.seed
 
 
 def test_resnet20_cifar_is_the_standard_small_one() -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
-from infless.scaling.planner import efficiency, plan
+from infless.scaling.placement import efficiency
+from infless.scaling.planner import plan
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor, TablePredictor
 from infless.scaling.shares import Regime
 from infless.scaling.view import (

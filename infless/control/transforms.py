@@ -1,0 +1,337 @@
+"""Warm-instance transformation on this server: idle workers, and how each start goes.
+
+`TransformService` keeps the idle workers (instances their function no longer wanted, kept
+alive by the `[transform]` rule: `transform.idle`) and, when the pool starts an instance,
+`decide`s between transforming one of them (same tenant only) and the normal start
+(`ProcessStarter.normal_path`: template, zygote or fresh), by the predicted costs of
+`transform.choice` and the cached plans of `transform.planner`. Structures come from
+`control.structures`, the meta-operator costs from the profile database. It remembers what
+every start measured (`record`) to predict the next, and keeps each worker's history
+(`/system/instances`). Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infless.clock import Clock, perf_s
+from infless.control.structures import StructureCache
+from infless.dataplane.instance import Instance
+from infless.models.package import NO_TRANSFORM, PackageManifest
+from infless.transform.choice import Candidate, StartCosts, StartPath, choose
+from infless.transform.config import TransformConfig
+from infless.transform.costs import MetaOpCosts
+from infless.transform.idle import IdleEntry, donors_for, may_keep
+from infless.transform.planner import PlanCache, TransformPlan, build_cost_ms, plan_transformation
+from infless.types import FunctionSpec
+from infless.weights.store import TensorStore
+from infless.workers.boot import Booted, BootOrder, ProcessStarter
+from infless.workers.handle import ProcessWorkerHandle, WorkerHandle
+from infless.workers.protocol import StartBreakdown
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class IdleWorker:
+    entry: IdleEntry
+    handle: WorkerHandle
+    package_dir: Path
+    instance_id: str
+    history: list[dict[str, object]]
+    expiry: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]
+    model_key: str
+    plan: TransformPlan | None = None
+    structure_json: str = ""
+    planning_ms: float = 0.0
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "path": self.chosen.path.value,
+            "predictedMs": round(self.chosen.predicted_ms, 3),
+            "planningMs": round(self.planning_ms, 3),
+            "candidates": [
+                {
+                    "path": c.path.value,
+                    "predictedMs": round(c.predicted_ms, 3),
+                    "from": c.donor_function,
+                }
+                for c in self.candidates
+            ],
+            "plan": None if self.plan is None else self.plan.describe(),
+        }
+
+
+def start_event(decision: Decision | None, start: StartBreakdown) -> dict[str, object]:
+    """One history entry: how an instance's worker started (or was transformed), what was
+    predicted and what it took (warm-up excluded)."""
+    if decision is None:
+        return {"event": "started", "path": None, "tookMs": round(start_ms(start), 3)}
+    event: dict[str, object] = {
+        "event": "transformed" if decision.chosen.path is StartPath.TRANSFORM else "started",
+        "from": decision.chosen.donor_function,
+        "tookMs": round(start_ms(start), 3),
+        **decision.describe(),
+    }
+    if start.metaops_ms:
+        event["metaopsMs"] = {k: round(v, 3) for k, v in start.metaops_ms.items()}
+    return event
+
+
+def start_ms(start: StartBreakdown) -> float:
+    """A start's cost, warm-up excluded: the transformation, or spawn + build + attach."""
+    return start.transform_ms or (start.spawn_ms + start.build_ms + start.attach_ms)
+
+
+@dataclass(slots=True)
+class TransformService:
+    cfg: TransformConfig
+    clock: Clock
+    starter: ProcessStarter
+    structures: StructureCache
+    costs: MetaOpCosts
+    store: TensorStore
+    idle: dict[str, IdleWorker] = field(default_factory=dict)
+    packages: dict[str, dict[str, Path]] = field(default_factory=dict)  # tenant -> deployed
+    plans: PlanCache = field(default_factory=PlanCache)
+    start_costs: StartCosts = field(default_factory=StartCosts)
+
+    def prepare(self, package_dir: Path, tenant: str) -> None:
+        """A function of `tenant` was deployed. Structures are described (a subprocess that
+        imports torch) only where a transformation may happen: once the tenant has an idle
+        worker, its functions' packages are described."""
+        if not self.cfg.enabled:
+            return
+        self.packages.setdefault(tenant, {})[str(package_dir)] = package_dir
+        if any(w.entry.tenant == tenant for w in self.idle.values()):
+            self.structures.prepare([package_dir])
+
+    # -- idle workers ----------------------------------------------------------------------
+    def may_park(self, function: str, spec: FunctionSpec, manifest: PackageManifest) -> bool:
+        """Whether a drained instance of `function` is kept idle (the `[transform]` rule):
+        a plain module with stored weights, no secrets, no memory limit, room left."""
+        entries = [w.entry for w in self.idle.values()]
+        runtime = spec.runtime
+        return (
+            self.cfg.enabled
+            and manifest.format == "module"
+            and manifest.transform in NO_TRANSFORM
+            and not runtime.secrets
+            and runtime.memory_limit_bytes is None
+            and self.cfg.idle_keep_s > 0
+            and may_keep(
+                entries,
+                function,
+                per_function=self.cfg.idle_per_function,
+                max_idle=self.cfg.max_idle,
+            )
+        )
+
+    def keep_idle(
+        self,
+        function: str,
+        tenant: str,
+        package_dir: Path,
+        instance: Instance,
+        handle: WorkerHandle,
+        on_gone: Callable[[str], None],
+    ) -> None:
+        """Keep a drained instance's worker idle (see `park`), its history with it."""
+        entry = IdleEntry(instance.worker_id, function, tenant, self.clock.now())
+        history: list[dict[str, object]] = [
+            *instance.history,
+            {"event": "idle", "function": function, "instance": instance.instance_id},
+        ]
+        self.park(IdleWorker(entry, handle, package_dir, instance.instance_id, history), on_gone)
+
+    def park(self, worker: IdleWorker, on_gone: Callable[[str], None]) -> None:
+        """Keep `worker` idle for `idle_keep_s`; then stop it (`on_gone` frees its holds,
+        also when it dies idle)."""
+        worker_id = worker.entry.worker_id
+        self.idle[worker_id] = worker
+        self.starter.parked(worker_id)
+        tenant_packages = self.packages.get(worker.entry.tenant, {})
+        self.structures.prepare([worker.package_dir, *tenant_packages.values()])
+        if isinstance(worker.handle, ProcessWorkerHandle):
+            worker.handle.rebind_death(lambda _: self._died(worker_id, on_gone))
+        until_s = worker.entry.parked_s + self.cfg.idle_keep_s
+        worker.expiry = asyncio.create_task(
+            self._expire(worker_id, until_s, on_gone), name=f"idle-{worker_id}"
+        )
+
+    async def _expire(self, worker_id: str, until_s: float, on_gone: Callable[[str], None]) -> None:
+        await self.clock.sleep_until(until_s)
+        worker = self.idle.pop(worker_id, None)
+        if worker is not None:
+            log.info("idle worker %s kept %.0f s untaken: stopped", worker_id, self.cfg.idle_keep_s)
+            await worker.handle.stop(5.0)
+            on_gone(worker_id)
+
+    def _died(self, worker_id: str, on_gone: Callable[[str], None]) -> None:
+        """An idle worker died: forget it, free its holds."""
+        if self.take(worker_id) is not None:
+            on_gone(worker_id)
+
+    def take(self, worker_id: str) -> IdleWorker | None:
+        worker = self.idle.pop(worker_id, None)
+        if worker is not None and worker.expiry is not None:
+            worker.expiry.cancel()
+        return worker
+
+    # -- deciding how a start goes ---------------------------------------------------------
+    async def start(self, order: BootOrder) -> tuple[Booted, list[dict[str, object]]]:
+        """Start `order`'s worker the cheapest way: transform an idle worker, else the
+        starter's normal start; the worker's history with it."""
+        decision = self.decide(order)
+        if decision is not None and decision.chosen.donor:
+            done = await self.transform(order, decision)
+            if done is not None:
+                return done
+            decision = self.decide(order)  # the donor is gone or failed: decide again
+        booted = await self.starter.boot(order)
+        if decision is not None:
+            self.record(decision.chosen.path, decision.model_key, booted.start)
+        return booted, [start_event(decision, booted.start)]
+
+    def decide(self, order: BootOrder) -> Decision | None:
+        """The cheapest way to start `order`'s instance (None: transformation is off here,
+        or the destination's structure is not known yet: a normal start)."""
+        if not self.cfg.enabled or not self.starter.transformable(order):
+            return None
+        dest = self.structures.get(order.package_dir)
+        if dest is None:
+            if any(w.entry.tenant == order.tenant for w in self.idle.values()):
+                self.structures.prepare([order.package_dir])
+            return None
+        started = perf_s()
+        path = self.starter.normal_path(order)
+        normal = Candidate(
+            path, self.start_costs.predict(path, dest.model_key, build_cost_ms(dest, self.costs))
+        )
+        plans: dict[str, TransformPlan] = {}
+        candidates = []
+        for entry in donors_for([w.entry for w in self.idle.values()], order.tenant):
+            worker = self.idle[entry.worker_id]
+            plan = self._plan(worker.package_dir, order.package_dir)
+            if plan is not None and plan.feasible:
+                plans[entry.worker_id] = plan
+                candidates.append(
+                    Candidate(
+                        StartPath.TRANSFORM, plan.predicted_ms, entry.worker_id, entry.function
+                    )
+                )
+        chosen = choose(normal, candidates)
+        plan = plans.get(chosen.donor or "")
+        return Decision(
+            chosen, (normal, *candidates), dest.model_key, plan,
+            dest.to_json() if plan is not None else "", (perf_s() - started) * 1000.0,
+        )  # fmt: skip
+
+    def _plan(self, source_dir: Path, dest_dir: Path) -> TransformPlan | None:
+        key = (str(source_dir), str(dest_dir))
+        cached = self.plans.get(key)
+        if cached is not None:
+            return cached
+        source, dest = self.structures.get(source_dir), self.structures.get(dest_dir)
+        if source is None or dest is None:
+            return None
+        src_index, dst_index = self.store.known_index(source_dir), self.store.known_index(dest_dir)
+        same = None
+        if src_index is not None and dst_index is not None:
+            src_keys = {t.name: t.key for t in src_index.tensors}
+            dst_keys = {t.name: t.key for t in dst_index.tensors}
+
+            def same(s: str, d: str) -> bool:
+                return s in src_keys and src_keys[s] == dst_keys.get(d)
+
+        plan = plan_transformation(source, dest, self.costs, same)
+        if same is not None:  # a plan without sharing facts is not cached: it may improve
+            self.plans.put(key, plan)
+        return plan
+
+    async def transform(
+        self, order: BootOrder, decision: Decision
+    ) -> tuple[Booted, list[dict[str, object]]] | None:
+        """Run the decided transformation: the booted instance and its worker's history;
+        None when the worker is gone or it failed (the caller starts normally)."""
+        worker = None if decision.chosen.donor is None else self.take(decision.chosen.donor)
+        if worker is None or decision.plan is None or not worker.handle.alive:
+            return None
+        try:
+            booted = await self.starter.transform(
+                order, worker.entry.worker_id, worker.handle, list(decision.plan.steps),
+                decision.structure_json,
+            )  # fmt: skip
+        except Exception as exc:
+            log.warning("transforming %s into %s failed (%s); starting it normally",
+                        worker.entry.worker_id, order.instance_id, exc)  # fmt: skip
+            return None
+        self.record(StartPath.TRANSFORM, decision.plan.dest_key, booted.start)
+        event = start_event(decision, booted.start)
+        event["fromInstance"] = worker.instance_id
+        return booted, [*worker.history, event]
+
+    def record(self, path: StartPath, model_key: str, start: StartBreakdown) -> None:
+        """What a start took, warm-up excluded: the next prediction learns from it."""
+        self.start_costs.record(path, model_key, start_ms(start))
+
+    def affinity(self, package_dir: Path, tenant: str) -> float:
+        """How close this server is to a function (Optimus §5, Tetris θ), in [0, 1]: the
+        share of its tensors already stored, or, when an idle worker of the tenant could be
+        transformed into it, how much cheaper that is than building it."""
+        closeness = self.store.similarity(package_dir, tenant, known_only=True)
+        dest = self.structures.get(package_dir) if self.idle else None
+        if dest is None:
+            return closeness
+        build_ms = build_cost_ms(dest, self.costs)
+        for worker in self.idle.values():
+            plan = self.plans.get((str(worker.package_dir), str(package_dir)))
+            if worker.entry.tenant == tenant and plan is not None and plan.feasible:
+                closeness = max(closeness, 1.0 - min(1.0, plan.predicted_ms / build_ms))
+        return closeness
+
+    def describe_structure(self, package_dir: Path) -> dict[str, object]:
+        """Whether the package's structure is known yet, and whether it can be transformed."""
+        structure = self.structures.get(package_dir)
+        if structure is None:
+            return {"described": False, "transformable": None}
+        return {
+            "described": True,
+            "transformable": structure.transformable,
+            "reason": structure.reason or None,
+            "operations": len(structure.ops),
+            "graphNodes": len(structure.nodes),
+        }
+
+    def describe_idle(self) -> list[dict[str, object]]:
+        now = self.clock.now()
+        return [
+            {
+                "id": w.instance_id,
+                "function": w.entry.function,
+                "state": "idle",
+                "pid": w.handle.pid,
+                "idleS": round(now - w.entry.parked_s, 3),
+                "history": w.history,
+            }
+            for w in self.idle.values()
+        ]
+
+    async def close(self) -> None:
+        for worker_id in list(self.idle):
+            worker = self.take(worker_id)
+            if worker is not None:
+                with contextlib.suppress(Exception):
+                    await worker.handle.stop(5.0)
+        await self.structures.close()

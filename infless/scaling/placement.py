@@ -1,0 +1,108 @@
+"""Algorithm 1's inner choice (§3.4, lines 3–11): which configuration, on which server.
+
+Owns `Candidate` (a feasible <b, c, g> with its Equation-1 bounds), `efficiency` (Equation 10's
+e_ij, with the planner's deviations and the sharing-affinity factor) and `pick` (the largest
+batch size with a placeable configuration, then argmax e_ij over configuration × server). Moved
+out of `planner` (which owns the loop around it, the regimes and the plan) to keep both small.
+
+Servers per configuration: the best fit (smallest free score, `CapacityIndex.best_fit`) and,
+when `affinity_weight` > 0, every fitting server with a nonzero affinity for the function
+(`CapacityIndex.choices`: O(those few), never a scan of the pool). e_ij is multiplied by
+1 + affinity_weight · affinity(server, function), so a server that already holds the
+function's stored tensors (or an idle instance cheaply transformed into it) wins over an
+otherwise better fit. With affinity_weight = 0, or no affinity anywhere, the choice is exactly
+the plain best-fit one.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from infless.scaling.bounds import Bounds
+from infless.scaling.capacity import CapacityIndex
+from infless.types import InstanceConfig
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A feasible <b, c, g> of one function with its Equation-1 bounds."""
+
+    config: InstanceConfig
+    bounds: Bounds
+    units: float  # β·c + g
+
+    @property
+    def rate_per_unit(self) -> float:
+        return self.bounds.r_up_rps / self.units
+
+
+def efficiency(
+    rate_rps: float,
+    units: float,
+    best_rate_per_unit: float,
+    free_units: float,
+    min_fragment: float,
+    affinity: float = 0.0,
+    affinity_weight: float = 0.0,
+) -> float:
+    """Equation 10: e_ij = (RPS/resource, normalised to [0, 1]) / (1 − u_i / S_j), floored,
+
+    times the sharing factor 1 + affinity_weight · affinity (exactly 1 when either is 0).
+    """
+    fragment = max(1.0 - units / free_units, min_fragment) if free_units > 0 else 1.0
+    return (rate_rps / units / best_rate_per_unit) / fragment * (1.0 + affinity_weight * affinity)
+
+
+def pick(
+    cands: Sequence[Candidate],
+    residual_rps: float,
+    index: CapacityIndex,
+    best_rate: float,
+    *,
+    function: str,
+    served: bool,
+    min_fragment: float,
+    affinity_weight: float,
+) -> tuple[Candidate, int, float] | None:
+    """Algorithm 1, lines 3–11: the largest batch with a placeable config; argmax e_ij.
+
+    `served`: Equation 10's numerator is min(r_up, residual) (the planner's "served" mode),
+    else r_up. Returns the candidate, the server's index position and its (boosted) e_ij.
+    Ties keep the first: larger config order first, then the best fit, then position order.
+    """
+    current: int | None = None
+    best: tuple[float, Candidate, int] | None = None
+    affine = function if affinity_weight > 0 else None
+    places: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for cand in cands:  # grouped by batch size, largest first
+        b = cand.config.batch_size
+        if b != current:
+            if best is not None:
+                break  # a larger batch size already has a placement
+            current = b
+        if b > 1 and residual_rps + _EPS < cand.bounds.r_low_rps:
+            continue
+        key = (cand.config.cpus, cand.config.gpu_pct)
+        if key not in places:
+            places[key] = index.choices(*key, function=affine)
+        rate_rps = cand.bounds.r_up_rps
+        if served:
+            rate_rps = min(rate_rps, max(residual_rps, 1.0))
+        for pos, affinity in places[key]:
+            e_ij = efficiency(
+                rate_rps,
+                cand.units,
+                best_rate,
+                index.score(pos),
+                min_fragment,
+                affinity,
+                affinity_weight,
+            )
+            if best is None or e_ij > best[0]:
+                best = (e_ij, cand, pos)
+    return None if best is None else (best[1], best[2], best[0])

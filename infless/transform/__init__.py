@@ -1,0 +1,1 @@
+"""Warm-instance model transformation (Optimus): structures, planning, meta-operators."""
