@@ -70,7 +70,7 @@ OPTIMAL_MAX_OPS = 120
 class Sample:
     ready_ms: float  # asked -> Ready
     e2e_ms: float  # asked -> first batch of one answered
-    worker_ms: float  # what the worker reports: transform_ms, or build + attach
+    worker_ms: float  # what the gateway records: transform_ms, or spawn + build + attach
 
 
 def _first_batch(package_dir: Path) -> p.RunBatch:
@@ -114,7 +114,7 @@ async def baseline_once(
         done = time.perf_counter()
     finally:
         await _stop(launchers, store, held)
-    worker_ms = ready.start.build_ms + ready.start.attach_ms
+    worker_ms = launched.spawn_ms + ready.start.build_ms + ready.start.attach_ms
     return Sample((ready_at - started) * 1e3, (done - started) * 1e3, worker_ms)
 
 
@@ -232,6 +232,7 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
               f"{'zygote':>8} {'template':>8} | e2e: {'transf.':>8} {'fresh':>8} {'zygote':>8} "
               f"| {'choice':>9} {'pred ms':>8} {'meas ms':>8}")  # fmt: skip
     print("\nmilliseconds, p50 to Ready (e2e: to the first answer)\n" + header)
+    learnt = StartCosts()  # transformations so far: how far plans are from measurements
     for (source, dest), samples in moved.items():
         starts = StartCosts()
         for sample in base[dest]["zygote"]:  # what the gateway would have measured so far
@@ -241,7 +242,10 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
             StartPath.ZYGOTE,
             starts.predict(StartPath.ZYGOTE, dest, build_cost_ms(structures[dest], costs)),
         )
-        transform = Candidate(StartPath.TRANSFORM, plan.predicted_ms, "idle", source)
+        predicted = learnt.predict_transform(plan.predicted_ms)
+        transform = Candidate(StartPath.TRANSFORM, predicted, "idle", source)
+        for sample in samples:
+            learnt.record_transform(plan.predicted_ms, sample.worker_ms)
         chosen = choose(normal, [transform] if plan.feasible else [])
         measured = _p50(samples, "worker_ms") if chosen is transform else _p50(
             base[dest]["zygote"], "worker_ms")  # fmt: skip
@@ -253,7 +257,8 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
             "transform_e2e_ms": _p50(samples, "e2e_ms"),
             **{f"{m}_e2e_ms": _p50(base[dest][m], "e2e_ms") for m in BASELINES},
             "steps": plan.counts(),
-            "predicted_transform_ms": round(plan.predicted_ms, 2),
+            "plan_ms": round(plan.predicted_ms, 2),
+            "predicted_transform_ms": round(predicted, 2),
             "measured_transform_ms": _p50(samples, "worker_ms"),
             "predicted_zygote_ms": round(normal.predicted_ms, 2),
             "chosen": chosen.path.value,

@@ -226,10 +226,9 @@ class TransformService:
             plan = self._plan(worker.package_dir, order.package_dir)
             if plan is not None and plan.feasible:
                 plans[entry.worker_id] = plan
+                predicted = self.start_costs.predict_transform(plan.predicted_ms)
                 candidates.append(
-                    Candidate(
-                        StartPath.TRANSFORM, plan.predicted_ms, entry.worker_id, entry.function
-                    )
+                    Candidate(StartPath.TRANSFORM, predicted, entry.worker_id, entry.function)
                 )
         chosen = choose(normal, candidates)
         plan = plans.get(chosen.donor or "")
@@ -278,6 +277,7 @@ class TransformService:
                         worker.entry.worker_id, order.instance_id, exc)  # fmt: skip
             return None
         self.record(StartPath.TRANSFORM, decision.plan.dest_key, booted.start)
+        self.start_costs.record_transform(decision.plan.predicted_ms, booted.start.transform_ms)
         event = start_event(decision, booted.start)
         event["fromInstance"] = worker.instance_id
         return booted, [*worker.history, event]

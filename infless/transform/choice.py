@@ -5,9 +5,11 @@ one runs, else from the zygote with the store warm, else a fresh process. Each w
 predicted by `StartCosts` from what starts measured lately (an exponentially weighted mean
 per model and way), or, before any was measured, from the meta-operator profile (building a
 model = adding every operation) plus the fork or process start. A transformation's cost is
-its plan's prediction. `choose` takes the cheapest; the safeguard is that a transformation
-is taken only when it is predicted strictly cheaper than the normal start, and never when
-its plan is infeasible. Warm-up is left out everywhere: every way pays it alike.
+its plan's prediction, scaled by how far measured transformations have been from their
+plans so far (the offline profile times meta-operators alone). `choose` takes the
+cheapest; the safeguard is that a transformation is taken only when it is predicted strictly
+cheaper than the normal start, and never when its plan is infeasible. Warm-up is left out
+everywhere: every way pays it alike.
 
 Pure: no I/O, no clock.
 """
@@ -46,10 +48,21 @@ class StartCosts:
     alpha: float = 0.3
     by_model: dict[tuple[StartPath, str], float] = field(default_factory=dict)
     by_path: dict[StartPath, float] = field(default_factory=dict)
+    transform_ratio: float = 1.0  # measured over predicted, of the transformations so far
 
     def record(self, path: StartPath, model: str, measured_ms: float) -> None:
         self.by_model[(path, model)] = self._mean(self.by_model.get((path, model)), measured_ms)
         self.by_path[path] = self._mean(self.by_path.get(path), measured_ms)
+
+    def record_transform(self, predicted_ms: float, measured_ms: float) -> None:
+        """A transformation took `measured_ms` where its plan predicted `predicted_ms`: the
+        profile's offline costs are scaled to what transformations take on this server."""
+        if predicted_ms > 0 and measured_ms > 0:
+            ratio = measured_ms / predicted_ms
+            self.transform_ratio += self.alpha * (ratio - self.transform_ratio)
+
+    def predict_transform(self, plan_ms: float) -> float:
+        return plan_ms * self.transform_ratio
 
     def _mean(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.alpha * (new - old)

@@ -227,13 +227,15 @@ def serve(sock: socket.socket) -> None:
         elif isinstance(message, p.Ping):
             channel.send(p.Pong(message.nonce, _rss_bytes()))
         elif isinstance(message, p.TransformModel):
+            previous = model  # freed after the answer: unmapping is not on the start's path
             try:
-                model, ready = _transform(model, message)
+                model, ready = _transform(previous, message)
             except Exception as exc:  # half transformed: never serve it, exit
                 traceback.print_exc(file=sys.stderr)
                 channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
                 return
             channel.send(ready)
+            del previous
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,10 @@ __all__ = ["DEFAULT_PRELOAD", "ZygoteError", "ZygoteLauncher", "zygote_main"]
 
 DEFAULT_TARGET = "infless.workers.main:serve"
 DEFAULT_TEMPLATE_PREPARE = "infless.workers.main:prepare_template"
-_RUNTIME = ("infless.workers.main", "infless.models.loader", "infless.weights.attach")
+_RUNTIME = (
+    "infless.workers.main", "infless.models.loader", "infless.weights.attach",
+    "infless.workers.transformer",  # an idle worker may be told to transform its model
+)  # fmt: skip
 _PRIME = "infless.models.loader:prime_builders"  # `module:function` entries are called
 DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME, _PRIME)
 _PR_SET_PDEATHSIG = 1

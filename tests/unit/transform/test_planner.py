@@ -183,3 +183,10 @@ def test_the_group_plan_is_never_below_the_optimum_and_equal_when_trivial() -> N
     dest = model("d", conv("x", 8, 8), relu("r"), relu("r2"), linear("fc", 16, 4))
     heuristic = plan_transformation(source, dest, COSTS).predicted_ms
     assert optimal_cost_ms(source, dest, COSTS) <= heuristic + 1e-9
+
+
+def test_transformation_predictions_learn_how_far_plans_are_from_measurements() -> None:
+    costs = StartCosts(alpha=1.0)
+    assert costs.predict_transform(10.0) == pytest.approx(10.0)
+    costs.record_transform(predicted_ms=10.0, measured_ms=25.0)
+    assert costs.predict_transform(4.0) == pytest.approx(10.0)
