@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,11 @@ async def transform_once(
     return Sample((ready_at - started) * 1e3, (done - started) * 1e3, ready.start.transform_ms)
 
 
+def _same(keys: dict[str, dict[str, str]], a: str, b: str, s: str, d: str) -> bool:
+    """Whether source tensor `s` of `a` has destination tensor `d` of `b`'s content."""
+    return s in keys[a] and keys[a][s] == keys[b].get(d)
+
+
 def planning_ms(source: ModelStructure, dest: ModelStructure, costs: MetaOpCosts) -> float:
     times = []
     for _ in range(200):
@@ -189,8 +195,12 @@ async def run(
     launchers = Launchers(SubprocessLauncher(), zygote, templates)
     names = sorted({n for pair in pairs for n in pair})
     structures = {n: describe_package(BENCH_MODELS / n) for n in names}
-    plans = {pair: plan_transformation(structures[pair[0]], structures[pair[1]], costs)
-             for pair in pairs}  # fmt: skip
+    keys = {n: {t.name: t.key for t in store.index_package(BENCH_MODELS / n).tensors}
+            for n in names}  # fmt: skip
+    plans = {
+        (a, b): plan_transformation(structures[a], structures[b], costs, partial(_same, keys, a, b))
+        for a, b in pairs
+    }
     dests = sorted({d for _, d in pairs})
     base: dict[str, dict[str, list[Sample]]] = {d: {m: [] for m in BASELINES} for d in dests}
     moved: dict[tuple[str, str], list[Sample]] = {pair: [] for pair in pairs}

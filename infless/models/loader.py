@@ -57,7 +57,7 @@ _INITIALISERS = tuple(n for n in dir(nn.init) if n.endswith("_") and not n.start
 
 
 @contextlib.contextmanager
-def _skipped_init() -> Iterator[None]:
+def skipped_init() -> Iterator[None]:
     """`torch.nn.init`'s initialisers become no-ops: on `meta` there is nothing to fill, and
     some (nn.Embedding's `normal_`) would import torch._dynamo, ~1.5 s and ~70 MiB a worker."""
     saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
@@ -81,7 +81,7 @@ def build_module(manifest: PackageManifest, device: str = "cpu") -> nn.Module:
     `module.load_state_dict(state, assign=True)` (or use `load_model`).
     """
     builder = resolve_builder(manifest.architecture)
-    skip = _skipped_init() if device == "meta" else contextlib.nullcontext()
+    skip = skipped_init() if device == "meta" else contextlib.nullcontext()
     try:
         with torch.device(device), skip:
             module = builder(**manifest.arch_kwargs)
@@ -106,7 +106,7 @@ def prime_builders() -> None:
     being created (and copied) in each worker. Allocates no tensor memory, starts no thread.
     """
     for entry in ZOO.values():
-        with torch.device("meta"), _skipped_init():
+        with torch.device("meta"), skipped_init():
             module = resolve_builder(entry.builder)(**entry.kwargs)
         module.load_state_dict(module.state_dict(), assign=True)
         module.eval()

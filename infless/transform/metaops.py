@@ -92,7 +92,9 @@ def add(dest: Op, tensors: Mapping[str, torch.Tensor]) -> nn.Module:
     """Add: a new operation of the destination's type and properties, with its tensors."""
     if dest.props is None:
         raise TransformFailed(f"Add: {dest.target!r} has no readable properties")
-    with torch.device("meta"):
+    from infless.models.loader import skipped_init
+
+    with torch.device("meta"), skipped_init():  # nothing to initialise: tensors come next
         module = _module_class(dest.kind)(**dest.props)
     replace(module, tensors, dest)
     still_meta = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
