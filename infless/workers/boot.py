@@ -36,7 +36,7 @@ from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStartFailed
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
-from infless.workers.output import OutputPumps, Sink
+from infless.workers.output import Label, OutputPumps, Sink
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
@@ -132,6 +132,7 @@ class ProcessStarter:
         self._secret_value = secrets
         self._pumps = None if output is None else OutputPumps(output)
         self._confinements: dict[str, Confinement] = {}
+        self._labels: dict[str, Label] = {}  # whose lines each worker's output is
         self._memory_limits: dict[str, MemoryLimit] = {}
         self._secrets_probe: asyncio.Task[str | None] | None = None
 
@@ -148,7 +149,7 @@ class ProcessStarter:
             )
         launched = await self._launch(order, stored)
         if launched.output is not None and self._pumps is not None:
-            await self._pumps.start(
+            self._labels[order.instance_id] = await self._pumps.start(
                 launched.output, order.function, order.instance or order.instance_id
             )
         handle = ProcessWorkerHandle(launched, on_death=lambda _: order.on_death())
@@ -246,6 +247,10 @@ class ProcessStarter:
                 warmup_rounds=self._settings.warmup_rounds,
             )
             ready = await handle.transform(request, self._settings.start_timeout_s)
+            label = self._labels.pop(donor_id, None)
+            if label is not None:  # its output joins the new function's logs
+                label.function, label.instance = order.function, order.instance or order.instance_id
+                self._labels[order.instance_id] = label
         except BaseException:
             handle.kill()
             confinement = self._confinements.pop(order.instance_id, None)
@@ -334,6 +339,7 @@ class ProcessStarter:
     async def release(self, instance_id: str) -> None:
         """The instance is gone: free its store holds, its template's use and its cgroups
         (removing a group waits for exiting tasks to leave it: off the event loop)."""
+        self._labels.pop(instance_id, None)
         if self.store is not None:
             self.store.release(instance_id)
         if self._templates is not None:

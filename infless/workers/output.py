@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,14 @@ class _Lines(asyncio.Protocol):
             self.done.set_result(None)
 
 
+@dataclass(slots=True)
+class Label:
+    """Whose lines a pump's are: changed when a worker comes to serve another instance."""
+
+    function: str
+    instance: str
+
+
 class OutputPumps:
     """Every worker's output pump, until its pipe ends (or `close`)."""
 
@@ -83,10 +91,12 @@ class OutputPumps:
     def __len__(self) -> int:
         return len(self._open)
 
-    async def start(self, fd: int, function: str, instance: str) -> None:
-        """Read `fd` (owned from now on) into the sink, tagged with function and instance."""
+    async def start(self, fd: int, function: str, instance: str) -> Label:
+        """Read `fd` (owned from now on) into the sink, tagged with function and instance
+        (the returned label: change it and later lines carry the new tags)."""
         pipe = os.fdopen(fd, "rb", buffering=0)
-        protocol = _Lines(partial(self._sink, function, instance), self._max)
+        label = Label(function, instance)
+        protocol = _Lines(lambda line: self._sink(label.function, label.instance, line), self._max)
         try:
             transport, _ = await asyncio.get_running_loop().connect_read_pipe(
                 lambda: protocol, pipe
@@ -96,6 +106,7 @@ class OutputPumps:
             raise
         self._open[transport] = protocol.done
         protocol.done.add_done_callback(lambda _: self._open.pop(transport, None))
+        return label
 
     async def close(self, grace_s: float = 2.0) -> None:
         """Let pumps read what their workers wrote last, up to `grace_s`; then stop them."""

@@ -76,3 +76,18 @@ async def test_a_failing_sink_does_not_end_the_pump() -> None:
     os.close(write)
     await _wait(lambda: len(pumps) == 0)
     assert seen == ["boom", "after"]
+
+
+async def test_a_relabelled_pump_tags_later_lines_with_the_new_instance() -> None:
+    """A transformed worker's output joins the logs of the function it now serves."""
+    lines: list[tuple[str, str, str]] = []
+    pumps = OutputPumps(lambda f, i, t: lines.append((f, i, t)))
+    read, write = os.pipe()
+    label = await pumps.start(read, "resnet-34", "resnet-34-a")
+    os.write(write, b"before\n")
+    await _wait(lambda: len(lines) == 1)
+    label.function, label.instance = "resnet-50", "resnet-50-b"
+    os.write(write, b"after\n")
+    os.close(write)
+    await _wait(lambda: len(pumps) == 0)
+    assert lines == [("resnet-34", "resnet-34-a", "before"), ("resnet-50", "resnet-50-b", "after")]
