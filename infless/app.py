@@ -172,23 +172,27 @@ def build_platform(
     gpus = discover_gpus()
     scaling = config.scaling
     autoscaled = scaling.policy != "none"
+    transforms = None
+    if starter is None:
+        starter = make_starter(config, store, confiner, secrets, worker_output)
+        if store is not None and config.transform.enabled:  # warm-instance transformation
+            structures = StructureCache(
+                state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
+            )
+            transforms = TransformService(
+                config.transform, clock, starter, structures, load_costs(state_dir), store
+            )
     pool = WorkerPool(
         clock,
-        starter or make_starter(config, store, confiner, secrets, worker_output),
+        starter,
         CpuAllocator(cores),
         config.batching,
         capacity_cpus=max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
         gpu_pct=gpus.share_capacity_pct,
         autoscaled=autoscaled,
         on_instance_change=instances_changed,
+        transforms=transforms,
     )
-    if starter is None and store is not None and config.transform.enabled:
-        assert isinstance(pool.starter, ProcessStarter)
-        pool.transforms = TransformService(
-            config.transform, clock, pool.starter,
-            StructureCache(state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s),
-            load_costs(state_dir), store,
-        )  # fmt: skip
     tickers: list[Ticker] = []
     catalog = ModellessCatalog()
     autoscaler = None

@@ -5,7 +5,8 @@
 - the data plane writes `router` (its instances and queues), `activity` and `latency` (the
   frontend, on every request);
 - nothing else writes anything here; everybody may read.
-`InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape).
+`InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape);
+`boot_order` what a starter needs to start one of its instances.
 Gateway side: never imports torch.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,10 +22,12 @@ from infless.control import desired as d
 from infless.control.desired import DesiredState
 from infless.dataplane.activity import FunctionActivity
 from infless.dataplane.latency import FunctionLatency
+from infless.dataplane.policy import powers_of_two_up_to
 from infless.dataplane.router import FunctionRouter
 from infless.models.package import PackageManifest
 from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
+from infless.workers.boot import BootOrder
 
 SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
 
@@ -72,6 +76,29 @@ class DeployedFunction:
         if self.health.failures > 0:
             return "failed"
         return "starting" if self.desired.count > 0 or self.boots else "idle"
+
+    def boot_order(
+        self,
+        worker_id: str,
+        instance_id: str,
+        config: InstanceConfig,
+        cpu_ids: tuple[int, ...],
+        on_death: Callable[[], None],
+    ) -> BootOrder:
+        """What a starter needs to start one of this function's instances."""
+        return BootOrder(
+            instance_id=worker_id,
+            tenant=self.spec.tenant,
+            package_dir=self.package_dir,
+            config=config,
+            cpu_ids=cpu_ids,
+            warmup_batch_sizes=tuple(powers_of_two_up_to(config.batch_size)),
+            shared_weights=self.manifest.format == "module",
+            on_death=on_death,
+            function=self.name,
+            instance=instance_id,
+            runtime=self.spec.runtime,
+        )
 
     @property
     def scale_to_zero(self) -> bool | None:

@@ -35,7 +35,7 @@ from infless.control.snapshot import LIVE, function_state, server_view
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import FunctionLatency
-from infless.dataplane.policy import BatchSettings, powers_of_two_up_to, settle
+from infless.dataplane.policy import instance_settings
 from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
@@ -171,11 +171,7 @@ class WorkerPool:
         now = self._clock.now()
         functions = self.functions.values()
         states = tuple(function_state(f, now, self._server_id) for f in functions)
-        affinity = {}
-        if self.transforms is not None:
-            affinity = {
-                f.name: self.transforms.affinity(f.package_dir, f.spec.tenant) for f in functions
-            }
+        affinity = {} if self.transforms is None else self.transforms.affinities(functions)
         server = server_view(
             functions, self._server_id, self._capacity_cpus, self._gpu_pct,
             sum(1 for load in self._allocator.load().values() if load == 0), affinity,
@@ -236,19 +232,10 @@ class WorkerPool:
         self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance
     ) -> None:
         spec = function.spec
-        order = BootOrder(
-            instance_id=instance.worker_id,
-            tenant=spec.tenant,
-            package_dir=function.package_dir,
-            config=entry.config,
-            cpu_ids=instance.cpu_ids,
-            warmup_batch_sizes=tuple(powers_of_two_up_to(entry.config.batch_size)),
-            shared_weights=function.manifest.format == "module",
+        order = function.boot_order(
+            instance.worker_id, instance.instance_id, entry.config, instance.cpu_ids,
             on_death=lambda: self._died(function, instance),
-            function=function.name,
-            instance=instance.instance_id,
-            runtime=spec.runtime,
-        )
+        )  # fmt: skip
         try:
             booted = await self._start_worker(instance, order)
         except asyncio.CancelledError:
@@ -258,20 +245,18 @@ class WorkerPool:
             self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
             return
         fixed = entry.config.batch_size if entry.fixed_batch else None
-        settings = self.batch_settings(spec, dict(booted.ready.exec_ms), fixed)
-        batch_size = settings.batch_size
+        settings = partial(instance_settings, self._batching, spec.slo_ms, spec.max_batch)
+        chosen = settings(dict(booted.ready.exec_ms), fixed)
         instance.become_ready(
-            booted.handle,
-            settings,
-            booted.ready,
-            retune=lambda exec_ms: self.batch_settings(spec, exec_ms, batch_size),
-        )
+            booted.handle, chosen, booted.ready,
+            retune=lambda exec_ms: settings(exec_ms, chosen.batch_size),
+        )  # fmt: skip
         instance.start_breakdown = booted.start
         function.health.failures = 0
         function.health.last_start_s = self._clock.now() - instance.started_at_s
         log.info(
             "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
-            instance.instance_id, instance.pid, settings.batch_size, settings.exec_ms,
+            instance.instance_id, instance.pid, chosen.batch_size, chosen.exec_ms,
             instance.cpu_ids,
         )  # fmt: skip
         function.router.instance_ready(instance)
@@ -285,18 +270,6 @@ class WorkerPool:
             return await self.starter.boot(order)
         booted, instance.history = await self.transforms.start(order)
         return booted
-
-    def batch_settings(
-        self, spec: FunctionSpec, exec_ms_by_batch: dict[int, float], fixed_batch: int | None
-    ) -> BatchSettings:
-        """An instance's batching: the largest feasible b (or the planner's fixed b)."""
-        batching = self._batching
-        slack_ms = batching.slack_ms + batching.slack_fraction * spec.slo_ms
-        return settle(
-            exec_ms_by_batch, spec.slo_ms, spec.max_batch, slack_ms,
-            batching.queue_capacity_batches, mode=batching.dispatch, batch_size=fixed_batch,
-            utilization=batching.target_utilization,
-        )  # fmt: skip
 
     def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
         log.error("instance %s failed to start: %s", instance.instance_id, error)
@@ -348,28 +321,17 @@ class WorkerPool:
         self._reconcile(function)
 
     async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
-        keep = (
-            self.transforms is not None
-            and not self._stopping
-            and self.functions.get(function.name) is function
-            and self.transforms.may_park(function.name, function.spec, function.manifest)
-        )
-        parked = False
+        timeout_s = max(5.0, function.spec.slo_ms / 1000.0 * 10)
+        still_deployed = not self._stopping and self.functions.get(function.name) is function
+        kept = False
         try:
-            timeout_s = max(5.0, function.spec.slo_ms / 1000.0 * 10)
-            await instance.drain(timeout_s=timeout_s, stop_worker=not keep)
-            handle = instance.handle
-            if keep and self.transforms is not None and handle is not None and handle.alive:
-                self.transforms.keep_idle(
-                    function.name, function.spec.tenant, function.package_dir, instance, handle,
-                    self._idle_gone,
-                )  # fmt: skip
-                parked = True  # another function may transform it (Optimus)
-            elif keep and handle is not None:
-                await handle.stop(timeout_s)
+            if self.transforms is not None and still_deployed:  # its worker may be kept idle
+                kept = await self.transforms.drain(function, instance, timeout_s, self._idle_gone)
+            else:
+                await instance.drain(timeout_s=timeout_s)
         finally:
             function.router.remove(instance)
-            if parked:  # the cores go back; the store holds stay with the idle worker
+            if kept:  # the cores go back; the store holds stay with the idle worker
                 self._holding.discard(instance.worker_id)
                 self._allocator.release(instance.cpu_ids)
             else:

@@ -70,14 +70,6 @@ class StructureCache:
             self._running[key] = task
         task.add_done_callback(lambda _: [self._running.pop(k, None) for k in wanted])
 
-    async def wait(self, package_dir: Path) -> ModelStructure | None:
-        """The package's structure once any description of it running now has ended."""
-        key = structure_key(package_dir)
-        task = None if key is None else self._running.get(key)
-        if task is not None:
-            await asyncio.shield(task)
-        return self.get(package_dir)
-
     async def _describe(self, wanted: dict[str, Path]) -> None:
         dirs = [str(d) for d in wanted.values()]
         process = await asyncio.create_subprocess_exec(

@@ -15,20 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from infless.clock import Clock, perf_s
+from infless.control.functions import DeployedFunction
 from infless.control.structures import StructureCache
 from infless.dataplane.instance import Instance
-from infless.models.package import NO_TRANSFORM, PackageManifest
+from infless.models.package import NO_TRANSFORM
 from infless.transform.choice import Candidate, StartCosts, StartPath, choose
 from infless.transform.config import TransformConfig
 from infless.transform.costs import MetaOpCosts
 from infless.transform.idle import IdleEntry, donors_for, may_keep
 from infless.transform.planner import PlanCache, TransformPlan, build_cost_ms, plan_transformation
-from infless.types import FunctionSpec
 from infless.weights.store import TensorStore
 from infless.workers.boot import Booted, BootOrder, ProcessStarter
 from infless.workers.handle import ProcessWorkerHandle, WorkerHandle
@@ -118,11 +118,10 @@ class TransformService:
             self.structures.prepare([package_dir])
 
     # -- idle workers ----------------------------------------------------------------------
-    def may_park(self, function: str, spec: FunctionSpec, manifest: PackageManifest) -> bool:
+    def may_park(self, function: DeployedFunction) -> bool:
         """Whether a drained instance of `function` is kept idle (the `[transform]` rule):
         a plain module with stored weights, no secrets, no memory limit, room left."""
-        entries = [w.entry for w in self.idle.values()]
-        runtime = spec.runtime
+        manifest, runtime = function.manifest, function.spec.runtime
         return (
             self.cfg.enabled
             and manifest.format == "module"
@@ -131,29 +130,38 @@ class TransformService:
             and runtime.memory_limit_bytes is None
             and self.cfg.idle_keep_s > 0
             and may_keep(
-                entries,
-                function,
+                [w.entry for w in self.idle.values()],
+                function.name,
                 per_function=self.cfg.idle_per_function,
                 max_idle=self.cfg.max_idle,
             )
         )
 
-    def keep_idle(
+    async def drain(
         self,
-        function: str,
-        tenant: str,
-        package_dir: Path,
+        function: DeployedFunction,
         instance: Instance,
-        handle: WorkerHandle,
+        timeout_s: float,
         on_gone: Callable[[str], None],
-    ) -> None:
-        """Keep a drained instance's worker idle (see `park`), its history with it."""
-        entry = IdleEntry(instance.worker_id, function, tenant, self.clock.now())
+    ) -> bool:
+        """Drain `instance`; keep its worker idle (True) when the rule allows, its history
+        with it (see `park`), else stop it."""
+        keep = self.may_park(function)
+        await instance.drain(timeout_s=timeout_s, stop_worker=not keep)
+        handle = instance.handle
+        if not keep or handle is None:
+            return False
+        if not handle.alive:
+            await handle.stop(timeout_s)
+            return False
+        entry = IdleEntry(instance.worker_id, function.name, function.spec.tenant, self.clock.now())
         history: list[dict[str, object]] = [
             *instance.history,
-            {"event": "idle", "function": function, "instance": instance.instance_id},
+            {"event": "idle", "function": function.name, "instance": instance.instance_id},
         ]
-        self.park(IdleWorker(entry, handle, package_dir, instance.instance_id, history), on_gone)
+        worker = IdleWorker(entry, handle, function.package_dir, instance.instance_id, history)
+        self.park(worker, on_gone)
+        return True
 
     def park(self, worker: IdleWorker, on_gone: Callable[[str], None]) -> None:
         """Keep `worker` idle for `idle_keep_s`; then stop it (`on_gone` frees its holds,
@@ -285,6 +293,10 @@ class TransformService:
     def record(self, path: StartPath, model_key: str, start: StartBreakdown) -> None:
         """What a start took, warm-up excluded: the next prediction learns from it."""
         self.start_costs.record(path, model_key, start_ms(start))
+
+    def affinities(self, functions: Iterable[DeployedFunction]) -> dict[str, float]:
+        """This server's affinity for each function (`ServerView.affinity`)."""
+        return {f.name: self.affinity(f.package_dir, f.spec.tenant) for f in functions}
 
     def affinity(self, package_dir: Path, tenant: str) -> float:
         """How close this server is to a function (Optimus §5, Tetris θ), in [0, 1]: the

@@ -8,7 +8,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from infless.dataplane.config import BatchingConfig
 
 DispatchMode = Literal["slo", "deadline", "adaptive", "eager"]
 
@@ -184,3 +187,19 @@ def dispatch_due(
 def update_interarrival(previous_s: float, gap_s: float, weight: float = 0.2) -> float:
     """EWMA of the gap between arrivals (infinite: none seen yet)."""
     return ewma(None if math.isinf(previous_s) else previous_s, gap_s, weight)
+
+
+def instance_settings(
+    batching: BatchingConfig,
+    slo_ms: float,
+    max_batch: int,
+    exec_ms_by_batch: Mapping[int, float],
+    fixed_batch: int | None,
+) -> BatchSettings:
+    """An instance's batching under the `[batching]` section: the largest feasible b (or
+    the planner's fixed b), with the configured slack and dispatch mode."""
+    slack_ms = batching.slack_ms + batching.slack_fraction * slo_ms
+    return settle(
+        exec_ms_by_batch, slo_ms, max_batch, slack_ms, batching.queue_capacity_batches,
+        mode=batching.dispatch, batch_size=fixed_batch, utilization=batching.target_utilization,
+    )  # fmt: skip

@@ -99,13 +99,14 @@ def build_module(manifest: PackageManifest, device: str = "cpu") -> nn.Module:
 
 
 def prime_builders() -> None:
-    """Build every zoo architecture once on `meta` and attach its own tensors, then drop it.
+    """Build each zoo architecture once on `meta` and attach its own tensors, then drop it.
 
     For the zygote, before it forks: the family modules are imported and torch's lazily
     created module and state-dict machinery exists once, shared by every child, instead of
     being created (and copied) in each worker. Allocates no tensor memory, starts no thread.
     """
-    for entry in ZOO.values():
+    one_per_builder = {entry.builder: entry for entry in ZOO.values()}  # the machinery, once
+    for entry in one_per_builder.values():
         with torch.device("meta"), skipped_init():
             module = resolve_builder(entry.builder)(**entry.kwargs)
         module.load_state_dict(module.state_dict(), assign=True)

@@ -97,8 +97,33 @@ class SimInstance:
         return not self.busy and not self.queue
 
 
+class _Tally:
+    """What a run's totals give: SLO violations (late, rejected, unserved), their rate over
+    the requests, and the mean cores held. For `SimResult` and `AppResult`."""
+
+    __slots__ = ()
+    late: int
+    rejected: int
+    unserved: int
+    requests: int
+    core_seconds: float
+    duration_s: float
+
+    @property
+    def violations(self) -> int:
+        return self.late + self.rejected + self.unserved
+
+    @property
+    def violation_rate(self) -> float:
+        return self.violations / self.requests if self.requests else 0.0
+
+    @property
+    def mean_cores(self) -> float:
+        return self.core_seconds / self.duration_s if self.duration_s else 0.0
+
+
 @dataclass(frozen=True, slots=True)
-class SimResult:
+class SimResult(_Tally):
     """What a run measured; `violation_rate` counts late, rejected and unserved requests."""
 
     policy: str
@@ -123,18 +148,6 @@ class SimResult:
     apps: dict[str, AppResult] = field(default_factory=dict)  # model-less ones, by model
 
     @property
-    def violations(self) -> int:
-        return self.late + self.rejected + self.unserved
-
-    @property
-    def violation_rate(self) -> float:
-        return self.violations / self.requests if self.requests else 0.0
-
-    @property
-    def mean_cores(self) -> float:
-        return self.core_seconds / self.duration_s if self.duration_s else 0.0
-
-    @property
     def cores_per_100_rps(self) -> float:
         served_rps = self.completed / self.duration_s if self.duration_s else 0.0
         return 100.0 * self.mean_cores / served_rps if served_rps else 0.0
@@ -152,7 +165,7 @@ class SimResult:
 
 
 @dataclass(frozen=True, slots=True)
-class AppResult:
+class AppResult(_Tally):
     """One model-less application's run: its requests (also counted in `SimResult`), which
     variant took them, what its variants' instances cost and how often it switched."""
 
@@ -172,18 +185,6 @@ class AppResult:
     by_second: dict[int, dict[str, int]]  # second of arrival -> variant -> requests
     moves: tuple[tuple[float, str, str], ...] = ()  # (time, "upgrade"/"downgrade", variant)
     duration_s: float = 0.0
-
-    @property
-    def violations(self) -> int:
-        return self.late + self.rejected + self.unserved
-
-    @property
-    def violation_rate(self) -> float:
-        return self.violations / self.requests if self.requests else 0.0
-
-    @property
-    def mean_cores(self) -> float:
-        return self.core_seconds / self.duration_s if self.duration_s else 0.0
 
     def mix(self, start_s: float, end_s: float) -> dict[str, int]:
         """Requests per variant among those that arrived in [start_s, end_s)."""

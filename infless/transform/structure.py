@@ -101,10 +101,6 @@ class ModelStructure:
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(op.nbytes for op in self.ops)
-
     def to_json(self) -> str:
         return json.dumps(
             {

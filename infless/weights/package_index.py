@@ -5,7 +5,8 @@ header length, a JSON header mapping each tensor name to `dtype`, `shape` and `d
 (relative to the end of the header; an optional `__metadata__` entry is ignored), then the raw
 bytes. A tensor's store key is a BLAKE2b digest of its dtype, shape and bytes (Tetris §3.3:
 "uniquely identified by a hash value calculated from the tensor content and dimensions"), so
-identical tensors of different functions get one key. Pure functions of the file's bytes.
+identical tensors of different functions get one key. Pure functions of the file's bytes, and
+`IndexCache`, which keeps indexes while their file stays the same.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import mmap
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,3 +175,46 @@ def index_weights(path: Path) -> PackageIndex:
             finally:
                 view.release()
     return PackageIndex(path, FileIdentity.of(stat), tuple(tensors))
+
+
+class IndexCache:
+    """Package indexes by weights file, kept while the file's identity stays the same.
+
+    `read` indexes a package the first time (it hashes every tensor: not on an event loop);
+    `known` only answers what was read before. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._indexes: dict[Path, PackageIndex] = {}
+        self._weights_of: dict[Path, Path] = {}  # package dir -> its weights file (manifest)
+
+    def _weights(self, package_dir: Path) -> tuple[Path, FileIdentity]:
+        """The package's weights file and its identity now (the manifest read once)."""
+        weights = self._weights_of.get(package_dir)
+        if weights is None:
+            from infless.models.package import load_manifest
+
+            weights = (package_dir / load_manifest(package_dir).weights_file).resolve()
+            self._weights_of[package_dir] = weights
+        return weights, FileIdentity.of(weights.stat())
+
+    def _cached(self, weights: Path, identity: FileIdentity) -> PackageIndex | None:
+        with self._mutex:
+            cached = self._indexes.get(weights)
+        return cached if cached is not None and cached.identity == identity else None
+
+    def read(self, package_dir: Path) -> PackageIndex:
+        weights, identity = self._weights(package_dir)
+        index = self._cached(weights, identity)
+        if index is None:
+            index = index_weights(weights)
+            with self._mutex:
+                self._indexes[weights] = index
+        return index
+
+    def known(self, package_dir: Path) -> PackageIndex | None:
+        try:
+            return self._cached(*self._weights(package_dir))
+        except (OSError, ValueError):
+            return None

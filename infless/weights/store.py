@@ -32,9 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infless.clock import Clock
-from infless.models.package import load_manifest
 from infless.weights.filelock import KeyLocks, copy_range
-from infless.weights.package_index import KEY_PATTERN, FileIdentity, PackageIndex, index_weights
+from infless.weights.package_index import KEY_PATTERN, FileIdentity, IndexCache, PackageIndex
 from infless.weights.reclaimer import TensorEntry, reclaim_decision
 from infless.weights.stored import StoredTensor
 
@@ -98,7 +97,7 @@ class TensorStore:
         self._locks = KeyLocks()
         self._entries: dict[tuple[str, str], TensorEntry] = {}
         self._holds: dict[str, tuple[str, frozenset[str]]] = {}
-        self._indexes: dict[Path, PackageIndex] = {}
+        self._indexes = IndexCache()
 
     # -- directories and locks ------------------------------------------------------------
 
@@ -134,28 +133,12 @@ class TensorStore:
 
     def index_package(self, package_dir: Path) -> PackageIndex:
         """The package's tensors and keys, cached by the weights file's identity."""
-        weights = (package_dir / load_manifest(package_dir).weights_file).resolve()
-        identity = FileIdentity.of(weights.stat())
-        with self._mutex:
-            cached = self._indexes.get(weights)
-        if cached is not None and cached.identity == identity:
-            return cached
-        index = index_weights(weights)
-        with self._mutex:
-            self._indexes[weights] = index
-        return index
+        return self._indexes.read(package_dir)
 
     def known_index(self, package_dir: Path) -> PackageIndex | None:
         """The package's index if it was read before and is current; never reads it (an
         event loop may call this)."""
-        try:
-            weights = (package_dir / load_manifest(package_dir).weights_file).resolve()
-            identity = FileIdentity.of(weights.stat())
-        except (OSError, ValueError):
-            return None
-        with self._mutex:
-            cached = self._indexes.get(weights)
-        return cached if cached is not None and cached.identity == identity else None
+        return self._indexes.known(package_dir)
 
     def publish(
         self, package_dir: Path, tenant: str, *, holder: str | None = None
@@ -316,20 +299,21 @@ class TensorStore:
 
     def shared_bytes_for(self, package_dir: Path, tenant: str) -> int:
         """Tetris θ_ij numerator: bytes of the package's tensors already in this store."""
-        sizes = self.index_package(package_dir).unique_sizes()
-        with self._mutex:
-            return sum(size for key, size in sizes.items() if (tenant, key) in self._entries)
+        return self._stored_bytes(self.index_package(package_dir), tenant)
 
     def similarity(self, package_dir: Path, tenant: str, *, known_only: bool = False) -> float:
         """Tetris θ_ij = Mem(T_i ∩ T_store) / Mem(T_i), in [0, 1]; `known_only`: 0 for a
         package whose index was never read (never reads one: an event loop may call it)."""
         index = self.known_index(package_dir) if known_only else self.index_package(package_dir)
-        if index is None or index.unique_bytes == 0:
-            return 0.0 if index is None else 1.0
+        if index is None:
+            return 0.0
+        total = index.unique_bytes
+        return 1.0 if total == 0 else self._stored_bytes(index, tenant) / total
+
+    def _stored_bytes(self, index: PackageIndex, tenant: str) -> int:
         sizes = index.unique_sizes()
         with self._mutex:
-            shared = sum(size for key, size in sizes.items() if (tenant, key) in self._entries)
-        return shared / index.unique_bytes
+            return sum(size for key, size in sizes.items() if (tenant, key) in self._entries)
 
     # -- reclaiming and restart ----------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Torch-free (the gateway and `infless models list` read it): builders are named here and
 live in the family modules (`cnn`, `mobile`, `text`, `bert`, `audio`), imported lazily by
-`infless.models.loader`. Weights are not described here but derived from the seeds by
+`infless.models.loader`. The transformation families (ResNets, VGGs, BERTs) are listed in
+`families`, `ZooEntry` in `entry`. Weights are not described here but derived from the seeds by
 `infless.models.zoo.seeding`. Must not import torch or do I/O.
 
 Sizes: `table_size_mib` is INFless Table 1's "Network Size" (its "M" is MiB: ResNet-50's
@@ -11,15 +12,14 @@ Sizes: `table_size_mib` is INFless Table 1's "Network Size" (its "M" is MiB: Res
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-
 from infless.errors import UnknownModel
-from infless.models.package import PackageManifest, TensorSignature
+from infless.models.zoo.entry import WEIGHTS_VERSION, ZooEntry, image, probabilities, sig
+from infless.models.zoo.families import FAMILIES, FAMILY_ENTRIES, TRANSFORM_PAIRS
 
-# Bump when the seeded weights of existing entries change (seeding scheme, calibration):
-# packages built before are then no longer current and get rebuilt.
-WEIGHTS_VERSION = 1
+__all__ = [
+    "BUILDERS", "FAMILIES", "TABLE1_MODELS", "TRANSFORM_PAIRS", "WEIGHTS_VERSION", "ZOO",
+    "ZooEntry", "zoo_entry",
+]  # fmt: skip
 
 # builder name (a manifest's `architecture`) -> "module:callable"
 BUILDERS: dict[str, str] = {
@@ -37,61 +37,6 @@ BUILDERS: dict[str, str] = {
     "bert": "infless.models.zoo.bert:bert",
     "yamnet": "infless.models.zoo.audio:yamnet",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ZooEntry:
-    """One zoo model. Tensors whose state-dict name starts with a `head_seeds` prefix are
-    drawn from that seed, every other tensor from `seed`; so models built from the same
-    backbone seed share their backbone tensors bit for bit."""
-
-    name: str
-    builder: str
-    inputs: tuple[TensorSignature, ...]
-    outputs: tuple[TensorSignature, ...]
-    seed: int
-    kwargs: Mapping[str, object] = field(default_factory=dict)
-    head_seeds: Mapping[str, int] = field(default_factory=dict)
-    postprocess: str | None = None
-    description: str = ""
-    table_size_mib: float | None = None
-    table_gflops: float | None = None
-
-    def seed_for(self, tensor_name: str) -> int:
-        matches = [p for p in self.head_seeds if tensor_name.startswith(p)]
-        return self.head_seeds[max(matches, key=len)] if matches else self.seed
-
-    @property
-    def provenance(self) -> str:
-        heads = "".join(f" {prefix}={seed}" for prefix, seed in sorted(self.head_seeds.items()))
-        return f"infless-zoo/weights-v{WEIGHTS_VERSION} seed={self.seed}{heads}"
-
-    def manifest(self, *, weights_sha256: str = "", weights_bytes: int = 0) -> PackageManifest:
-        return PackageManifest(
-            name=self.name,
-            architecture=self.builder,
-            inputs=list(self.inputs),
-            outputs=list(self.outputs),
-            arch_kwargs=dict(self.kwargs),
-            weights_sha256=weights_sha256,
-            weights_bytes=weights_bytes,
-            postprocess=self.postprocess,
-            description=self.description,
-            provenance=self.provenance,
-        )
-
-
-def _sig(name: str, dtype: str, *shape: int) -> TensorSignature:
-    return TensorSignature(name, dtype, list(shape))
-
-
-def _image(channels: int, side: int) -> tuple[TensorSignature, ...]:
-    return (_sig("image", "float32", channels, side, side),)
-
-
-def _probabilities(classes: int) -> tuple[TensorSignature, ...]:
-    return (_sig("probabilities", "float32", classes),)
-
 
 # Transfer-learning variants of resnet-50 (Tetris §2: vehicle classification at 58.com):
 # (suffix, classes, head seed, task).
@@ -117,8 +62,8 @@ _ENTRIES: list[ZooEntry] = [
             "type_vocab_size": 2,
             "classes": 2,
         },
-        inputs=(_sig("input_ids", "int64", 64), _sig("attention_mask", "int64", 64)),
-        outputs=_probabilities(2),
+        inputs=(sig("input_ids", "int64", 64), sig("attention_mask", "int64", 64)),
+        outputs=probabilities(2),
         seed=1001,
         postprocess="softmax",
         description="BERT-base (12 layers, hidden 768, vocabulary 21128) sentence classifier; "
@@ -131,8 +76,8 @@ _ENTRIES: list[ZooEntry] = [
         name="resnet-50",
         builder="resnet50",
         kwargs={"num_classes": 1000},
-        inputs=_image(3, 224),
-        outputs=_probabilities(1000),
+        inputs=image(3, 224),
+        outputs=probabilities(1000),
         seed=_RESNET50_SEED,
         postprocess="softmax",
         description="ResNet-50 v1.5 ImageNet classifier on 224×224 RGB",
@@ -143,8 +88,8 @@ _ENTRIES: list[ZooEntry] = [
         name="vggnet",
         builder="vgg16",
         kwargs={"num_classes": 1000, "hidden": 2048},
-        inputs=_image(3, 128),
-        outputs=_probabilities(1000),
+        inputs=image(3, 128),
+        outputs=probabilities(1000),
         seed=1003,
         postprocess="softmax",
         description="VGG-16 convolutional features with a global-pool 2048-wide classifier "
@@ -162,8 +107,8 @@ _ENTRIES: list[ZooEntry] = [
             "layers": 2,
             "classes": 2365,
         },
-        inputs=(_sig("token_ids", "int64", 32),),
-        outputs=_probabilities(2365),
+        inputs=(sig("token_ids", "int64", 32),),
+        outputs=probabilities(2365),
         seed=1004,
         postprocess="softmax",
         description="Q&A answer classifier: 2-layer LSTM (hidden 512) over 32 tokens "
@@ -175,8 +120,8 @@ _ENTRIES: list[ZooEntry] = [
         name="resnet-20",
         builder="resnet_cifar",
         kwargs={"depth": 20, "width": 6, "num_classes": 10},
-        inputs=_image(3, 32),
-        outputs=_probabilities(10),
+        inputs=image(3, 32),
+        outputs=probabilities(10),
         seed=1005,
         postprocess="softmax",
         description="ResNet-20 widened 6× (channels 96/192/384) on 32×32 CIFAR images",
@@ -187,11 +132,11 @@ _ENTRIES: list[ZooEntry] = [
         name="ssd",
         builder="ssd_mobilenet_v1",
         kwargs={"num_classes": 91, "image_size": 300, "detections": 100},
-        inputs=_image(3, 300),
+        inputs=image(3, 300),
         outputs=(
-            _sig("boxes", "float32", 100, 4),
-            _sig("scores", "float32", 100),
-            _sig("labels", "int64", 100),
+            sig("boxes", "float32", 100, 4),
+            sig("scores", "float32", 100),
+            sig("labels", "int64", 100),
         ),
         seed=1006,
         description="SSD-MobileNet-v1 object detector on 300×300 RGB, 91 COCO classes; the "
@@ -203,8 +148,8 @@ _ENTRIES: list[ZooEntry] = [
         name="dssm-2365",
         builder="dssm",
         kwargs={"vocab_size": 10000, "embed_dim": 256, "conv_dim": 512, "out_dim": 128},
-        inputs=(_sig("query_ids", "int64", 32), _sig("doc_ids", "int64", 64)),
-        outputs=(_sig("similarity", "float32", 1),),
+        inputs=(sig("query_ids", "int64", 32), sig("doc_ids", "int64", 64)),
+        outputs=(sig("similarity", "float32", 1),),
         seed=1007,
         description="Q&A matcher: two CLSM towers (vocabulary 10000) over a 32-token query "
         "and a 64-token answer → cosine similarity",
@@ -215,8 +160,8 @@ _ENTRIES: list[ZooEntry] = [
         name="yamnet",
         builder="yamnet",
         kwargs={"num_classes": 521},
-        inputs=(_sig("log_mel", "float32", 1, 960, 64),),
-        outputs=(_sig("scores", "float32", 521),),
+        inputs=(sig("log_mel", "float32", 1, 960, 64),),
+        outputs=(sig("scores", "float32", 521),),
         seed=1008,
         postprocess="sigmoid",
         description="YAMNet (MobileNet-v1) over a 9.6 s log-mel spectrogram (960 frames × "
@@ -228,8 +173,8 @@ _ENTRIES: list[ZooEntry] = [
         name="mobilenet",
         builder="mobilenet_v1",
         kwargs={"num_classes": 1000, "in_channels": 3},
-        inputs=_image(3, 64),
-        outputs=_probabilities(1000),
+        inputs=image(3, 64),
+        outputs=probabilities(1000),
         seed=1009,
         postprocess="softmax",
         description="MobileNet-v1 (width 1.0) on 64×64 RGB (small input, to match Table 1's "
@@ -247,8 +192,8 @@ _ENTRIES: list[ZooEntry] = [
             "filters": 768,
             "classes": 20,
         },
-        inputs=(_sig("token_ids", "int64", 69),),
-        outputs=_probabilities(20),
+        inputs=(sig("token_ids", "int64", 69),),
+        outputs=probabilities(20),
         seed=1010,
         postprocess="softmax",
         description="TextCNN (kernels 3/4/5 × 768 filters, vocabulary 12000) over 69 tokens "
@@ -266,8 +211,8 @@ _ENTRIES: list[ZooEntry] = [
             "filters": 100,
             "classes": 2,
         },
-        inputs=(_sig("token_ids", "int64", 64),),
-        outputs=_probabilities(2),
+        inputs=(sig("token_ids", "int64", 64),),
+        outputs=probabilities(2),
         seed=1013,
         postprocess="softmax",
         description="the classic small TextCNN (kernels 3/4/5 × 100 filters, vocabulary 5000, "
@@ -277,8 +222,8 @@ _ENTRIES: list[ZooEntry] = [
         name="mnist",
         builder="mnist_cnn",
         kwargs={"num_classes": 10, "hidden": 56},
-        inputs=_image(1, 28),
-        outputs=_probabilities(10),
+        inputs=image(1, 28),
+        outputs=probabilities(10),
         seed=1011,
         postprocess="softmax",
         description="two-conv LeNet-style digit classifier on 28×28 grey images",
@@ -289,8 +234,8 @@ _ENTRIES: list[ZooEntry] = [
         name="resnet-20-cifar",
         builder="resnet_cifar",
         kwargs={"depth": 20, "width": 1, "num_classes": 10},
-        inputs=_image(3, 32),
-        outputs=_probabilities(10),
+        inputs=image(3, 32),
+        outputs=probabilities(10),
         seed=1012,
         postprocess="softmax",
         description="the standard ResNet-20 for CIFAR-10 (channels 16/32/64, ~0.27 M "
@@ -301,8 +246,8 @@ _ENTRIES: list[ZooEntry] = [
             name=f"resnet-50-tl-{suffix}",
             builder="resnet50",
             kwargs={"num_classes": classes},
-            inputs=_image(3, 224),
-            outputs=_probabilities(classes),
+            inputs=image(3, 224),
+            outputs=probabilities(classes),
             seed=_RESNET50_SEED,
             head_seeds={"fc.": head_seed},
             postprocess="softmax",
@@ -313,112 +258,7 @@ _ENTRIES: list[ZooEntry] = [
     ),
 ]
 
-
-# Model families to transform between (Optimus §8): ResNets and VGGs of every depth, BERTs of
-# four sizes and two task heads on one BERT-base encoder. resnet-50 is the Table 1 entry.
-_BERT_SIZES: tuple[tuple[str, int, int, int, int], ...] = (
-    # (size, layers, hidden, heads, seed): the intermediate width is 4 × hidden
-    ("mini", 4, 256, 4, 1121),
-    ("small", 4, 512, 8, 1122),
-    ("medium", 8, 512, 8, 1123),
-    ("base", 12, 768, 12, 1124),
-)
-_BERT_TOKENS = 64
-
-
-def _bert_entry(size: str, layers: int, hidden: int, heads: int, seed: int, qa: bool) -> ZooEntry:
-    tokens = (
-        _sig("input_ids", "int64", _BERT_TOKENS),
-        _sig("attention_mask", "int64", _BERT_TOKENS),
-    )
-    kwargs: dict[str, object] = {
-        "vocab_size": 30522, "hidden": hidden, "layers": layers, "heads": heads,
-        "intermediate": 4 * hidden, "max_positions": 512, "type_vocab_size": 2, "classes": 2,
-    }  # fmt: skip
-    if qa:
-        return ZooEntry(
-            name=f"bert-{size}-qa",
-            builder="bert",
-            kwargs={**kwargs, "head": "qa"},
-            inputs=tokens,
-            outputs=(_sig("span_logits", "float32", _BERT_TOKENS, 2),),
-            seed=seed,
-            head_seeds={"qa_outputs.": seed + 100},
-            description=f"bert-{size}'s encoder, bit for bit, with a question-answering head: "
-            "per token, the logits of a span starting and ending there",
-        )
-    return ZooEntry(
-        name=f"bert-{size}",
-        builder="bert",
-        kwargs=kwargs,
-        inputs=tokens,
-        outputs=_probabilities(2),
-        seed=seed,
-        postprocess="softmax",
-        description=f"BERT-{size} ({layers} layers, hidden {hidden}, {heads} heads, vocabulary "
-        f"30522) sentence classifier over {_BERT_TOKENS} tokens",
-    )
-
-
-_FAMILIES: list[ZooEntry] = [
-    *(
-        ZooEntry(
-            name=f"resnet-{depth}",
-            builder="resnet",
-            kwargs={"depth": depth, "num_classes": 1000},
-            inputs=_image(3, 224),
-            outputs=_probabilities(1000),
-            seed=seed,
-            postprocess="softmax",
-            description=f"ResNet-{depth} ImageNet classifier on 224×224 RGB",
-        )
-        for depth, seed in ((18, 1101), (34, 1102), (101, 1103), (152, 1104))
-    ),
-    *(
-        ZooEntry(
-            name=f"vgg-{depth}",
-            builder="vgg",
-            kwargs={"depth": depth, "num_classes": 1000, "hidden": 2048},
-            inputs=_image(3, 128),
-            outputs=_probabilities(1000),
-            seed=seed,
-            postprocess="softmax",
-            description=f"VGG-{depth} convolutional features with a global-pool 2048-wide "
-            "classifier head, on 128×128 RGB",
-        )
-        for depth, seed in ((11, 1111), (13, 1112), (16, 1113), (19, 1114))
-    ),
-    *(_bert_entry(*size, qa=False) for size in _BERT_SIZES),
-    _bert_entry(*_BERT_SIZES[-1], qa=True),
-]
-_ENTRIES += _FAMILIES
-
-ZOO: dict[str, ZooEntry] = {entry.name: entry for entry in _ENTRIES}
-
-# name -> family, for the transformation benchmark and tests
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "resnet": ("resnet-18", "resnet-34", "resnet-50", "resnet-101", "resnet-152"),
-    "vgg": ("vgg-11", "vgg-13", "vgg-16", "vgg-19"),
-    "bert": ("bert-mini", "bert-small", "bert-medium", "bert-base", "bert-base-qa"),
-}
-
-# (source, destination) pairs of `bench.transform`: within each family both ways, across
-# families both ways, and the two heads on one BERT.
-TRANSFORM_PAIRS: tuple[tuple[str, str], ...] = (
-    ("resnet-18", "resnet-34"), ("resnet-34", "resnet-18"),
-    ("resnet-34", "resnet-50"), ("resnet-50", "resnet-34"),
-    ("resnet-50", "resnet-101"), ("resnet-101", "resnet-50"),
-    ("resnet-101", "resnet-152"), ("resnet-152", "resnet-101"),
-    ("vgg-11", "vgg-16"), ("vgg-16", "vgg-11"),
-    ("vgg-13", "vgg-19"), ("vgg-19", "vgg-13"),
-    ("bert-mini", "bert-small"), ("bert-small", "bert-mini"),
-    ("bert-medium", "bert-base"), ("bert-base", "bert-medium"),
-    ("bert-mini", "bert-base"), ("bert-base", "bert-mini"),
-    ("bert-base", "bert-base-qa"), ("bert-base-qa", "bert-base"),
-    ("resnet-152", "vgg-19"), ("vgg-19", "resnet-152"),
-    ("resnet-50", "vgg-16"), ("vgg-16", "resnet-50"),
-    ("resnet-50", "bert-base"), ("bert-base", "resnet-50"),
-)  # fmt: skip
+ZOO: dict[str, ZooEntry] = {entry.name: entry for entry in (*_ENTRIES, *FAMILY_ENTRIES)}
 
 # The eleven models of INFless Table 1, in the table's order.
 TABLE1_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.table_size_mib is not None)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from infless.weights import package_index
-from infless.weights import store as store_module
 from infless.weights.package_index import PackageIndex
 from infless.weights.store import LOCK_FILE, TEMP_PREFIX, StoreError, TensorStore
 from infless.weights.stored import StoredTensor
@@ -64,7 +63,7 @@ def test_second_publish_reuses_the_cached_index(
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(store_module, "index_weights", counting)
+    monkeypatch.setattr(package_index, "index_weights", counting)
     store.publish(package, "t")
     store.publish(package, "t")
     store.shared_bytes_for(package, "t")

@@ -3,7 +3,6 @@ signature's dtypes; a transform that does not fit the model says so."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -26,16 +25,9 @@ from infless.workers import protocol as p
 from infless.workers.handling import Arrays
 from infless.workers.model import build_model
 from infless.workers.transforms import TransformNotApplicable, apply_transform
+from tests.support.torch_threads import one_torch_thread  # noqa: F401 - applies here
 
 HERE = "tests.unit.workers.test_transforms"
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class TinyClassifier(nn.Module):
