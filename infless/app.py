@@ -8,12 +8,10 @@ whose cleanup stops them, drains every instance and stops every worker it starte
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from aiohttp import web
 
@@ -21,7 +19,6 @@ from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
 from infless.cluster.gpus import GpuInventory, discover_gpus
-from infless.cluster.memory import MemoryLimiter
 from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
@@ -30,6 +27,7 @@ from infless.control.functions import DeployedFunction
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
+from infless.control.servers import LOCAL_SERVER, Server
 from infless.control.service import FunctionService
 from infless.control.structures import StructureCache
 from infless.control.transforms import TransformService
@@ -42,6 +40,8 @@ from infless.modelless.catalog import ModellessCatalog
 from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
+from infless.nodes.backend import ClusterBackend, attach_cluster
+from infless.nodes.factory import make_starter, make_store
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
@@ -50,11 +50,7 @@ from infless.scaling.profiled import load_profiled_predictor
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
-from infless.workers.boot import InstanceStarter, ProcessStarter, StartSettings
-from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
-from infless.workers.output import Sink
-from infless.workers.templates import TemplateCache
-from infless.workers.zygote import ZygoteLauncher
+from infless.workers.boot import InstanceStarter
 
 log = logging.getLogger(__name__)
 
@@ -86,65 +82,13 @@ class Platform:
     packages: PackageStore
     modelless: ModellessService
     variant_store: VariantStore
+    cluster: ClusterBackend | None = None  # set at startup when [cluster] asks for one
 
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
             self.logs, self.secrets, self.packages, self.modelless,
         )  # fmt: skip
-
-
-def make_launcher(config: Config) -> WorkerLauncher:
-    if config.workers.launcher == "zygote":
-        return ZygoteLauncher()
-    return SubprocessLauncher()
-
-
-def store_root(config: Config) -> Path:
-    """The configured store root, else one tmpfs directory per state directory."""
-    if config.store.root:
-        return Path(config.store.root)
-    digest = hashlib.blake2b(str(config.state_dir.resolve()).encode(), digest_size=6).hexdigest()
-    return Path("/dev/shm") / f"infless-store-{digest}"  # noqa: S108 - a dedicated subdir
-
-
-def make_store(config: Config, clock: Clock) -> TensorStore | None:
-    if not config.store.enabled:
-        return None
-    return TensorStore(
-        store_root(config),
-        clock,
-        capacity_bytes=config.store.capacity_bytes or None,
-        keepalive_s=config.store.keepalive_s,
-    )
-
-
-def make_starter(
-    config: Config,
-    store: TensorStore | None,
-    confiner: CpuConfiner | None,
-    secrets: SecretStore | None = None,
-    output: Sink | None = None,
-) -> ProcessStarter:
-    """Real workers: memory limits when cgroups are on, secrets from `secrets`, and each
-    worker's stdout and stderr to `output` (function, instance, line)."""
-    launcher = make_launcher(config)
-    templates = (
-        TemplateCache(launcher, store, config.workers.start_timeout_s)
-        if store is not None and isinstance(launcher, ZygoteLauncher) and config.workers.templates
-        else None
-    )
-    settings = StartSettings(
-        start_timeout_s=config.workers.start_timeout_s,
-        warmup_rounds=config.batching.warmup_rounds,
-        private_weights=config.store.private_weights,
-        nice=config.workers.nice,
-    )
-    memory = MemoryLimiter(parent="infless") if config.workers.cgroups else None
-    return ProcessStarter(
-        settings, launcher, store, confiner, templates, memory=memory,
-        secrets=None if secrets is None else secrets.read, output=output,
-    )  # fmt: skip
 
 
 def build_platform(
@@ -159,7 +103,7 @@ def build_platform(
     def instances_changed(function: DeployedFunction) -> None:
         metrics.set_instances(function.name, function.router.ready_count)
 
-    store = make_store(config, clock)
+    store = None if config.cluster.enabled else make_store(config, clock)  # nodes have theirs
     secrets = SecretStore(state_dir / SECRETS_DIR)
     logs = LogBuffer(clock.wall)
     wall = clock.wall
@@ -173,7 +117,8 @@ def build_platform(
     scaling = config.scaling
     autoscaled = scaling.policy != "none"
     transforms = None
-    if starter is None:
+    servers = []  # a cluster's nodes join at startup (`nodes.backend`)
+    if starter is None and not config.cluster.enabled:
         starter = make_starter(config, store, confiner, secrets, worker_output)
         if store is not None and config.transform.enabled:  # warm-instance transformation
             structures = StructureCache(
@@ -182,13 +127,19 @@ def build_platform(
             transforms = TransformService(
                 config.transform, clock, starter, structures, load_costs(state_dir), store
             )
+    if starter is not None:
+        servers.append(
+            Server(
+                LOCAL_SERVER, starter, CpuAllocator(cores),
+                max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
+                gpus.share_capacity_pct,
+                affinity=None if transforms is None else transforms.affinities,
+            )
+        )  # fmt: skip
     pool = WorkerPool(
         clock,
-        starter,
-        CpuAllocator(cores),
+        servers,
         config.batching,
-        capacity_cpus=max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
-        gpu_pct=gpus.share_capacity_pct,
         autoscaled=autoscaled,
         on_instance_change=instances_changed,
         transforms=transforms,
@@ -259,6 +210,8 @@ def create_app(
         if platform.reclaimer is not None:
             platform.reclaimer.start()
         await platform.pool.start()
+        if config.cluster.enabled:
+            platform.cluster = await attach_cluster(config, platform.pool)
         await platform.functions.restore(list(config.functions))
         platform.modelless.restore()
         for ticker in platform.tickers:
@@ -271,6 +224,8 @@ def create_app(
             await ticker.stop()
         await platform.loop_lag.stop()
         await platform.pool.stop()
+        if platform.cluster is not None:
+            await platform.cluster.close()
         if platform.confiner is not None:
             platform.confiner.remove_parent()
         platform.registry.close()

@@ -16,6 +16,7 @@ from infless import __version__
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("infless.serve_command", "run the gateway with its worker pool"),
+    "node": ("infless.nodes.node_command", "join this machine to a cluster (ray start)"),
     "deploy": ("infless.client.deploy_command", "deploy functions from a stack.yml or flags"),
     "up": ("infless.client.deploy_command", "alias of deploy (faas-cli style)"),
     "list": ("infless.client.list_command", "list deployed functions"),

@@ -21,6 +21,7 @@ from infless.dataplane.config import BatchingConfig, check_batching
 from infless.errors import ConfigError
 from infless.gateway.config import AuthConfig, GatewayConfig, check_gateway
 from infless.modelless.config import ModellessConfig, check_modelless
+from infless.nodes.config import ClusterConfig, check_cluster
 from infless.scaling.config import ScalingConfig, check_scaling
 from infless.transform.config import TransformConfig, check_transform
 from infless.weights.config import StoreConfig, check_store
@@ -56,6 +57,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     scaling: ScalingConfig = ScalingConfig()
     modelless: ModellessConfig = ModellessConfig()
     transform: TransformConfig = TransformConfig()
+    cluster: ClusterConfig = ClusterConfig()
     auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
@@ -78,6 +80,7 @@ def _check(config: Config, source: str) -> Config:
         *check_scaling(config.scaling),
         *check_modelless(config.modelless),
         *check_transform(config.transform),
+        *check_cluster(config.cluster),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

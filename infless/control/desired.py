@@ -21,7 +21,7 @@ wanted and replaces what died. New entries get their ids and uniform shape from 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -91,6 +91,8 @@ class InstanceMint(Protocol):
 
     def planned(self, start: StartInstance) -> WantedInstance: ...
 
+    def moved(self, entry: WantedInstance) -> WantedInstance: ...
+
 
 def initial(state: DesiredState, mint: InstanceMint, *, count: int) -> DesiredState:
     """`count` uniform instances for the state's owner (a new function, a woken one)."""
@@ -145,6 +147,13 @@ def woken(state: DesiredState, mint: InstanceMint) -> DesiredState:
     if state.instances:
         return state
     return replace(state, instances=(mint.uniform(),))
+
+
+def relocated(state: DesiredState, mint: InstanceMint, servers: Collection[str]) -> DesiredState:
+    """Entries on a server that is not among `servers` (it left) move to one that is: same
+    shape, a new id. Any owner's: the platform corrects where an instance runs, not what."""
+    entries = tuple(w if w.server_id in servers else mint.moved(w) for w in state.instances)
+    return replace(state, instances=entries)
 
 
 def applied(state: DesiredState, mint: InstanceMint, *, actions: Iterable[Action]) -> DesiredState:

@@ -5,7 +5,8 @@
 - the data plane writes `router` (its instances and queues), `activity` and `latency` (the
   frontend, on every request);
 - nothing else writes anything here; everybody may read.
-`InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape);
+`InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape,
+server);
 `boot_order` what a starter needs to start one of its instances.
 Gateway side: never imports torch.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from infless.control import desired as d
@@ -109,18 +110,38 @@ class DeployedFunction:
 
 class InstanceMinter:
     """New desired entries of one function (`desired.InstanceMint`): fresh ids, its uniform
-    shape, the server it runs on."""
+    shape, and the server each goes to (`place(cpus)`, the pool's choice)."""
 
-    def __init__(self, function: DeployedFunction, server_id: str) -> None:
+    def __init__(self, function: DeployedFunction, place: Callable[[int], str]) -> None:
         self._function = function
-        self._server_id = server_id
+        self._place = place
 
     def _id(self) -> str:
         return f"{self._function.name}-{secrets.token_hex(3)}"
 
     def uniform(self) -> d.WantedInstance:
         config = self._function.uniform_config
-        return d.WantedInstance(self._id(), config, fixed_batch=False, server_id=self._server_id)
+        return d.WantedInstance(
+            self._id(), config, fixed_batch=False, server_id=self._place(config.cpus)
+        )
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(self._id(), start)
+
+    def moved(self, entry: d.WantedInstance) -> d.WantedInstance:
+        return replace(
+            entry, instance_id=self._id(), server_id=self._place(entry.config.cpus),
+            gpu_index=None,
+        )  # fmt: skip
+
+
+def same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
+    """Whether a redeploy changes nothing its running instances serve with."""
+    return (
+        old.image == new.image
+        and old.slo_ms == new.slo_ms
+        and old.max_batch == new.max_batch
+        and old.cpus_per_instance == new.cpus_per_instance
+        and old.tenant == new.tenant
+        and old.runtime == new.runtime  # environment, secrets, memory limit
+    )

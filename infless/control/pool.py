@@ -1,12 +1,15 @@
-"""WorkerPool: this server's reconciler. Running instances follow each function's desired state.
+"""WorkerPool: the reconciler. Running instances follow each function's desired state.
 
 What a function should run is one value, `DeployedFunction.desired`, changed only through
 `change(name, transition)` with a transition of `control.desired` (a person's scale, the
 autoscaler's plan, the cold-start policy's release and wake, a request that found nothing
 running). After every change, and after every instance event, `_reconcile` compares the
 wanted set with the running instances: it starts what is missing (through the
-`InstanceStarter`: processes for real, in-process in tests), drains what is no longer
-wanted, and replaces a worker that died (its requests are retried, see `dataplane.router`).
+`InstanceStarter` of the server the entry names: processes for real, a node agent's over
+Ray, in-process in tests), drains what is no longer wanted, and replaces a worker that
+died (its requests are retried, see `dataplane.router`). Servers come and go
+(`add_server`, `remove_server`: a node that left loses its instances, and their entries
+move to the servers that remain).
 An instance no longer wanted may be kept as an idle worker, and a start may
 transform one, when warm-instance transformation is on (`control.transforms`, which decides
 both). It decides nothing itself. It is also the scaling port's target (`snapshot`, read by
@@ -27,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infless.clock import Clock
-from infless.cluster.cpus import CpuAllocator
 from infless.control import desired as d
-from infless.control.functions import DeployedFunction, InstanceMinter
+from infless.control.functions import DeployedFunction, InstanceMinter, same_serving
 from infless.control.port import Snapshot
-from infless.control.snapshot import LIVE, function_state, server_view
+from infless.control.servers import Server, ServerSet
+from infless.control.snapshot import LIVE, function_state
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import FunctionLatency
@@ -40,19 +43,15 @@ from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
-from infless.scaling.view import (
-    Action,
-    ScalingPlan,
-)
+from infless.scaling.view import Action, ScalingPlan
 from infless.types import FunctionSpec
-from infless.workers.boot import Booted, BootOrder, InstanceStarter
+from infless.workers.boot import Booted, BootOrder
 
 if TYPE_CHECKING:
     from infless.control.transforms import TransformService
 
 log = logging.getLogger(__name__)
 
-LOCAL_SERVER = "local"
 Transition = Callable[[d.DesiredState, d.InstanceMint], d.DesiredState]
 
 
@@ -60,25 +59,17 @@ class WorkerPool:
     def __init__(
         self,
         clock: Clock,
-        starter: InstanceStarter,
-        allocator: CpuAllocator,
+        servers: list[Server],
         batching: BatchingConfig,
         *,
-        capacity_cpus: int,
-        gpu_pct: tuple[int, ...] = (),
         autoscaled: bool = False,
-        server_id: str = LOCAL_SERVER,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
         transforms: TransformService | None = None,
     ) -> None:
         self._clock = clock
-        self.starter = starter
-        self._allocator = allocator
+        self.servers = ServerSet(servers)
         self._batching = batching
-        self._capacity_cpus = capacity_cpus
-        self._gpu_pct = gpu_pct
         self._owner = d.Owner.AUTOSCALER if autoscaled else d.Owner.MANUAL
-        self._server_id = server_id
         self._on_change = on_instance_change
         self.transforms = transforms  # warm-instance transformation (Optimus), when on
         self.functions: dict[str, DeployedFunction] = {}
@@ -89,7 +80,37 @@ class WorkerPool:
         self._holding: set[str] = set()  # worker ids still holding cores and store tensors
 
     async def start(self) -> None:
-        await self.starter.start()
+        await self.servers.start()
+
+    # -- servers -------------------------------------------------------------------------
+    async def add_server(self, server: Server) -> None:
+        """A server joined: its starter starts, and instances waiting for a server go there."""
+        await server.starter.start()
+        self.servers[server.server_id] = server
+        for function in list(self.functions.values()):
+            self._reconcile(function)
+
+    def remove_server(self, server_id: str, reason: str) -> None:
+        """A server left (its node died): its instances are dead (their requests are retried
+        on the others), and their entries move to the servers that remain."""
+        server = self.servers.pop(server_id, None)
+        if server is None:
+            return
+        log.warning("server %s left (%s): replacing its instances", server_id, reason)
+        for function in list(self.functions.values()):
+            for instance in list(function.router.instances):
+                if instance.server_id != server_id:
+                    continue
+                if instance.state is InstanceState.STARTING:
+                    task = function.boots.get(instance.worker_id)
+                    if task is not None:
+                        task.cancel()
+                else:
+                    instance.mark_dead(f"server {server_id} left: {reason}")
+                    if instance.handle is not None:  # its connection may not close by itself
+                        self._background_task(instance.handle.stop(2.0))
+            self._reconcile(function)
+        self._background_task(server.starter.close())
 
     # -- function definitions -----------------------------------------------------------
     def deploy(
@@ -117,7 +138,7 @@ class WorkerPool:
         if old is None:
             self.deploy(spec, package_dir, manifest)
             return
-        if old.package_dir == package_dir and _same_serving(old.spec, spec):
+        if old.package_dir == package_dir and same_serving(old.spec, spec):
             old.spec = spec
             if old.desired.owner is d.Owner.MANUAL:
                 self.change(spec.name, partial(d.scaled, count=spec.instances))
@@ -149,9 +170,12 @@ class WorkerPool:
     def change(self, name: str, transition: Transition) -> d.DesiredState:
         """Apply an owner's transition to the function's desired state, then reconcile."""
         function = self.get(name)
-        function.desired = transition(function.desired, InstanceMinter(function, self._server_id))
+        function.desired = transition(function.desired, self._mint(function))
         self._reconcile(function)
         return function.desired
+
+    def _mint(self, function: DeployedFunction) -> InstanceMinter:
+        return InstanceMinter(function, self.servers.placer(function, self.functions.values()))
 
     def _wake(self, name: str) -> None:
         """A request waits and nothing is starting: at least one instance again."""
@@ -169,19 +193,17 @@ class WorkerPool:
 
     def snapshot(self) -> Snapshot:
         now = self._clock.now()
-        functions = self.functions.values()
-        states = tuple(function_state(f, now, self._server_id) for f in functions)
-        affinity = {} if self.transforms is None else self.transforms.affinities(functions)
-        server = server_view(
-            functions, self._server_id, self._capacity_cpus, self._gpu_pct,
-            sum(1 for load in self._allocator.load().values() if load == 0), affinity,
-        )  # fmt: skip
-        return Snapshot((server,), states, now)
+        states = tuple(function_state(f, now) for f in self.functions.values())
+        return Snapshot(self.servers.views(self.functions.values()), states, now)
 
     # -- reconciliation ------------------------------------------------------------------
     def _reconcile(self, function: DeployedFunction) -> None:
         if self._stopping or self.functions.get(function.name) is not function:
             return
+        if any(w.server_id not in self.servers for w in function.desired.instances):
+            if not self.servers:
+                return  # nowhere to run: the entries wait for a server to join
+            function.desired = d.relocated(function.desired, self._mint(function), self.servers)
         wanted = {w.instance_id: w for w in function.desired.instances}
         running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
         for instance_id, surplus in running.items():
@@ -207,10 +229,11 @@ class WorkerPool:
         self._background_task(self._drain(function, instance))
 
     def _spawn(self, function: DeployedFunction, entry: d.WantedInstance) -> None:
+        server = self.servers[entry.server_id]
         generation = self._generations.get(entry.instance_id, 0)
         self._generations[entry.instance_id] = generation + 1
         worker_id = entry.instance_id if generation == 0 else f"{entry.instance_id}-r{generation}"
-        cores = self._allocator.assign(entry.config.cpus)
+        cores = server.allocator.assign(entry.config.cpus)
         self._holding.add(worker_id)
         instance = Instance(
             instance_id=entry.instance_id,
@@ -222,22 +245,26 @@ class WorkerPool:
             on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
             worker_id=worker_id,
             tail_quantile=self._batching.tail_quantile,
+            server_id=server.server_id,
         )
         function.router.add(instance)
-        task = asyncio.create_task(self._boot(function, instance, entry), name=f"boot-{worker_id}")
+        task = asyncio.create_task(
+            self._boot(function, instance, entry, server), name=f"boot-{worker_id}"
+        )
         function.boots[worker_id] = task
         task.add_done_callback(lambda _: function.boots.pop(worker_id, None))
 
     async def _boot(
-        self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance
-    ) -> None:
+        self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance,
+        server: Server,
+    ) -> None:  # fmt: skip
         spec = function.spec
         order = function.boot_order(
             instance.worker_id, instance.instance_id, entry.config, instance.cpu_ids,
             on_death=lambda: self._died(function, instance),
         )  # fmt: skip
         try:
-            booted = await self._start_worker(instance, order)
+            booted = await self._start_worker(instance, order, server)
         except asyncio.CancelledError:
             self._discard(function, instance)
             raise
@@ -263,11 +290,11 @@ class WorkerPool:
         self._changed(function)
         self._reconcile(function)
 
-    async def _start_worker(self, instance: Instance, order: BootOrder) -> Booted:
+    async def _start_worker(self, instance: Instance, order: BootOrder, server: Server) -> Booted:
         """Start the instance's worker: transformed from an idle one when that is predicted
-        faster (`control.transforms`), else the starter's way."""
-        if self.transforms is None:
-            return await self.starter.boot(order)
+        faster (`control.transforms`, this machine's workers only), else the starter's way."""
+        if self.transforms is None or server.starter is not self.transforms.starter:
+            return await server.starter.boot(order)
         booted, instance.history = await self.transforms.start(order)
         return booted
 
@@ -301,7 +328,8 @@ class WorkerPool:
         if instance.state is not InstanceState.READY:
             return  # a start that fails is the boot's to report; a drain's runner sees it
         code = getattr(instance.handle, "exit_code", None)
-        cause = self.starter.death_cause(instance.worker_id)  # e.g. killed for memory
+        server = self.servers.get(instance.server_id)
+        cause = None if server is None else server.starter.death_cause(instance.worker_id)
         error = cause or f"worker exited (code {code})"
         if cause is None:
             log.warning("instance %s: worker pid %d died (exit %s)", instance.instance_id,
@@ -333,22 +361,25 @@ class WorkerPool:
             function.router.remove(instance)
             if kept:  # the cores go back; the store holds stay with the idle worker
                 self._holding.discard(instance.worker_id)
-                self._allocator.release(instance.cpu_ids)
+                self.servers[instance.server_id].allocator.release(instance.cpu_ids)
             else:
                 self._forget(instance)
             self._changed(function)
 
     def _idle_gone(self, worker_id: str) -> None:
         """An idle worker was stopped or died: free its store holds and cgroup."""
-        self._background_task(self.starter.release(worker_id))
+        if self.transforms is not None:
+            self._background_task(self.transforms.starter.release(worker_id))
 
     def _forget(self, instance: Instance) -> None:
         """An instance is gone for good: free its cores, store holds and cgroup (once)."""
         if instance.worker_id not in self._holding:
             return
         self._holding.discard(instance.worker_id)
-        self._allocator.release(instance.cpu_ids)
-        self._background_task(self.starter.release(instance.worker_id))
+        server = self.servers.get(instance.server_id)
+        if server is not None:  # a server that left took its cores and workers with it
+            server.allocator.release(instance.cpu_ids)
+            self._background_task(server.starter.release(instance.worker_id))
 
     def _changed(self, function: DeployedFunction) -> None:
         if self._on_change is not None:
@@ -366,7 +397,7 @@ class WorkerPool:
     def holder_ids(self) -> list[str]:
         """Every worker that may hold store tensors (starting, ready, draining or idle)."""
         idle = [] if self.transforms is None else list(self.transforms.idle)
-        return [*self._holding, *self.starter.holder_ids(), *idle]
+        return [*self._holding, *self.servers.template_holders(), *idle]
 
     # -- shutdown ------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -380,15 +411,4 @@ class WorkerPool:
         if self.transforms is not None:
             await self.transforms.close()
         await asyncio.gather(*self._background, *self._retries, return_exceptions=True)
-        await self.starter.close()
-
-
-def _same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
-    return (
-        old.image == new.image
-        and old.slo_ms == new.slo_ms
-        and old.max_batch == new.max_batch
-        and old.cpus_per_instance == new.cpus_per_instance
-        and old.tenant == new.tenant
-        and old.runtime == new.runtime  # environment, secrets, memory limit
-    )
+        await self.servers.close()

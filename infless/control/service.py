@@ -85,7 +85,7 @@ class FunctionService:
                     f"secrets: secret {name!r} does not exist; create it first "
                     f"(infless secret create {name} --from-literal ..., or POST /system/secrets)"
                 )
-        support = await self._pool.starter.runtime_support(spec.runtime)
+        support = await self._pool.servers.runtime_support(spec.runtime)
         if support.memory_limit is not None:
             raise InvalidDeployment(
                 f"limits.memory = {spec.limits.get('memory')!r}: this server cannot enforce a "

@@ -1,4 +1,4 @@
-"""The scaling port's snapshot of this server (`WorkerPool.snapshot`): the server's free
+"""The scaling port's snapshot of the pool (`WorkerPool.snapshot`): each server's free
 capacity, and per function the planner's view, owner, demand, activity and measurements,
 read from the desired states and the data plane. Read-only: it changes nothing.
 Gateway side: never imports torch.
@@ -31,11 +31,13 @@ def server_view(
     used_gpu = [0] * len(gpu_pct)
     for function in functions:
         for wanted in function.desired.instances:
+            if wanted.server_id != server_id:
+                continue
             used_cpus += wanted.config.cpus
             if wanted.gpu_index is not None and 0 <= wanted.gpu_index < len(used_gpu):
                 used_gpu[wanted.gpu_index] += wanted.config.gpu_pct
         for instance in function.router.instances:
-            if instance.state is InstanceState.DRAINING:
+            if instance.state is InstanceState.DRAINING and instance.server_id == server_id:
                 used_cpus += instance.config.cpus
     free_gpu = tuple(max(0, c - u) for c, u in zip(gpu_pct, used_gpu, strict=True))
     free_cpus = max(0, capacity_cpus - used_cpus)
@@ -44,7 +46,7 @@ def server_view(
     )
 
 
-def function_state(function: DeployedFunction, now: float, server_id: str) -> FunctionState:
+def function_state(function: DeployedFunction, now: float) -> FunctionState:
     """What the policies see of one function: the planner's view, owner, demand, activity."""
     spec, activity = function.spec, function.activity
     view = FunctionView(
@@ -54,7 +56,7 @@ def function_state(function: DeployedFunction, now: float, server_id: str) -> Fu
         max_batch=spec.max_batch,
         min_instances=max(spec.min_instances, 0),
         max_instances=spec.max_instances,
-        instances=instance_views(function, now, server_id),
+        instances=instance_views(function, now),
     )
     ready = [i for i in function.router.instances if i.state is InstanceState.READY]
     return FunctionState(
@@ -76,9 +78,7 @@ def function_state(function: DeployedFunction, now: float, server_id: str) -> Fu
     )
 
 
-def instance_views(
-    function: DeployedFunction, now: float, server_id: str
-) -> tuple[InstanceView, ...]:
+def instance_views(function: DeployedFunction, now: float) -> tuple[InstanceView, ...]:
     """Every wanted instance (ready, or starting) and every draining one."""
     running = {i.instance_id: i for i in function.router.instances if i.state in LIVE}
     views = []
@@ -105,7 +105,7 @@ def instance_views(
         if instance.state is InstanceState.DRAINING:
             views.append(
                 InstanceView(
-                    instance.instance_id, function.name, server_id, instance.config,
+                    instance.instance_id, function.name, instance.server_id, instance.config,
                     ViewState.DRAINING, None, instance.started_at_s,
                 )
             )  # fmt: skip

@@ -95,8 +95,10 @@ class Instance:
         on_orphans: Callable[[Instance, list[Pending]], None],
         worker_id: str = "",
         tail_quantile: float = 0.95,
+        server_id: str = "local",
     ) -> None:
         self.instance_id = instance_id  # the desired state's entry it serves
+        self.server_id = server_id  # the server its worker runs on
         self.worker_id = worker_id or instance_id  # this worker's own (a replacement's differs)
         self.function_name = function_name
         self.config = config

@@ -198,6 +198,7 @@ ROUTES: list[Route] = [
         params=(_FN, _INSTANCE_STATE),
     ),
     _mg("get", "/system/templates", "Per-model template processes", 200, arr(ref("Template"))),
+    _mg("get", "/system/servers", "The servers instances run on", 200, arr(ref("Server"))),
     _mg(
         "post",
         "/system/packages",

@@ -88,8 +88,12 @@ SCHEMAS: dict[str, Schema] = {
         version=fields("sha release commit_message"),
     ),
     "Instance": fields(
-        "id! function! batchSize:int cpus:int pid:int state! served:int template start:any",
+        "id! function! server batchSize:int cpus:int pid:int state! served:int template start:any "
+        "node endpoint",
         history=arr(fields("event! path from tookMs:num predictedMs:num plan:any")),
+    ),
+    "Server": fields(
+        "id! cpus!:int freeCpus!:int gpuPct:ints instances:int node host backend head:bool"
     ),
     "Template": fields("id! pid!:int tenant! package! alive:bool instances:strs startMs:num"),
     "LogEntry": fields("name! namespace instance timestamp!:time text!"),

@@ -83,6 +83,7 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.post("/system/scale-function/{name}", json_errors(system.scale)),
         web.get("/system/instances", json_errors(system.instances)),
         web.get("/system/templates", json_errors(system.templates)),
+        web.get("/system/servers", json_errors(system.servers)),
         web.post("/system/packages", json_errors(packages.upload)),
         web.get("/system/packages/{digest}", json_errors(packages.manifest)),  # and HEAD
         web.get("/system/logs", json_errors(LogsRoute(namespace_of, ctx.logs))),

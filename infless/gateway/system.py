@@ -81,6 +81,7 @@ def instance_status(instance: Instance) -> dict[str, object]:
     return {
         "id": instance.instance_id,
         "function": instance.function_name,
+        "server": instance.server_id,
         "batchSize": instance.config.batch_size,
         "cpus": instance.config.cpus,
         "cpuIds": list(instance.cpu_ids),
@@ -190,7 +191,7 @@ class SystemRoutes:
             raise InvalidInput(f"state={state!r}: use live (the default), idle or all")
         pool = self._ctx.pool
         live = [
-            instance_status(i) | pool.starter.describe(i.worker_id)
+            instance_status(i) | pool.servers.describe_worker(i)
             for i in pool.all_instances()
             if (not function or i.function_name == function) and i.state is not InstanceState.DEAD
         ]
@@ -200,7 +201,27 @@ class SystemRoutes:
 
     async def templates(self, request: web.Request) -> web.Response:
         """The per-model template processes instances are forked from (workers.templates)."""
-        return _json(self._ctx.pool.starter.templates())
+        return _json(self._ctx.pool.servers.templates())
+
+    async def servers(self, request: web.Request) -> web.Response:
+        """The servers instances run on: capacity, what is free, and what each reports."""
+        pool = self._ctx.pool
+        views = {v.server_id: v for v in pool.snapshot().servers}
+        return _json(
+            [
+                {
+                    "id": server.server_id,
+                    "cpus": server.capacity_cpus,
+                    "freeCpus": views[server.server_id].free_cpus,
+                    "gpuPct": list(server.gpu_pct),
+                    "instances": sum(
+                        1 for i in pool.all_instances() if i.server_id == server.server_id
+                    ),
+                    **server.describe,
+                }
+                for server in pool.servers.values()
+            ]
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         ctx = self._ctx

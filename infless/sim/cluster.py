@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from infless.control import desired as d
@@ -114,6 +114,9 @@ class _Mint:
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(self._id(), start)
+
+    def moved(self, entry: d.WantedInstance) -> d.WantedInstance:
+        return replace(entry, instance_id=self._id())  # simulated servers never leave
 
 
 class SimCluster:

@@ -1,6 +1,7 @@
 """Gateway-side handle of one worker process: frames in and out, futures per batch.
 
-Owns the socket to the worker and a reader task. A worker whose socket reaches EOF (it
+Owns the socket to the worker (a socketpair; TCP for a node agent's worker, `connect_tcp`)
+and a reader task. A worker whose socket reaches EOF (it
 exited, crashed or was SIGKILLed) is detected at once: every pending call fails with
 `WorkerDied` and the `on_death` callback runs. Never imports torch.
 """
@@ -12,6 +13,7 @@ import contextlib
 import itertools
 import os
 import signal
+import socket
 from collections.abc import Callable
 from typing import Protocol
 
@@ -75,9 +77,13 @@ class ProcessWorkerHandle:
 
     async def _connect(self) -> None:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_unix_connection(
-                sock=self._launched.sock, limit=p.MAX_FRAME_BYTES
+            sock = self._launched.sock
+            opener = (
+                asyncio.open_unix_connection
+                if sock.family == socket.AF_UNIX
+                else asyncio.open_connection
             )
+            self._reader, self._writer = await opener(sock=sock, limit=p.MAX_FRAME_BYTES)
             self._reader_task = asyncio.create_task(self._read_loop(), name=f"worker-{self.pid}")
 
     async def _read_loop(self) -> None:
@@ -132,6 +138,19 @@ class ProcessWorkerHandle:
         await self._connect()
         return await self._until_ready(request, timeout_s)
 
+    async def attach(self) -> None:
+        """Start reading a worker that is already loaded (a TCP-attached one: its agent
+        loaded it, see `RemoteWorkerHandle`)."""
+        await self._connect()
+
+    async def serve_on(self, request: p.ServeOn, timeout_s: float) -> p.Listening:
+        """Have the (loaded) worker listen for the gateway over TCP; its port."""
+        reply = await self._control(request, timeout_s, "listening")
+        if not isinstance(reply, p.Listening):
+            self.kill()
+            raise WorkerStartFailed(f"worker pid {self.pid} answered {type(reply).__name__}")
+        return reply
+
     async def transform(self, request: p.TransformModel, timeout_s: float) -> p.Ready:
         """Have the (idle) worker transform its model; `WorkerStartFailed` when it could
         not (it then exits: the caller must not serve it again)."""
@@ -144,22 +163,26 @@ class ProcessWorkerHandle:
     async def _until_ready(
         self, request: p.LoadModel | p.TransformModel, timeout_s: float
     ) -> p.Ready:
-        self._load_future = asyncio.get_running_loop().create_future()
-        future = self._load_future
-        self._send(request)
-        try:
-            reply = await asyncio.wait_for(future, timeout_s)
-        except TimeoutError as exc:
-            self.kill()
-            raise WorkerStartFailed(
-                f"worker pid {self.pid} not ready after {timeout_s:.0f} s"
-            ) from exc
-        except WorkerDied as exc:
-            raise WorkerStartFailed(f"worker pid {self.pid} exited while loading") from exc
+        reply = await self._control(request, timeout_s, "ready")
         if isinstance(reply, p.LoadFailed):
             raise WorkerStartFailed(reply.error)
         assert isinstance(reply, p.Ready)
         return reply
+
+    async def _control(self, request: p.ToWorker, timeout_s: float, what: str) -> p.FromWorker:
+        """Send a load, transform or listen request and await the worker's one answer."""
+        self._load_future = asyncio.get_running_loop().create_future()
+        future = self._load_future
+        self._send(request)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError as exc:
+            self.kill()
+            raise WorkerStartFailed(
+                f"worker pid {self.pid} not {what} after {timeout_s:.0f} s"
+            ) from exc
+        except WorkerDied as exc:
+            raise WorkerStartFailed(f"worker pid {self.pid} exited, not {what} yet") from exc
 
     async def run_batch(self, inputs: dict[str, p.TensorData]) -> p.BatchResult:
         reply = await self._exchange(lambda batch_id: p.RunBatch(batch_id, inputs))
@@ -216,3 +239,36 @@ class ProcessWorkerHandle:
         else:
             self.kill()
             await self._mark_dead()
+
+
+class RemoteWorkerHandle(ProcessWorkerHandle):
+    """A worker on another node (or another agent), reached over the TCP connection its
+    agent handed out; `pid` is on that node, so killing it is the agent's (`kill_remote`)."""
+
+    def __init__(
+        self,
+        launched: LaunchedWorker,
+        kill_remote: Callable[[], None],
+        on_death: Callable[[ProcessWorkerHandle], None] | None = None,
+    ) -> None:
+        super().__init__(launched, on_death)
+        self._kill_remote = kill_remote
+
+    def kill(self) -> None:
+        self._kill_remote()
+
+
+async def connect_tcp(host: str, port: int, token: bytes, timeout_s: float) -> socket.socket:
+    """Connect to a node agent's worker and say `Hello` with the token its agent gave; the
+    worker closes the connection on a wrong token (the first read then sees EOF)."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await loop.sock_sendall(sock, p.encode_frame(p.Hello(token)))
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -4,8 +4,10 @@ Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function
 and mount its secrets (`workers.isolation`) → build the model (structure on
 the meta device, then weights: mapped from the shared store or read from the package) →
 time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
-the socket (the gateway is gone). An idle worker may be told to `TransformModel`: it turns
-its model into another package's (`workers.transformer`) and answers `Ready` again.
+the socket (the gateway is gone). A node agent's worker is then told `ServeOn`: it serves
+the gateway over an authenticated TCP connection instead (`workers.tcp`). An idle worker
+may be told to `TransformModel`: it turns its model into another package's
+(`workers.transformer`) and answers `Ready` again.
 One batch at a time; torch threads = the instance's cores; malloc keeps freed memory for
 the next batch (`infless.profiler.allocator`), and the heap the warm-up leaves is trimmed
 once.
@@ -33,6 +35,7 @@ from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
 from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
+from infless.workers.tcp import accept_gateway, exit_with
 
 
 class _Channel:
@@ -226,6 +229,12 @@ def serve(sock: socket.socket) -> None:
             channel.send(_run(model, message))
         elif isinstance(message, p.Ping):
             channel.send(p.Pong(message.nonce, _rss_bytes()))
+        elif isinstance(message, p.ServeOn):  # a node agent's worker: the gateway over TCP
+            conn = accept_gateway(message, sock)
+            if conn is None:
+                return
+            exit_with(sock)
+            channel = _Channel(conn)
         elif isinstance(message, p.TransformModel):
             previous = model  # freed after the answer: unmapping is not on the start's path
             try:

@@ -17,6 +17,7 @@ from infless.weights.stored import StoredTensor
 
 FRAME_HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30
+MAX_HELLO_BYTES = 256  # a TCP peer's first frame: anything longer is not a gateway
 
 
 class TensorData(msgspec.Struct, array_like=True, frozen=True):
@@ -155,8 +156,32 @@ class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
     pass
 
 
-ToWorker = LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown
-FromWorker = Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong
+class ServeOn(msgspec.Struct, tag="serve_on", frozen=True):
+    """From a node agent (`infless.nodes`), after `Ready`: serve the gateway over TCP.
+
+    The worker listens on `host` (an ephemeral port) and answers `Listening`; it serves the
+    first connection whose first frame is `Hello` with `token` (others are closed), then
+    stops listening. It no longer reads the agent's socket, only watches it: the worker
+    exits when its agent is gone. No connection within `accept_timeout_s`: it exits.
+    """
+
+    host: str
+    token: bytes
+    accept_timeout_s: float = 60.0
+
+
+class Hello(msgspec.Struct, tag="hello", frozen=True):
+    """The gateway's first frame on a worker's TCP connection: the agent's token for it."""
+
+    token: bytes
+
+
+class Listening(msgspec.Struct, tag="listening", frozen=True):
+    port: int
+
+
+ToWorker = LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown | ServeOn | Hello
+FromWorker = Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong | Listening
 Message = ToWorker | FromWorker
 
 _encoder = msgspec.msgpack.Encoder()

@@ -33,6 +33,9 @@ GATEWAY_MODULES = [
     "infless.control.autoscaler",
     "infless.control.pool",
     "infless.sim.engine",
+    "infless.nodes.backend",
+    "infless.nodes.remote",
+    "infless.nodes.agent",
 ]
 
 # planted line -> the contract it must break
@@ -44,6 +47,10 @@ PLANTED = {
     "infless/scaling/planner.py": (
         "import infless.control.pool  # planted",
         "Policies and their shells never import HTTP, workers or the pool",
+    ),
+    "infless/nodes/remote.py": (
+        "import ray  # planted",
+        "Ray stays behind the cluster backend: only infless.nodes.ray_backend imports it",
     ),
     "infless/dataplane/router.py": (
         "import infless.control.desired  # planted",
@@ -112,14 +119,21 @@ def test_config_sections_are_leaves() -> None:
         assert imported <= base, (section, imported)
 
 
-def test_gateway_side_modules_do_not_import_torch() -> None:
+def test_gateway_side_modules_do_not_import_torch_or_ray() -> None:
+    """Neither is imported by the gateway's modules, nor by building a gateway without a
+    cluster (Ray only comes with `--cluster`)."""
     code = (
         "import importlib, sys\n"
         f"for name in {GATEWAY_MODULES!r}:\n"
         "    importlib.import_module(name)\n"
-        "print('torch' in sys.modules)\n"
+        "from infless.app import create_app\n"
+        "from infless.config import Config, with_overrides\n"
+        "import tempfile\n"
+        "state = tempfile.mkdtemp()\n"
+        "create_app(with_overrides(Config(), state={'dir': state}, store={'enabled': False}))\n"
+        "print('torch' in sys.modules, 'ray' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert result.stdout.strip() == "False"
+    assert result.stdout.strip() == "False False"

@@ -22,6 +22,7 @@ from infless.control.desired import Owner
 from infless.control.frontend import FunctionFrontend
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
+from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import InstanceState
 from infless.dataplane.request import Array, Outcome
@@ -89,8 +90,8 @@ class Harness:
             demand=DemandConfig(long_window_s=4.0, decay_tau_s=2.0),
         )
         self.pool = WorkerPool(
-            clock, self.starter, CpuAllocator((0, 1, 2, 3)), BatchingConfig(),
-            capacity_cpus=8, autoscaled=autoscaled,
+            clock, [Server(LOCAL_SERVER, self.starter, CpuAllocator((0, 1, 2, 3)), 8)],
+            BatchingConfig(), autoscaled=autoscaled,
         )  # fmt: skip
         self.autoscaler = Autoscaler(self.pool, scaling)
         self.recorder = Recorder()
@@ -219,18 +220,16 @@ async def test_released_to_zero_then_a_request_wakes_it_back_to_its_owner() -> N
 async def test_the_snapshot_counts_every_wanted_instance_against_cores_and_gpus() -> None:
     clock = FakeClock()
     starter = InProcessStarter(clock)
-    pool = WorkerPool(
-        clock, starter, CpuAllocator((0, 1)), BatchingConfig(), capacity_cpus=4,
-        gpu_pct=(100, 100), autoscaled=True,
-    )  # fmt: skip
+    server = Server(LOCAL_SERVER, starter, CpuAllocator((0, 1)), 4, (100, 100))
+    pool = WorkerPool(clock, [server], BatchingConfig(), autoscaled=True)
     pool.deploy(SPEC, Path("/nonexistent/m"), MANIFEST)  # one uniform instance, 1 core
     gpu_start = StartInstance(
         "f", InstanceConfig(4, 2, gpu_pct=30), "local", 1, 5.0, 10.0, 200.0, 0.0, 1.0
     )
     pool.apply(ScalingPlan((gpu_start,)))
-    (server,) = pool.snapshot().servers
-    assert (server.cpus, server.free_cpus) == (4, 1)
-    assert (server.gpu_pct, server.free_gpu_pct) == ((100, 100), (100, 70))
+    (view,) = pool.snapshot().servers
+    assert (view.cpus, view.free_cpus) == (4, 1)
+    assert (view.gpu_pct, view.free_gpu_pct) == ((100, 100), (100, 70))
     (state,) = pool.snapshot().functions
     assert [i.state.value for i in state.view.instances] == ["starting", "starting"]
     await clock.advance(0.01)

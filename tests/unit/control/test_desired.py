@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from functools import partial
 
 from infless.control import desired as d
@@ -29,6 +30,9 @@ class Mint:
 
     def planned(self, start: StartInstance) -> WantedInstance:
         return d.planned_instance(f"f-{next(self._ids)}", start)
+
+    def moved(self, entry: WantedInstance) -> WantedInstance:
+        return replace(entry, instance_id=f"f-{next(self._ids)}", server_id="s2")
 
 
 def start(b: int, c: int) -> StartInstance:

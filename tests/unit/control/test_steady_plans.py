@@ -9,6 +9,7 @@ doing so (the control runs); with them it settles."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -42,6 +43,9 @@ class Mint:
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(f"f-{next(self._ids)}", start)
+
+    def moved(self, entry: d.WantedInstance) -> d.WantedInstance:
+        return replace(entry, instance_id=f"f-{next(self._ids)}", server_id="s2")
 
 
 class SwingingTarget:

@@ -1,0 +1,137 @@
+"""The servers a pool runs instances on (`ServerSet`), and where a new uniform instance goes.
+
+`Server` is one machine as the pool sees it: its starter (this machine's processes, or a
+node agent's over Ray, see `infless.nodes`), its core allocator and its capacity. The
+planner places the autoscaler's instances itself (Algorithm 1 over every server's
+`ServerView`); `choose_server` places the others (a person's count, a woken function, an
+instance moved off a server that left): a server with room for it first, then the one
+running the fewest of the function's instances (they spread: a node that leaves takes
+few of them), then the one that holds most of its tensors already (Tetris: cheaper to
+start there), then the one with the most free cores.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from infless.cluster.cpus import CpuAllocator
+from infless.control.snapshot import server_view
+from infless.scaling.view import ServerView
+from infless.types import WorkerRuntime
+from infless.workers.boot import InstanceStarter, RuntimeSupport
+
+if TYPE_CHECKING:
+    from infless.control.functions import DeployedFunction
+    from infless.dataplane.instance import Instance
+
+Affinity = Callable[[Iterable["DeployedFunction"]], Mapping[str, float]]
+
+LOCAL_SERVER = "local"
+
+
+@dataclass
+class Server:
+    server_id: str
+    starter: InstanceStarter
+    allocator: CpuAllocator
+    capacity_cpus: int
+    gpu_pct: tuple[int, ...] = ()
+    describe: Mapping[str, object] = field(default_factory=dict)  # host, node id, ...
+    affinity: Affinity | None = None  # per function: what the server holds of it already
+
+
+def choose_server(
+    servers: Sequence[ServerView], function: str, cpus: int, running: Mapping[str, int]
+) -> str | None:
+    """The server for one more instance of `function` with `cpus` cores (`running`: its
+    instances per server); None when there is no server."""
+    if not servers:
+        return None
+    best = max(
+        servers,
+        key=lambda s: (
+            s.free_cpus >= cpus,
+            -running.get(s.server_id, 0),
+            s.affinity.get(function, 0.0),
+            s.free_cpus,
+            s.server_id,
+        ),
+    )
+    return best.server_id
+
+
+class ServerSet(dict[str, Server]):
+    """The pool's servers by id, and what is asked of all of them together."""
+
+    def __init__(self, servers: Iterable[Server] = ()) -> None:
+        super().__init__((server.server_id, server) for server in servers)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(server.starter.start() for server in self.values()))
+
+    async def close(self) -> None:
+        for server in self.values():
+            await server.starter.close()
+
+    def views(self, functions: Iterable[DeployedFunction]) -> tuple[ServerView, ...]:
+        """Each server's capacity, what is free on it, and its affinity per function."""
+        functions = list(functions)
+        return tuple(
+            server_view(
+                functions,
+                server.server_id,
+                server.capacity_cpus,
+                server.gpu_pct,
+                sum(1 for load in server.allocator.load().values() if load == 0),
+                None if server.affinity is None else server.affinity(functions),
+            )
+            for server in self.values()
+        )
+
+    def placer(
+        self, function: DeployedFunction, functions: Iterable[DeployedFunction]
+    ) -> Callable[[int], str]:
+        """Where each new entry of `function` goes (`choose_server`); an entry placed by the
+        same placer counts as placed already. "" when there is no server: it waits."""
+        functions = list(functions)
+        running: dict[str, int] = defaultdict(int)
+        for wanted in function.desired.instances:
+            running[wanted.server_id] += 1
+        taken: dict[str, int] = defaultdict(int)
+
+        def place(cpus: int) -> str:
+            views = [
+                replace(v, free_cpus=v.free_cpus - taken[v.server_id])
+                for v in self.views(functions)
+            ]
+            chosen = choose_server(views, function.name, cpus, running)
+            if chosen is None:
+                return ""
+            running[chosen] += 1
+            taken[chosen] += cpus
+            return chosen
+
+        return place
+
+    def describe_worker(self, instance: Instance) -> dict[str, object]:
+        """Where the instance's worker came from and how it is confined (its server's)."""
+        server = self.get(instance.server_id)
+        return {} if server is None else server.starter.describe(instance.worker_id)
+
+    def templates(self) -> list[dict[str, object]]:
+        return [t for s in self.values() for t in s.starter.templates()]
+
+    def template_holders(self) -> list[str]:
+        return [h for s in self.values() for h in s.starter.holder_ids()]
+
+    async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
+        """What of `runtime` some server cannot give (a function's instances may go to any)."""
+        answers = await asyncio.gather(*(s.starter.runtime_support(runtime) for s in self.values()))
+        memory = next((a.memory_limit for a in answers if a.memory_limit), None)
+        secrets = next((a.secrets for a in answers if a.secrets), None)
+        return RuntimeSupport(memory, secrets)
