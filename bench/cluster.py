@@ -24,8 +24,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,10 +31,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from bench.harness import BENCH_MODELS
+from bench.harness import BENCH_MODELS, build_models
 from bench.harness import gateway as start_gateway
 from bench.slo import HEADER, _config_sections, _rate_list, _row, run_step, summarize
-from infless.clock import perf_s
+from infless.clock import RealClock, perf_s
 from infless.config import Config, with_overrides
 from infless.nodes.agent import NodeAgent
 from infless.nodes.factory import make_starter, make_store
@@ -81,7 +79,7 @@ async def per_batch(batches: int, work: Path) -> dict[str, Any]:
     core = max(os.sched_getaffinity(0))
     agent = NodeAgent(msgspec.json.encode(config), "bench-node-0", "127.0.0.1", [core])
     remote = RemoteStarter(agent, "bench")
-    store = make_store(config, _clock())
+    store = make_store(config, RealClock())
     local = make_starter(config, store, None)
     await local.start()
     tcp = (await remote.boot(_order("tcp", core))).handle
@@ -115,12 +113,6 @@ async def per_batch(batches: int, work: Path) -> dict[str, Any]:
         figures["tcp"]["transport_p50_us"] - figures["socketpair"]["transport_p50_us"]
     )
     return figures
-
-
-def _clock() -> Any:
-    from infless.clock import RealClock
-
-    return RealClock()
 
 
 def per_request(mode: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -168,11 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=100_000)
     parser.add_argument("--skip-gateway", action="store_true", help="per-batch figures only")
     args = parser.parse_args(argv)
-    subprocess.run(
-        [sys.executable, "-m", "infless.cli", "models", "build", MODEL,
-         "--repository", str(BENCH_MODELS)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    build_models(MODEL)
     figures: dict[str, Any] = {"bench": "cluster"}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

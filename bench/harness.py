@@ -76,6 +76,15 @@ class Gateway:
         raise RuntimeError(f"{function} not ready after {timeout_s} s")
 
 
+def build_models(*names: str) -> None:
+    """Build (or find already built) the zoo packages a benchmark deploys."""
+    subprocess.run(
+        [sys.executable, "-m", "infless.cli", "models", "build", *names,
+         "--repository", str(BENCH_MODELS)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def gateway(workdir: Path, functions_toml: str, extra_toml: str = "") -> Iterator[Gateway]:
     workdir.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ from typing import Any
 
 import psutil
 
-from bench.harness import BENCH_MODELS, REPO_ROOT, Gateway, gateway
+from bench.harness import REPO_ROOT, Gateway, build_models, gateway
 
 FUNCTIONS = {
     "text": ("textcnn-64", 50.0),
@@ -283,12 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overload", action="store_true", help="also the 10x overload step")
     parser.add_argument("--overload-rps", type=float, default=2000.0)
     args = parser.parse_args(argv)
-    subprocess.run(
-        [sys.executable, "-m", "infless.cli", "models", "build",
-         *(FUNCTIONS[k][0] for k in args.functions), "textcnn-69",
-         "--repository", str(BENCH_MODELS)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    build_models(*(FUNCTIONS[k][0] for k in args.functions), "textcnn-69")
     figures: dict[str, Any] = {"bench": "slo", "step_s": args.step_s}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.functions:

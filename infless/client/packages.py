@@ -11,18 +11,17 @@ directories here pass through unchanged (the gateway resolves them). Torch-free.
 
 from __future__ import annotations
 
-import tarfile
 import tempfile
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import IO
 
 from infless.client.http import GatewayClient
 from infless.errors import UnknownModel
 from infless.models.package import MANIFEST_FILE, is_zoo_name
 from infless.models.zoo import ZOO
-from infless.packaging.digest import package_digest, package_files
+from infless.packaging.archive import write_archive
+from infless.packaging.digest import package_digest
 
 ARCHIVE_TYPE = "application/gzip"
 PACKAGES_ROUTE = "/system/packages"
@@ -41,13 +40,6 @@ def local_package(image: str, base: Path) -> Path | None:
     if not path.is_absolute():
         path = base / path
     return path.resolve() if (path / MANIFEST_FILE).is_file() else None
-
-
-def write_archive(package_dir: Path, out: IO[bytes]) -> None:
-    """A tar.gz of the package's files, at the archive's root."""
-    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
-        for relative in package_files(package_dir):
-            tar.add(package_dir / relative, arcname=relative.as_posix(), recursive=False)
 
 
 class PackageUploader:

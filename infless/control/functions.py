@@ -42,6 +42,18 @@ class StartHealth:
     last_error: str | None = None
     retry_at_s: float = 0.0  # no new start before this (backoff after failures)
 
+    def started(self, took_s: float) -> None:
+        self.failures = 0
+        self.last_start_s = took_s
+
+    def failed(self, error: str, now_s: float) -> float:
+        """A start failed: the backoff before the next one (0.5 s doubling, 30 s at most)."""
+        self.last_error = error
+        self.failures += 1
+        delay_s = min(30.0, 0.5 * 2.0**self.failures)
+        self.retry_at_s = now_s + delay_s
+        return delay_s
+
 
 @dataclass(eq=False)
 class DeployedFunction:

@@ -1,21 +1,15 @@
 """WorkerPool: the reconciler. Running instances follow each function's desired state.
 
-What a function should run is one value, `DeployedFunction.desired`, changed only through
-`change(name, transition)` with a transition of `control.desired` (a person's scale, the
-autoscaler's plan, the cold-start policy's release and wake, a request that found nothing
-running). After every change, and after every instance event, `_reconcile` compares the
-wanted set with the running instances: it starts what is missing (through the
-`InstanceStarter` of the server the entry names: processes for real, a node agent's over
-Ray, in-process in tests), drains what is no longer wanted, and replaces a worker that
-died (its requests are retried, see `dataplane.router`). Servers come and go
-(`add_server`, `remove_server`: a node that left loses its instances, and their entries
-move to the servers that remain).
-An instance no longer wanted may be kept as an idle worker, and a start may
-transform one, when warm-instance transformation is on (`control.transforms`, which decides
-both). It decides nothing itself. It is also the scaling port's target (`snapshot`, read by
-`control.snapshot`; `apply`), so the autoscaler and the prewarm manager never see instances
-or workers.
-Gateway side: never imports torch.
+A function's `desired` changes only through `change(name, transition)` (`control.desired`:
+a person's scale, the autoscaler's plan, the cold-start release and wake, a request that
+found nothing running). After every change and instance event, `_reconcile` starts what is
+missing (through the starter of the server the entry names: processes, a node agent's
+over Ray, in-process in tests), drains what is no longer wanted and replaces a worker that
+died (its requests are retried, `dataplane.router`). Servers come and go (`add_server`,
+`remove_server`: a lost node's entries move to the servers that remain). An instance no
+longer wanted may be kept idle, and a start may transform one (`control.transforms`
+decides both). It decides nothing itself; it is the scaling port's target (`snapshot`,
+`apply`). Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -279,8 +273,7 @@ class WorkerPool:
             retune=lambda exec_ms: settings(exec_ms, chosen.batch_size),
         )  # fmt: skip
         instance.start_breakdown = booted.start
-        function.health.failures = 0
-        function.health.last_start_s = self._clock.now() - instance.started_at_s
+        function.health.started(self._clock.now() - instance.started_at_s)
         log.info(
             "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
             instance.instance_id, instance.pid, chosen.batch_size, chosen.exec_ms,
@@ -302,11 +295,7 @@ class WorkerPool:
         log.error("instance %s failed to start: %s", instance.instance_id, error)
         instance.state = InstanceState.DEAD
         instance.error = error
-        health = function.health
-        health.last_error = error
-        health.failures += 1
-        delay_s = min(30.0, 0.5 * 2**health.failures)
-        health.retry_at_s = self._clock.now() + delay_s
+        delay_s = function.health.failed(error, self._clock.now())
         function.router.remove(instance)
         self._forget(instance)
         function.router.start_failed(error)
@@ -331,11 +320,8 @@ class WorkerPool:
         server = self.servers.get(instance.server_id)
         cause = None if server is None else server.starter.death_cause(instance.worker_id)
         error = cause or f"worker exited (code {code})"
-        if cause is None:
-            log.warning("instance %s: worker pid %d died (exit %s)", instance.instance_id,
-                        instance.pid, code)  # fmt: skip
-        else:
-            log.warning("instance %s: worker pid %d %s", instance.instance_id, instance.pid, cause)
+        said = cause or f"died (exit {code})"
+        log.warning("instance %s: worker pid %d %s", instance.instance_id, instance.pid, said)
         function.health.last_error = f"instance {instance.instance_id}: {error}"
         instance.mark_dead(error)
 

@@ -98,22 +98,20 @@ class ServerSet(dict[str, Server]):
     ) -> Callable[[int], str]:
         """Where each new entry of `function` goes (`choose_server`); an entry placed by the
         same placer counts as placed already. "" when there is no server: it waits."""
-        functions = list(functions)
         running: dict[str, int] = defaultdict(int)
         for wanted in function.desired.instances:
             running[wanted.server_id] += 1
-        taken: dict[str, int] = defaultdict(int)
+        views: dict[str, ServerView] | None = None  # read once, at the first placement
 
         def place(cpus: int) -> str:
-            views = [
-                replace(v, free_cpus=v.free_cpus - taken[v.server_id])
-                for v in self.views(functions)
-            ]
-            chosen = choose_server(views, function.name, cpus, running)
+            nonlocal views
+            if views is None:
+                views = {v.server_id: v for v in self.views(functions)}
+            chosen = choose_server(list(views.values()), function.name, cpus, running)
             if chosen is None:
                 return ""
             running[chosen] += 1
-            taken[chosen] += cpus
+            views[chosen] = replace(views[chosen], free_cpus=views[chosen].free_cpus - cpus)
             return chosen
 
         return place

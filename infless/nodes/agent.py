@@ -2,7 +2,7 @@
 
 It owns what is per machine: the zygote and templates, the tensor store, cgroups and
 the worker processes (a `ProcessStarter`, as the gateway has for its own machine), and
-the packages shipped to it (by digest, unpacked under its node directory). On `start` it
+the packages shipped to it (by digest, in a `PackageStore` under its node directory). On `start` it
 boots a worker the usual way (over a socketpair), then has it listen for the gateway over
 TCP with a fresh token (`workers.protocol.ServeOn`) and returns the endpoint and the
 token: requests never pass through the agent or Ray. Its workers exit when it is gone
@@ -22,7 +22,6 @@ import logging
 import os
 import secrets
 import shutil
-import tarfile
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +35,8 @@ from infless.cluster.gpus import discover_gpus
 from infless.config import Config
 from infless.nodes import wire
 from infless.nodes.factory import make_starter, make_store, store_root
+from infless.packaging.archive import Limits
+from infless.packaging.store import PackageStore
 from infless.types import InstanceConfig, WorkerRuntime
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
@@ -81,6 +82,9 @@ class NodeAgent:
         self._starts = 0
         self._tenants: dict[str, set[str]] = {}  # package digest -> tenants it started for
         self._released: set[str] = set()  # released before (or without) a worker
+        self.packages = PackageStore(self.dir)  # shipped packages, by digest
+        self._memory_bytes = 0
+        self._gpu_pct: list[int] = []
 
     async def _ready(self) -> ProcessStarter:
         if self._started is None:
@@ -91,7 +95,9 @@ class NodeAgent:
 
     async def _start(self) -> None:
         config, clock = self._config, RealClock()
-        (self.dir / "packages").mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._memory_bytes = psutil.virtual_memory().total  # what the node has: read once
+        self._gpu_pct = list(discover_gpus().share_capacity_pct)
         self._starts = _count_start(self.dir / STARTS_FILE)
         self._store = make_store(config, clock)
         if self._store is not None:
@@ -118,25 +124,28 @@ class NodeAgent:
         log.info("[%s %s] %s", function, instance, line)
 
     # -- packages -----------------------------------------------------------------------
-    def _package_dir(self, digest: str) -> Path:
-        return self.dir / "packages" / digest.removeprefix("sha256:")
-
     async def has_package(self, digest: str) -> bool:
         await self._ready()
-        return self._package_dir(digest).is_dir()
+        return self.packages.find(digest) is not None
 
     async def put_package(self, digest: str, archive: bytes) -> None:
-        """Unpack a package (a tar of its files) under its digest, atomically."""
+        """Store a package (a tar.gz of its files, `packaging.archive.write_archive`) as the
+        gateway's repository stores an upload: unpacked, validated, its digest checked."""
         await self._ready()
-        await asyncio.to_thread(_unpack, archive, self._package_dir(digest))
+        limits = Limits(self._config.gateway.max_package_bytes)
+        stored = await asyncio.to_thread(
+            self.packages.add_archive, self.packages.new_staging(), io.BytesIO(archive), limits
+        )
+        if stored.digest != digest:
+            raise ValueError(f"the package shipped as {digest} hashes to {stored.digest}")
 
     # -- instances ----------------------------------------------------------------------
     async def start(self, order_bytes: bytes) -> bytes:
         """Boot one worker and have it listen for the gateway; `wire.Started` bytes."""
         starter = await self._ready()
         order = wire.decode_order(order_bytes)
-        package_dir = self._package_dir(order.package)
-        if not package_dir.is_dir():
+        package_dir = self.packages.find(order.package)
+        if package_dir is None:
             raise FileNotFoundError(f"package {order.package} was not shipped to this node")
         worker_id = order.instance_id
         booted = await starter.boot(
@@ -200,11 +209,10 @@ class NodeAgent:
         return wire.encode(
             wire.NodeReport(
                 node=self.node, host=self.host, cpu_ids=self.cpu_ids,
-                memory_bytes=psutil.virtual_memory().total,
-                gpu_pct=list(discover_gpus().share_capacity_pct),
+                memory_bytes=self._memory_bytes, gpu_pct=self._gpu_pct,
                 workers=sorted(self._workers), store_tensors=len(entries),
                 store_bytes=sum(e.size_bytes for e in entries), adopted_tensors=self._adopted,
-                packages=sum(1 for _ in (self.dir / "packages").iterdir()),
+                packages=len(self.packages.digests()),
                 agent_pid=os.getpid(), agent_starts=self._starts,
                 similarity=await asyncio.to_thread(self._similarity),
             )
@@ -215,7 +223,7 @@ class NodeAgent:
         if self._store is None:
             return {}
         return {
-            f"{tenant}/{digest}": self._store.similarity(self._package_dir(digest), tenant)
+            f"{tenant}/{digest}": self._store.similarity(self.packages.path_for(digest), tenant)
             for digest, tenants in self._tenants.items()
             for tenant in tenants
         }
@@ -263,30 +271,3 @@ def _count_start(path: Path) -> int:
         starts = 1
     path.write_text(str(starts))
     return starts
-
-
-def _unpack(archive: bytes, dest: Path) -> None:
-    if dest.is_dir():
-        return
-    partial = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}")
-    try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-            tar.extractall(partial, filter="data")
-        partial.rename(dest)
-    except OSError:
-        if dest.is_dir():  # another call unpacked it first
-            return
-        raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-
-
-def pack(package_dir: Path) -> bytes:
-    """A package's files as an uncompressed tar (what `put_package` unpacks)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:") as tar:
-        for path in sorted(package_dir.rglob("*")):
-            relative = path.relative_to(package_dir)
-            if path.is_file() and "__pycache__" not in relative.parts:
-                tar.add(path, arcname=str(relative), recursive=False)
-    return buffer.getvalue()

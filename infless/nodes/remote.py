@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from infless.nodes import wire
-from infless.nodes.agent import pack
+from infless.packaging.archive import write_archive
 from infless.packaging.digest import package_digest
 from infless.types import WorkerRuntime
 from infless.workers.boot import Booted, BootOrder, RuntimeSupport
@@ -59,7 +60,8 @@ class RemoteStarter:
         self._background: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        await self.refresh()
+        if self.report is None:  # read when the node joined, usually
+            await self.refresh()
 
     async def refresh(self) -> wire.NodeReport:
         """Read the node's report again (cores, workers, store, what it holds of whom)."""
@@ -86,7 +88,7 @@ class RemoteStarter:
 
     async def _put(self, package_dir: Path, digest: str) -> None:
         if not await self.link.has_package(digest):
-            archive = await asyncio.to_thread(pack, package_dir)
+            archive = await asyncio.to_thread(_archive, package_dir)
             await self.link.put_package(digest, archive)
             log.info("shipped %s (%d bytes) to node %s", digest[:19], len(archive), self.node)
 
@@ -178,3 +180,9 @@ class RemoteStarter:
             if value:
                 affinity[function.name] = value
         return affinity
+
+
+def _archive(package_dir: Path) -> bytes:
+    buffer = io.BytesIO()
+    write_archive(package_dir, buffer)
+    return buffer.getvalue()

@@ -26,6 +26,7 @@ from typing import IO
 
 from infless.errors import InvalidPackage, MalformedBody, PayloadTooLarge
 from infless.models.package import MANIFEST_FILE
+from infless.packaging.digest import package_files
 
 MAX_MEMBERS = 10_000
 _CHUNK = 1 << 20
@@ -195,3 +196,10 @@ def write_files(files: Iterable[tuple[str, bytes]], dest: Path, limits: Limits) 
             raise InvalidPackage(f"file {name!r}: a file needs a name")
         writer.file(name, path, len(content), content)
     return writer.unpacked
+
+
+def write_archive(package_dir: Path, out: IO[bytes]) -> None:
+    """A tar.gz of the package's files, at the archive's root."""
+    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
+        for relative in package_files(package_dir):
+            tar.add(package_dir / relative, arcname=relative.as_posix(), recursive=False)

@@ -103,6 +103,16 @@ class PackageStore:
         path = self.path_for(digest)
         return path if (path / MANIFEST_FILE).is_file() else None
 
+    def digests(self) -> list[str]:
+        """Every stored package's digest."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            PREFIX + path.name
+            for path in self.root.iterdir()
+            if digest_hex(PREFIX + path.name) and (path / MANIFEST_FILE).is_file()
+        )
+
     def manifest_bytes(self, digest: str) -> bytes | None:
         path = self.find(digest)
         return None if path is None else (path / MANIFEST_FILE).read_bytes()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from infless.modelless.profiles import Goals, LatencyPoint, VariantProfile, variant_function
+from infless.modelless.profiles import Goals, variant_function
 from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, Simulation
@@ -15,30 +15,16 @@ from infless.sim.model import AppResult, SimResult
 from infless.sim.modelless import ProfilePredictor, variant_key
 from infless.sim.scenarios import STEP_MODEL, STEP_SLO_MS, main, step_load, step_profiles
 from infless.sim.workload import RateSchedule
+from tests.unit.modelless.support import profile
 
 SLO_MS = 50.0
 NO_FUNCTIONS = AnalyticPredictor({})
 
 
-def profile(
-    name: str, accuracy: float, ms_b1: float, per_row_ms: float, load_ms: float
-) -> VariantProfile:
-    """t_exec(b, c) = ms_b1 + per_row_ms·(b − 1) at 1 core, ÷ 1.6 at 2 (generator-shaped)."""
-    points = [
-        LatencyPoint(b, c, (ms_b1 + per_row_ms * (b - 1)) / (1.0 if c == 1 else 1.6))
-        for b in (1, 2, 4, 8, 16)
-        for c in (1, 2)
-    ]
-    return VariantProfile(
-        model="m", name=name, transform=name, status="ready", accuracy=accuracy,
-        metric="top1-agreement", latency=points, load_ms=load_ms, peak_memory_bytes=100 << 20,
-    )  # fmt: skip
-
-
 # one fp32 instance (b8/c1, 18 ms) serves ~440 rps; int8 (b16/c1, 9.5 ms) ~1700 rps
-FP32 = profile("fp32", 1.0, 4.0, 2.0, 300.0)
-BF16 = profile("bf16", 0.995, 3.0, 1.5, 400.0)
-INT8 = profile("int8", 0.97, 2.0, 0.5, 600.0)
+FP32 = profile("fp32", 1.0, 4.0, 2.0, load_ms=300.0)
+BF16 = profile("bf16", 0.995, 3.0, 1.5, load_ms=400.0)
+INT8 = profile("int8", 0.97, 2.0, 0.5, load_ms=600.0)
 VARIANTS = (FP32, BF16, INT8)
 
 

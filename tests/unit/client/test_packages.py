@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infless.client.packages import local_package, write_archive
-from infless.packaging.archive import Limits
+from infless.client.packages import local_package
+from infless.packaging.archive import Limits, write_archive
 from infless.packaging.digest import package_digest
 from infless.packaging.store import PackageStore
 from tests.support.tarballs import package_dir
