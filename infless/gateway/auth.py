@@ -17,6 +17,7 @@ import binascii
 import hmac
 import os
 import secrets
+import string
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -67,7 +68,8 @@ def resolve_password(config: Config, announce: Callable[[str], None] = _announce
         raise ConfigError(f"auth.password_file = {str(path)!r}: cannot read it: {exc}") from exc
     if stored:
         return stored
-    password = secrets.token_urlsafe(24)
+    # letters and digits only: a password that starts with "-" reads as a flag on command lines
+    password = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
