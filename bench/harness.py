@@ -86,7 +86,9 @@ def build_models(*names: str) -> None:
 
 
 @contextlib.contextmanager
-def gateway(workdir: Path, functions_toml: str, extra_toml: str = "") -> Iterator[Gateway]:
+def gateway(
+    workdir: Path, functions_toml: str, extra_toml: str = "", log_level: str = "WARNING"
+) -> Iterator[Gateway]:
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "config.toml"
     config.write_text(
@@ -103,7 +105,7 @@ def gateway(workdir: Path, functions_toml: str, extra_toml: str = "") -> Iterato
             "--config",
             str(config),
             "--log-level",
-            "WARNING",
+            log_level,
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -19,6 +19,7 @@ selection's cost at 100 variants (`select` over 100 cards) at the end.
 
     .venv/bin/python -m bench.modelless [--image lstm-2365] [--slo-ms 50] [--min-accuracy 0.95]
         [--low-s 20] [--high-s 30] [--tail-s 40] [--low-rps R] [--high-rps R]
+        [--runs modelless,fp32,fastest] [--log-level WARNING]
 
 Prints a table and ends with one JSON line.
 """
@@ -258,11 +259,16 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
     parser.add_argument("--tail-s", type=float, default=40.0)
     parser.add_argument("--max-requests", type=int, default=120_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--runs", default="modelless,fp32,fastest", help="which runs, comma-separated"
+    )
+    parser.add_argument("--log-level", default="WARNING", help="the gateway's (to stderr)")
     args = parser.parse_args(argv)
+    chosen = set(args.runs.split(","))
 
     with (
         tempfile.TemporaryDirectory(prefix="infless-modelless-") as scratch,
-        gateway(Path(scratch), "", "[coldstart]\nscale_to_zero = false\n") as gw,
+        gateway(Path(scratch), "", "[coldstart]\nscale_to_zero = false\n", args.log_level) as gw,
     ):
         document = register(gw, args)
         variants = {v["name"]: v for v in document["variants"] if v["status"] == "ready"}
@@ -297,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         bodies = list(make_bodies(parse_function_status(status), 512, args.seed))
         runs = []
         variant_functions = {f"{MODEL}--{n}" for n in variants}
-        runs.append(measure(gw, "model-less", MODEL, variant_functions, accuracy, None,
-                            bodies, args, phases))  # fmt: skip
+        if "modelless" in chosen:
+            runs.append(measure(gw, "model-less", MODEL, variant_functions, accuracy, None,
+                                bodies, args, phases))  # fmt: skip
         delete(f"{gw.url}/system/models/{MODEL}")
-        for label, variant in (("fixed fp32", "fp32"), (f"fixed {fastest}", fastest)):
+        fixed = (("fixed fp32", "fp32", "fp32"), (f"fixed {fastest}", fastest, "fastest"))
+        for label, variant, key in fixed:
+            if key not in chosen:
+                continue
             name = f"fixed-{variant}"
             spec = {"service": name, "image": variants[variant]["package_dir"],
                     "annotations": {"com.infless.latency_target": f"{args.slo_ms:g}ms"},
@@ -328,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
             f"{p['rate_rps']:g} rps: {p['violations']}/{p['requests']} late, p99 {p['p99_ms']}"
             for p in run.phases))  # fmt: skip
     select_us = selection_cost_us()
-    modelless, fp32 = runs[0], runs[1]
+    by_name = {r.name: r for r in runs}
+    modelless, fp32 = by_name.get("model-less", Run("-")), by_name.get("fixed fp32", Run("-"))
     figures = {
         "bench": "modelless", "image": args.image, "slo_ms": args.slo_ms,
         "min_accuracy": args.min_accuracy, "phases_rps": [low, high, low],

@@ -25,7 +25,7 @@ from infless.dataplane.activity import FunctionActivity
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.policy import powers_of_two_up_to
 from infless.dataplane.router import FunctionRouter
-from infless.models.package import PackageManifest
+from infless.models.package import NO_TRANSFORM, PackageManifest
 from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
 from infless.workers.boot import BootOrder
@@ -107,6 +107,7 @@ class DeployedFunction:
             cpu_ids=cpu_ids,
             warmup_batch_sizes=tuple(powers_of_two_up_to(config.batch_size)),
             shared_weights=self.manifest.format == "module",
+            plain_module=self.manifest.transform in NO_TRANSFORM,
             on_death=on_death,
             function=self.name,
             instance=instance_id,

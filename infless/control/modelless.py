@@ -245,6 +245,8 @@ class ModellessService:
                                  "qps": round(card.qps, 1),
                                  "costPerRequest": card.cost_per_request}  # fmt: skip
                 row["served"] = entry.served.get(card.name, 0)
+                row["capacityFactor"] = round(entry.capacity.factor(card.name), 3)
+                row["released"] = card.name in entry.released
             variants.append(row)
         return {
             **msgspec.to_builtins(record),

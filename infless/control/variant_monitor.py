@@ -1,7 +1,8 @@
 """`VariantMonitor`: every `modelless.monitor_s`, each registered variant's state
-(`modelless.states`) and capacity factor from what its ready instances did in the last
-window — served, batches, the workers' summed forward time, queued, refused — against its
-profile. Gateway side: reads the data plane's counters, writes the catalogue.
+(`modelless.states`) and the application's capacity factors (`modelless.capacity`) from
+what its ready instances did in the last window — served, batches, the workers' summed
+service time, queued, refused — against its profile. Gateway side: reads the data plane's
+counters, writes the catalogue.
 """
 
 from __future__ import annotations
@@ -11,16 +12,10 @@ import logging
 from infless.clock import Clock
 from infless.control.functions import DeployedFunction
 from infless.dataplane.instance import InstanceState as LiveState
+from infless.modelless.capacity import next_capacity
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
-from infless.modelless.states import (
-    Counters,
-    Tracked,
-    WindowLoad,
-    capacity_factor,
-    next_state,
-    window_load,
-)
+from infless.modelless.states import Counters, Tracked, WindowLoad, next_state, window_load
 
 log = logging.getLogger(__name__)
 
@@ -47,21 +42,19 @@ class VariantMonitor:
         window = self._cfg.monitor_s if self._last_s is None else max(1e-3, now - self._last_s)
         self._last_s = now
         for entry in self._catalog.entries():
+            windows: dict[str, WindowLoad] = {}
             for card in entry.catalogue.cards:
                 function = self._functions.get(card.function)
                 if function is None:
                     continue
-                load = self._window(entry, card.name, function, window)
+                load = windows[card.name] = self._window(entry, card.name, function, window)
                 prev = entry.tracked.get(card.name, Tracked())
                 tracked = next_state(prev, load, self._cfg.states)
                 if tracked.state is not prev.state:
                     log.info("modelless: %s is %s", card.function, tracked.state.value)
                 entry.tracked[card.name] = tracked
                 entry.states[card.name] = tracked.state
-                entry.capacity[card.name] = capacity_factor(
-                    entry.capacity.get(card.name, 1.0), tracked.state, load, card.qps,
-                    self._cfg.capacity_recovery,
-                )  # fmt: skip
+            entry.capacity = next_capacity(entry.capacity, windows, self._cfg)
 
     def _window(
         self, entry: ModelEntry, variant: str, function: DeployedFunction, window: float
@@ -69,7 +62,7 @@ class VariantMonitor:
         ready = [i for i in function.router.instances if i.state is LiveState.READY]
         now = Counters(
             sum(i.served for i in ready), sum(i.batches for i in ready),
-            sum(i.exec_ms_total for i in ready), function.router.rejected,
+            sum(i.exec_ms_total for i in ready), function.router.rejected, len(ready),
         )  # fmt: skip
         before = self._seen.get(function.name, now)
         self._seen[function.name] = now

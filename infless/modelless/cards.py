@@ -4,8 +4,8 @@ From a profile and the model's SLO: the inference latency at batch 1 (the best c
 what a query's latency goal is checked against), and the configuration <b, c> that serves
 the most requests per core within the SLO (INFless's feasibility: t_exec <= SLO for b = 1,
 t_exec <= SLO/2 for larger batches), which gives the variant's saturation throughput per
-instance Q, its hardware cost per instance C (cores) and its cost per request C/Q.
-Pure: no I/O.
+instance Q, its hardware cost per instance C (cores) and its cost per request C/Q; and Q
+where the variant runs slower than profiled (`sustained_qps`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class VariantCard:
     qps: float  # saturation throughput of one instance at that configuration (Q)
     load_ms: float
     peak_memory_bytes: int
+    # the profile's points (b, c, t_exec ms) and the SLO they were judged against
+    points: tuple[tuple[int, int, float], ...] = ()
+    slo_ms: float = 0.0
 
     @property
     def cost_per_request(self) -> float:
@@ -60,6 +63,8 @@ def card_for(profile: VariantProfile, slo_ms: float) -> VariantCard | None:
         qps=best.batch_size * 1000.0 / best.measured_ms,
         load_ms=profile.load_ms or 0.0,
         peak_memory_bytes=profile.peak_memory_bytes or 0,
+        points=tuple((p.batch_size, p.cpus, p.measured_ms) for p in profile.latency),
+        slo_ms=slo_ms,
     )
 
 
@@ -69,9 +74,26 @@ def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[Varian
     return tuple(sorted(cards, key=lambda c: (c.cost_per_request, -c.accuracy, c.name)))
 
 
-def instances_needed(card: VariantCard, load_rps: float, slack: float) -> int:
-    """Instances of `card` that carry `load_rps` with `slack` headroom (at least one)."""
-    return max(1, math.ceil(load_rps * (1.0 + slack) / card.qps - 1e-9))
+def sustained_qps(card: VariantCard, factor: float) -> float:
+    """Q where the variant runs at `factor` of its profiled speed: t_exec / factor at the
+    card's core count, the batch size serving the most requests while still feasible for
+    the SLO (a slower variant may have to batch less), times the factor. Without profiled
+    points, Q · factor; with no batch size feasible, batch 1's rate."""
+    f = max(factor, 1e-3)
+    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
+    if not mine:
+        return card.qps * f
+    fits = [b * 1000.0 * f / t for b, t in mine if feasible(b, t / f, card.slo_ms)]
+    if fits:
+        return max(fits)
+    b, t = min(mine)
+    return b * 1000.0 * f / t
+
+
+def instances_needed(card: VariantCard, load_rps: float, slack: float, qps: float = 0.0) -> int:
+    """Instances of `card` that carry `load_rps` with `slack` headroom (at least one), each
+    at `qps` (0: the card's Q)."""
+    return max(1, math.ceil(load_rps * (1.0 + slack) / (qps or card.qps) - 1e-9))
 
 
 def accuracy_range(cards: Sequence[VariantCard]) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from infless.errors import GoalsUnmet, InvalidInput
+from infless.modelless.capacity import Capacity
 from infless.modelless.cards import VariantCard, cards_for
 from infless.modelless.profiles import Goals, VariantProfile
 from infless.modelless.selection import Catalogue, NoVariant, meets, select
@@ -43,13 +44,13 @@ class ModelEntry:
     states: dict[str, VariantState] = field(default_factory=dict)  # by variant name
     tracked: dict[str, Tracked] = field(default_factory=dict)
     target: str | None = None
+    released: frozenset[str] = frozenset()  # variants vertical scaling lets go (no new load)
     pinned: dict[str, int] = field(default_factory=dict)  # arrivals by variant, ever
     served: dict[str, int] = field(default_factory=dict)  # queries routed, by variant
     direct: int = 0  # calls to a variant's function by name, ever
     switches: int = 0  # vertical moves (upgrades and downgrades)
-    # what each variant really sustains against its profile (1: as profiled; lowered by the
-    # monitor when a variant is overloaded below its profiled throughput)
-    capacity: dict[str, float] = field(default_factory=dict)
+    # what each variant delivers against its profile here (`modelless.capacity`)
+    capacity: Capacity = field(default_factory=Capacity)
 
     def __post_init__(self) -> None:
         self.catalogue = Catalogue.of(cards_for(self.profiles, self.slo_ms))
@@ -96,7 +97,7 @@ class ModellessCatalog:
     def __init__(self) -> None:
         self._models: dict[str, ModelEntry] = {}
         self._variant_functions: dict[str, ModelEntry] = {}
-        self._by_package: dict[str, VariantProfile] = {}
+        self._by_package: dict[str, tuple[ModelEntry, VariantProfile]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._models)
@@ -116,10 +117,13 @@ class ModellessCatalog:
     def _index(self) -> None:
         models = self._models.values()
         self._variant_functions = {f: e for e in models for f in e.by_function}
-        self._by_package = {p.package_dir: p for e in models for p in e.profiles if p.package_dir}
+        self._by_package = {
+            p.package_dir: (e, p) for e in models for p in e.profiles if p.package_dir
+        }
 
-    def profile_for_package(self, package_dir: str) -> VariantProfile | None:
-        """The variant whose package is `package_dir` (its functions' model key)."""
+    def variant_for_package(self, package_dir: str) -> tuple[ModelEntry, VariantProfile] | None:
+        """The variant whose package is `package_dir` (its functions' model key), with its
+        model."""
         return self._by_package.get(package_dir)
 
     def get(self, model: str) -> ModelEntry | None:
@@ -149,7 +153,7 @@ class ModellessCatalog:
         if entry is None:
             return None
         goals = query_goals(entry, goals_in)
-        choice = select(entry.catalogue, entry.states, goals, entry.target)
+        choice = select(entry.catalogue, entry.states, goals, entry.target, entry.released)
         if isinstance(choice, NoVariant):
             raise GoalsUnmet(
                 choice.message(model),

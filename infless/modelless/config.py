@@ -38,8 +38,10 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     slack: float = 0.1  # headroom kept over the load (a share of it), constraint (1)
     load_weight_per_s: float = 0.2  # lambda: weight of a new instance's load time (1/s)
     scale_down_ticks: int = 10  # consecutive ticks wanting a cheaper variant before moving
+    downgrade_headroom: float = 0.5  # a downgrade's variant must carry the load plus this share
     settle_s: float = 15.0  # a move waits this long at most for its variant to serve
-    capacity_recovery: float = 0.05  # per calm window, share of a capacity shortfall forgiven
+    capacity_min_batches: int = 5  # batches a window needs to measure a variant's capacity
+    capacity_recovery: float = 0.5  # per window unmeasured, share of the gap to the host
 
 
 def check_modelless(cfg: ModellessConfig) -> list[str]:
@@ -58,4 +60,8 @@ def check_modelless(cfg: ModellessConfig) -> list[str]:
         problems.append("[modelless]: monitor_s > 0, slack >= 0, load_weight_per_s >= 0")
     if cfg.scale_down_ticks < 0 or cfg.settle_s <= 0:
         problems.append("[modelless]: scale_down_ticks >= 0, settle_s > 0")
+    if cfg.downgrade_headroom < 0:
+        problems.append("[modelless]: downgrade_headroom >= 0")
+    if cfg.capacity_min_batches < 1 or not 0.0 <= cfg.capacity_recovery <= 1.0:
+        problems.append("[modelless]: capacity_min_batches >= 1, capacity_recovery in [0, 1]")
     return problems

@@ -3,9 +3,10 @@ profiles — so Algorithm 1 can plan a variant no instance has run yet (the meas
 predictor knows only what ran; the operator profiles know the fp32 graph at best).
 
 A variant function's model key is its package directory (`FunctionSpec.image`), which the
-profile records; the prediction is `VariantProfile.exec_ms`. GPU shares were not profiled:
-LookupError. Other keys go to the fallback. Reads the catalogue
-live, so a model registered later is known at once. Pure: no I/O.
+profile records; the prediction is `VariantProfile.exec_ms` over the variant's capacity
+factor (`modelless.capacity`: profiles are timed on an idle core). GPU shares were not
+profiled: LookupError. Other keys go to the fallback. Reads the catalogue live, so a model
+registered later is known at once. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ class CatalogPredictor:
     def predict_latency_ms(
         self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
     ) -> float:
-        profile = self._catalog.profile_for_package(model_key)
-        if profile is None:
+        found = self._catalog.variant_for_package(model_key)
+        if found is None:
             if self._fallback is None:
                 raise LookupError(f"no variant profile for {model_key!r}")
             return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
         if gpu_pct > 0:
             raise LookupError(f"{model_key!r}: variants are profiled on CPUs only")
-        return profile.exec_ms(batch_size, cpus)
+        entry, profile = found
+        return profile.exec_ms(batch_size, cpus) / entry.capacity.factor(profile.name)

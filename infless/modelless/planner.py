@@ -8,8 +8,9 @@ under the loosest goals of its applications,
 records that target in the catalogue (per-query selection prefers it), moves the demand
 there (`vertical.retarget`), and marks the other variants as not to be kept warm (until
 the monitor has seen the target serving, those running keep their demand but may not
-grow, and give up the cores the target's first instances need, down to one instance each;
-those with no instance stay without) — so
+grow, and give up the cores the target's first instances need: the weakest wholly, the
+one carrying the most — the bridge — down to one instance; those with no instance stay
+without) — so
 Algorithm 1, planning every variant function like any function, replicates the target
 (horizontal scaling, with its own <b, c> choice) and releases what no longer carries load
 once the target serves. The same object runs on the server and in the simulator.
@@ -62,41 +63,7 @@ class ModellessPlanner:
         cold: set[str] = set()  # variants no longer wanted warm
         frozen: dict[str, int] = {}  # variants serving until the target serves: no growth
         for entry in entries:
-            present = [c for c in entry.catalogue.cards if c.function in functions]
-            app_rps = counted.rate_rps(_app_key(entry.model))
-            if entry.arrivals == 0:  # no query yet: a demand handed in from outside (the
-                # simulator's t = 0 prewarm) is on the variants' own rates
-                app_rps = max(rates.get(c.function, 0.0) for c in present)
-            pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
-            live = {c.name: _live(functions[c.function]) for c in present}
-            decision = self._decide(entry, live, app_rps, pinned, free, now)
-            if decision.target is None:
-                continue
-            serving = entry.states.get(decision.target, VariantState.INACTIVE)
-            target_serving = serving is VariantState.ACTIVE
-            moved = retarget(
-                app_rps, {c.name: rates.get(c.function, 0.0) for c in present}, pinned,
-                decision.target, target_serving, [c.name for c in present],
-            )  # fmt: skip
-            # cores the target's new instances need beyond what is free: the variants it
-            # replaces give them up (down to one instance each) before it serves
-            target_card = entry.card(decision.target)
-            wanted = next((o.instances for o in decision.options
-                           if o.card.name == decision.target), 1)  # fmt: skip
-            short = 0
-            if target_card is not None and free is not None:
-                missing = max(0, wanted - live.get(decision.target, 0)) * target_card.cpus
-                short = max(0, missing - free)
-            for card in present:
-                rates[card.function] = moved[card.name]
-                if card.name == decision.target:
-                    continue
-                if target_serving or live[card.name] == 0:
-                    cold.add(card.function)
-                    continue
-                give = min(live[card.name] - 1, -(-short // card.cpus))
-                frozen[card.function] = live[card.name] - give
-                short -= give * card.cpus
+            self._plan(entry, functions, counted, rates, free, now, cold, frozen)
         out = []
         for function in view.functions:
             if function.name in cold:
@@ -106,6 +73,67 @@ class ModellessPlanner:
                 function = replace(function, max_instances=cap)  # noqa: PLW2901
             out.append(function)
         return replace(view, functions=tuple(out)), Demand(rates)
+
+    def _plan(
+        self,
+        entry: ModelEntry,
+        functions: dict[str, FunctionView],
+        counted: Demand,
+        rates: dict[str, float],
+        free: int | None,
+        now: float,
+        cold: set[str],
+        frozen: dict[str, int],
+    ) -> None:
+        """One application: its decision, its variants' demand in `rates`, and which of them
+        go `cold` or stay `frozen` at a size (see the module docstring)."""
+        present = [c for c in entry.catalogue.cards if c.function in functions]
+        app_rps = counted.rate_rps(_app_key(entry.model))
+        if entry.arrivals == 0:  # no query yet: a demand handed in from outside (the
+            # simulator's t = 0 prewarm) is on the variants' own rates
+            app_rps = max(rates.get(c.function, 0.0) for c in present)
+        pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
+        live = {c.name: _live(functions[c.function]) for c in present}
+        decision = self._decide(entry, live, app_rps, pinned, free, now)
+        if decision.target is None:
+            return
+        # the target serves (Active, or busy: then more of it needs the others' cores)
+        serving = entry.states.get(decision.target, VariantState.INACTIVE)
+        target_serving = serving is not VariantState.INACTIVE
+        moved = retarget(
+            app_rps, {c.name: rates.get(c.function, 0.0) for c in present}, pinned,
+            decision.target, target_serving, [c.name for c in present],
+        )  # fmt: skip
+        # cores the target's new instances need beyond what is free
+        target_card = entry.card(decision.target)
+        wanted = next((o.instances for o in decision.options
+                       if o.card.name == decision.target), 1)  # fmt: skip
+        short = 0
+        if target_card is not None and free is not None:
+            missing = max(0, wanted - live.get(decision.target, 0)) * target_card.cpus
+            short = max(0, missing - free)
+        for card in present:
+            rates[card.function] = moved[card.name]
+        if target_serving:
+            let_go = [c for c in present if c.name != decision.target]
+            cold.update(c.function for c in let_go)
+            entry.released = frozenset(c.name for c in let_go)
+            return
+        # until the target serves, the variants it replaces give up the cores its new
+        # instances need beyond what is free: the weakest first and wholly, the one
+        # carrying the most (the bridge) down to one instance
+        others = [c for c in present if c.name != decision.target]
+        others.sort(key=lambda c: live[c.name] * c.qps * entry.capacity.factor(c.name))
+        for index, card in enumerate(others):
+            floor = 1 if index == len(others) - 1 else 0
+            give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))
+            short -= give * card.cpus
+            if live[card.name] - give <= 0:
+                cold.add(card.function)
+                rates[card.function] = pinned.get(card.name, 0.0)
+            else:
+                frozen[card.function] = live[card.name] - give
+        entry.released = frozenset(c.name for c in others if c.function in cold)
 
     def _count(self, entries: list[ModelEntry], since: float, now: float) -> Demand:
         """One arrival-rate estimate per application and per variant's pinned queries, from
@@ -150,7 +178,7 @@ class ModellessPlanner:
             live=live,
             load_rps=max(0.0, app_rps - sum(pinned.values())),
             free_cpus=free_cpus,
-            capacity=dict(entry.capacity),
+            capacity=entry.capacity,
         )
         current = entry.target
         if current is None:  # nothing chosen yet: the variant running the most, if any
@@ -170,8 +198,9 @@ class ModellessPlanner:
         if decision.move in ("upgrade", "downgrade"):
             entry.switches += 1
             log.info(
-                "modelless: %s %s %s -> %s at %.1f rps", entry.model, decision.move,
-                decision.previous, decision.target, load.load_rps,
+                "modelless: %s %s %s -> %s at %.1f rps (capacity factors %s, host %.2f)",
+                entry.model, decision.move, decision.previous, decision.target, load.load_rps,
+                {k: round(v, 2) for k, v in entry.capacity.own.items()}, entry.capacity.host,
             )  # fmt: skip
         entry.target = decision.target
         return decision

@@ -5,14 +5,16 @@ cards and their live states:
 
 1. the variants that meet the goals: accuracy >= the minimum and batch-1 inference latency
    <= the bound;
-2. among those that are Active (running, neither Overloaded nor Interfered): the
-   application's target variant (the one model-vertical scaling chose) when it is one of
-   them, else the best by score — cost per request against accuracy, weighed by the cost
-   weight (1: the cheapest, INFaaS's rule; 0: the most accurate);
-3. else, if some running ones meet the goals but are all Overloaded or Interfered, the best
-   of them: admission control serves the query in time or refuses it at once (429), where
-   a cold start would take its load time — longer than most SLOs (INFaaS starts an
-   Inactive variant here; starting variants ahead of need is vertical scaling's job);
+2. among those that are Active (running, neither Overloaded nor Interfered) and not being
+   released by vertical scaling: the application's target variant (the one model-vertical
+   scaling chose) when it is one of them, else the best by score — cost per request against
+   accuracy, weighed by the cost weight (1: the cheapest, INFaaS's rule; 0: the most
+   accurate);
+3. else, if some running ones meet the goals but are all Overloaded, Interfered or being
+   released (their cores go to the target), the best of them: admission control serves
+   the query in time or refuses it at once (429), where a cold start would take its load
+   time — longer than most SLOs (INFaaS starts an Inactive variant here; starting variants
+   ahead of need is vertical scaling's job);
 4. else among the Inactive ones the one with the lowest load time plus inference latency
    (it is then started: the query waits for it like any cold start);
 5. else nothing meets the goals: `NoVariant` names the closest variants (by how far each
@@ -24,7 +26,7 @@ in `bench/modelless.py`). No I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from infless.modelless.cards import VariantCard, accuracy_range
@@ -91,9 +93,11 @@ def select(
     states: Mapping[str, VariantState],
     goals: Goals,
     target: str | None = None,
+    released: Set[str] = frozenset(),
 ) -> Selected | NoVariant:
     """The variant a query with `goals` goes to; `states` by variant name (missing:
-    Inactive), `target` the application's current variant."""
+    Inactive), `target` the application's current variant, `released` the variants vertical
+    scaling is letting go."""
     best_active: VariantCard | None = None
     best_active_score = 0.0
     best_inactive: VariantCard | None = None
@@ -104,7 +108,7 @@ def select(
         if not meets(card, goals):
             continue
         state = states.get(card.name, _INACTIVE)
-        if state is _ACTIVE:
+        if state is _ACTIVE and card.name not in released:
             if card.name == target:
                 return Selected(card, state)
             score = catalogue.score(card, weight)

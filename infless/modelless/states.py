@@ -43,6 +43,7 @@ class WindowLoad:
     service_ms: float = 0.0  # summed service time of those batches
     queued: int = 0  # samples waiting now
     refused: int = 0  # samples refused for lack of capacity
+    stable: bool = True  # as many ready instances at its start as at its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Counters:
     batches: int = 0
     exec_ms: float = 0.0  # the workers' forward time, summed
     refused: int = 0
+    ready: int = 0  # instances ready at the reading (not a total)
 
 
 def window_load(
@@ -79,6 +81,7 @@ def window_load(
         service_ms=max(0.0, now.exec_ms - before.exec_ms) if batches else 0.0,
         queued=queued,
         refused=max(0, now.refused - before.refused),
+        stable=now.ready == before.ready,
     )
 
 
@@ -114,23 +117,3 @@ def next_state(prev: Tracked, load: WindowLoad, t: StateThresholds) -> Tracked:
     if degraded and latency >= recover_f * profiled:
         return Tracked(prev.state, latency)  # not recovered yet: the hysteresis band
     return Tracked(VariantState.ACTIVE, latency)
-
-
-def capacity_factor(
-    prev: float, state: VariantState, load: WindowLoad, profiled_qps: float, recovery: float
-) -> float:
-    """What share of its profiled throughput a variant sustains here and now.
-
-    Profiles are timed on an idle core; a worker serving beside the gateway, the client and
-    other workers gets less. When a variant is Overloaded, the throughput it delivered in
-    the window over what its replicas' profile promises is averaged into the factor; in any
-    other window the factor recovers towards 1 by `recovery` of the gap, so an old
-    shortfall does not condemn a variant for ever.
-    """
-    if state is VariantState.OVERLOADED and load.replicas > 0 and load.window_s > 0:
-        delivered = load.completed / load.window_s
-        promised = load.replicas * profiled_qps
-        if promised > 0 and delivered < promised:
-            return max(0.05, 0.5 * prev + 0.5 * delivered / promised)
-        return prev
-    return min(1.0, prev + (1.0 - prev) * recovery)

@@ -7,9 +7,12 @@ constraints that the instances carry the load plus slack, that new instances mee
 and that they fit the resources. The greedy heuristic compares, at each tick, the options
 "replicate the current variant" and "move to variant v" for every v that meets the
 application's goals: each needs n_v = ceil(L·(1 + slack) / Q_v) instances and costs
-C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0), N_v its live instances; options that do not fit
-the cores are dropped (unless none fits: then the one with the most throughput per core).
-Ties go to the more accurate variant. With nothing chosen yet, an application starts on the
+C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0), N_v its live instances; Q_v is what the
+variant sustains at its capacity factor (`modelless.capacity`, `cards.sustained_qps`: its
+profiled latencies slowed down, which may also force a smaller batch size); options that do not
+fit the cores are dropped (unless none fits: then the one with the most measured throughput
+per core). Ties go to the more accurate variant; under load pressure, a switch must cost
+less than replicating. With nothing chosen yet, an application starts on the
 option best once loaded (C·n, then accuracy, then the load term).
 
 A move the load forces (the current variant would need more instances than it runs, and
@@ -19,20 +22,22 @@ by what it costs once loaded (C·n) and then by accuracy — with the load term 
 application would stay on whatever it runs — and a move to a better one (fewer cores, or
 as many and more accurate: back to fp32 when the load has fallen) waits until the same
 choice was made on `scale_down_ticks` consecutive ticks: a *downgrade*, delayed like the
-reference's scale-down. How many instances, and with which <b, c>, stays Algorithm 1's
-business: this module only decides which variant carries the application's load, and
-`retarget` moves the demand there (`modelless.planner` runs both in the autoscaler's
-planning pass).
+reference's scale-down, and judged at the load plus `downgrade_headroom` of it (a variant
+that carries the load only just would be upgraded from again at the next burst). How many
+instances, and with which <b, c>, stays Algorithm 1's business: this module only decides
+which variant carries the application's load, and `retarget` moves the demand there
+(`modelless.planner` runs both in the autoscaler's planning pass).
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from infless.modelless.cards import VariantCard, instances_needed
+from infless.modelless.capacity import Capacity
+from infless.modelless.cards import VariantCard, instances_needed, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
@@ -50,7 +55,7 @@ class AppLoad:
     live: Mapping[str, int]  # variant -> instances starting or serving
     load_rps: float  # the demand that may go to any variant meeting the goals
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
-    capacity: Mapping[str, float] = field(default_factory=dict)  # measured / profiled Q
+    capacity: Capacity = field(default_factory=Capacity)  # measured / profiled Q
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +86,8 @@ class VerticalDecision:
 def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
     """`card` carrying the load: n instances at its measured share of the profiled Q, and
     the ILP's cost of running them."""
-    factor = load.capacity.get(card.name, 1.0)
-    n = instances_needed(card, load.load_rps / max(factor, 1e-3), cfg.slack)
+    qps = sustained_qps(card, load.capacity.factor(card.name))
+    n = instances_needed(card, load.load_rps, cfg.slack, qps)
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
     return Option(card, n, cost)
@@ -100,8 +105,8 @@ def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
     by_name = {c.name: c for c in load.cards}
     candidates = [option(c, load, cfg) for c in load.cards if meets(c, load.goals)]
     fitting = [o for o in candidates if _fits(o, load, by_name)]
-    if not fitting and candidates:  # nothing fits: the most throughput per core
-        fitting = [max(candidates, key=lambda o: o.card.qps / o.card.cpus)]
+    if not fitting and candidates:  # nothing fits: the most throughput per core, measured
+        fitting = [max(candidates, key=lambda o: _per_core(o.card, load.capacity))]
     return tuple(sorted(fitting, key=_rank))
 
 
@@ -121,18 +126,24 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
         best = min(ranked, key=lambda o: (*_steady_rank(o), o.cost))
-        return VerticalDecision(load.model, best.card.name, current, "start", ranked, Hold())
+        move: Move = "start" if current is None else "upgrade"  # the current one cannot
+        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
     live = load.live.get(current, 0)
     if not settled:
-        move: Move = "replicate" if now.instances > live else "keep"
+        move = "replicate" if now.instances > live else "keep"
         return VerticalDecision(load.model, current, current, move, ranked, Hold())
     if now.instances > live:  # the load needs more than the current variant runs
         others = [o for o in ranked if o.card.name != current]
-        best = min([now, *others], key=_rank)  # ties: keep the current one
+        best = min(others, key=_rank, default=now)
+        if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
+            best = now
         move = "replicate" if best is now else "upgrade"
         return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
-    steady = min(ranked, key=_steady_rank)
-    if _steady_rank(steady) >= _steady_rank(now):
+    # a move without load pressure needs a variant that carries the load with headroom
+    # (else it is upgraded from again at the next burst) at less than the current one costs
+    roomy = options(replace(load, load_rps=load.load_rps * (1.0 + cfg.downgrade_headroom)), cfg)
+    steady = min(roomy, key=_steady_rank, default=now)
+    if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
         return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
     if ticks >= cfg.scale_down_ticks:
@@ -140,6 +151,10 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     return VerticalDecision(
         load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
     )
+
+
+def _per_core(card: VariantCard, capacity: Capacity) -> float:
+    return sustained_qps(card, capacity.factor(card.name)) / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:

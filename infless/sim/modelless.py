@@ -24,18 +24,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infless.errors import GoalsUnmet
+from infless.modelless.capacity import next_capacity
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.planner import ModellessPlanner
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.states import (
-    Counters,
-    Tracked,
-    WindowLoad,
-    capacity_factor,
-    next_state,
-    window_load,
-)
+from infless.modelless.states import Counters, Tracked, WindowLoad, next_state, window_load
 from infless.modelless.vertical import AppLoad, Hold, decide
 from infless.scaling.config import DemandConfig
 from infless.scaling.predictors import LatencyPredictor
@@ -188,27 +182,26 @@ class AppRun:
     def monitor(
         self, functions: Mapping[str, SimFunctionState], cfg: ModellessConfig, window_s: float
     ) -> None:
-        """Each variant's state from what its instances did since the last pass."""
+        """Each variant's state and the capacity factors from what its instances did since
+        the last pass."""
+        windows: dict[str, WindowLoad] = {}
         for card in self.entry.catalogue.cards:
             fn = functions.get(card.function)
             if fn is None:
                 continue
-            load = self._window(card.name, fn, window_s)
+            load = windows[card.name] = self._window(card.name, fn, window_s)
             tracked = next_state(self.entry.tracked.get(card.name, Tracked()), load, cfg.states)
             self.entry.tracked[card.name] = tracked
             self.entry.states[card.name] = tracked.state
-            self.entry.capacity[card.name] = capacity_factor(
-                self.entry.capacity.get(card.name, 1.0), tracked.state, load, card.qps,
-                cfg.capacity_recovery,
-            )  # fmt: skip
+        self.entry.capacity = next_capacity(self.entry.capacity, windows, cfg)
 
     def _window(self, variant: str, fn: SimFunctionState, window_s: float) -> WindowLoad:
         name = fn.spec.name
         total = self.totals.get(name, Counters())
-        now = Counters(total.served, total.batches, total.exec_ms, fn.refused)
+        ready = [i for i in fn.ready if i.state is SimState.READY]
+        now = Counters(total.served, total.batches, total.exec_ms, fn.refused, len(ready))
         before = self.seen.get(name, Counters())
         self.seen[name] = now
-        ready = [i for i in fn.ready if i.state is SimState.READY]
         return window_load(
             self.profiles[variant], now, before, len(ready),
             max((i.config.batch_size for i in ready), default=1),

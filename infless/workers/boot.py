@@ -61,6 +61,9 @@ class BootOrder:
     # the weights go through the shared tensor store (a TorchScript or torch.export program
     # carries its own: it is loaded whole)
     shared_weights: bool = True
+    # a plain module (no variant transform applied after loading): a worker built from
+    # another plain module's may be transformed into it
+    plain_module: bool = True
     on_death: Callable[[], None] = field(default=lambda: None, compare=False)
     function: str = ""  # the function whose logs the worker's output joins
     instance: str = ""  # the instance it serves (`instance_id` is the worker's: `<id>-r<n>`)
@@ -206,12 +209,14 @@ class ProcessStarter:
             self._templates.release(instance_id)
 
     def transformable(self, order: BootOrder) -> bool:
-        """Whether this instance may come from (or become) a transformed worker: stored
-        weights, no secrets, no memory limit (its worker's cgroups stay simple)."""
+        """Whether this instance may come from (or become) a transformed worker: a plain
+        module with stored weights, no secrets, no memory limit (its worker's cgroups stay
+        simple)."""
         runtime = order.runtime
         return (
             self.store is not None
             and order.shared_weights
+            and order.plain_module
             and not runtime.secrets
             and runtime.memory_limit_bytes is None
         )

@@ -189,6 +189,10 @@ def test_a_variant_function_can_be_called_by_name(
     assert "X-Infless-Variant" not in headers
     document = gateway.json("GET", f"/system/variants/{MODEL}")
     assert document["status"] == "ready"
+    ready = [v for v in document["variants"] if v["status"] == "ready"]
+    # each variant shows the share of its profiled throughput it is judged to deliver here
+    assert all(0.05 <= v["capacityFactor"] <= 2.0 for v in ready)
+    assert all(isinstance(v["released"], bool) for v in ready)
 
 
 def test_registration_errors_are_precise(gateway: GatewayProcess, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from msgspec.structs import replace
 
+from infless.modelless.capacity import Capacity
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.latency import CatalogPredictor
@@ -17,20 +18,22 @@ from infless.types import InstanceConfig
 from tests.unit.modelless.support import three_variants
 
 ACTIVE = VariantState.ACTIVE
+ROOMY = ServerView("local", 16, 12)
 
 
 def instance(function: str, n: int, state: InstanceState = InstanceState.READY) -> InstanceView:
     return InstanceView(f"{function}-{n}", function, "local", InstanceConfig(8, 1), state)
 
 
-def view(now: float, instances: dict[str, list[InstanceView]], other: bool = True) -> PoolView:
+def view(now: float, instances: dict[str, list[InstanceView]], other: bool = True,
+         server: ServerView = ROOMY) -> PoolView:  # fmt: skip
     functions = [
         FunctionView(f"m--{v}", f"m/{v}", 50.0, 16, instances=tuple(instances.get(v, [])))
         for v in ("fp32", "bf16", "int8")
     ]
     if other:
         functions.append(FunctionView("plain", "plain", 50.0, 8))
-    return PoolView((ServerView("local", 16, 12),), tuple(functions), now)
+    return PoolView((server,), tuple(functions), now)
 
 
 def setup() -> tuple[ModellessCatalog, ModelEntry, ModellessPlanner]:
@@ -105,6 +108,28 @@ def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> 
     assert not function(out_view, "m--fp32").keep_warm
 
 
+def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
+    _, entry, planner = setup()
+    entry.target = "bf16"
+    entry.states.update({"fp32": ACTIVE, "bf16": ACTIVE})
+    running = {"fp32": [instance("m--fp32", 1)], "bf16": [instance("m--bf16", 1)]}
+    full = ServerView("local", 2, 0)
+    for tick in range(1, 5):  # 900 rps: only int8 carries it on two cores
+        entry.served["bf16"] = entry.served.get("bf16", 0) + 450
+        out_view, out = planner.adjust(
+            view(tick * 0.5, running, other=False, server=full),
+            Demand({"m--bf16": 900.0, "m--fp32": 0.0}), 0.5,
+        )  # fmt: skip
+    assert entry.target == "int8"
+    # fp32 (less capacity) gives its core up wholly; bf16 serves on until int8 does
+    assert not function(out_view, "m--fp32").keep_warm
+    assert out.rate_rps("m--fp32") == 0.0
+    assert entry.released == {"fp32"}  # per-query selection sends it nothing new
+    assert function(out_view, "m--bf16").max_instances == 1
+    assert out.rate_rps("m--bf16") == 900.0
+    assert out.rate_rps("m--int8") > 500.0
+
+
 def test_pinned_queries_keep_their_variant_warm_with_their_demand() -> None:
     _, entry, planner = setup()
     entry.target = "int8"
@@ -149,7 +174,8 @@ def test_no_second_switch_before_the_first_lands() -> None:
 def test_the_autoscaler_predicts_variants_from_their_profiles() -> None:
     catalog = ModellessCatalog()
     profiles = tuple(replace(p, package_dir=f"/r/{p.name}") for p in three_variants())
-    catalog.put(ModelEntry("m", 50.0, profiles))
+    entry = ModelEntry("m", 50.0, profiles)
+    catalog.put(entry)
     predictor = CatalogPredictor(catalog)
     # fp32: t(b, 1) = 4 + 2 (b - 1): 18 ms at b8, 34 at b16, beyond: the last slope
     assert predictor.predict_latency_ms("/r/fp32", 8, 1) == 18.0
@@ -160,3 +186,6 @@ def test_the_autoscaler_predicts_variants_from_their_profiles() -> None:
         predictor.predict_latency_ms("/r/unknown", 1, 1)
     with pytest.raises(LookupError):
         predictor.predict_latency_ms("/r/fp32", 1, 1, 10)
+    # served at half its profiled speed here: predicted twice as slow
+    entry.capacity = Capacity(host=0.5)
+    assert predictor.predict_latency_ms("/r/fp32", 8, 1) == 36.0

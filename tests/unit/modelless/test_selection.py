@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infless.errors import GoalsUnmet, InvalidInput
-from infless.modelless.cards import card_for, cards_for
+from infless.modelless.cards import card_for, cards_for, sustained_qps
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import Catalogue, NoVariant, Selected, select
@@ -33,6 +33,17 @@ def test_card_takes_the_most_requests_per_core_within_the_slo() -> None:
     assert (card.batch_size, card.cpus) == (8, 1)
     assert card.qps == pytest.approx(8 * 1000.0 / 18.0)
     assert card.latency_b1_ms == pytest.approx(4.0 / 1.6)
+
+
+def test_a_slowed_down_variant_batches_less_and_serves_less() -> None:
+    card = card_for(profile("fp32", 1.0, 4.0, 2.0), slo_ms=50.0)
+    assert card is not None
+    assert sustained_qps(card, 1.0) == pytest.approx(card.qps)
+    # at half speed b8 takes 36 ms > 25: b4 (20 ms) is the largest feasible batch, and it
+    # serves 200 rps — less than half of b8's 444
+    assert sustained_qps(card, 0.5) == pytest.approx(4 * 1000.0 / 20.0)
+    # so slow that no batch meets the SLO: batch 1's rate
+    assert sustained_qps(card, 0.05) == pytest.approx(1000.0 / 80.0)
 
 
 def test_failed_variants_have_no_card() -> None:
@@ -69,6 +80,15 @@ def test_the_target_wins_among_active_variants_that_meet_the_goals() -> None:
 def test_overloaded_and_interfered_variants_are_avoided() -> None:
     states = {"fp32": ACTIVE, "bf16": INTERFERED, "int8": OVERLOADED}
     assert chosen(select(catalogue(), states, Goals(min_accuracy=0.9))) == "fp32"
+
+
+def test_a_variant_being_released_serves_only_when_no_other_runs() -> None:
+    states = {"fp32": ACTIVE, "bf16": OVERLOADED}
+    got = select(catalogue(), states, Goals(min_accuracy=0.9), "int8", released={"fp32"})
+    assert chosen(got) == "bf16"  # fp32 gives its core to int8: the busy bridge serves
+    got = select(catalogue(), {"fp32": ACTIVE}, Goals(min_accuracy=0.9), released={"fp32"})
+    assert isinstance(got, Selected)
+    assert (got.card.name, got.state) == ("fp32", ACTIVE)  # rather than a cold start
 
 
 def test_with_nothing_active_the_fastest_to_load_and_run_is_started() -> None:

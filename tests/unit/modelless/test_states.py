@@ -60,13 +60,3 @@ def test_an_idle_window_decays_the_latency_so_the_variant_recovers() -> None:
     prev = Tracked(S.INTERFERED, 30.0)
     got = next_state(prev, window(), T)  # no batch in the window
     assert got == Tracked(S.ACTIVE, 2.0)  # 30 / 15 under 1.5 x 10
-
-
-def test_capacity_factor_learns_a_shortfall_and_forgives_it_slowly() -> None:
-    from infless.modelless.states import capacity_factor
-
-    # two replicas promised 2 x 400 rps, delivered 200 while overloaded: half-way to 0.25
-    busy = window(completed=200)
-    assert capacity_factor(1.0, S.OVERLOADED, busy, 400.0, 0.05) == 0.625
-    assert capacity_factor(0.625, S.ACTIVE, busy, 400.0, 0.05) == 0.625 + 0.375 * 0.05
-    assert capacity_factor(1.0, S.ACTIVE, busy, 400.0, 0.05) == 1.0

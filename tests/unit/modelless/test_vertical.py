@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from infless.modelless.capacity import Capacity
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
@@ -91,6 +92,41 @@ def test_retarget_moves_the_movable_demand_once_the_target_serves() -> None:
 def test_a_variant_short_of_its_profile_counts_as_slower() -> None:
     half = QPS["fp32"] * 0.5  # the profile says one fp32 is plenty
     assert decide(load(half, {"fp32": 1}), "fp32", Hold(), CFG).move == "keep"
-    short = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, half, None, {"fp32": 0.4})
+    measured = Capacity(own={"fp32": 0.4})
+    short = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, half, None, measured)
     got = decide(short, "fp32", Hold(), CFG)  # it delivers 40 %: two would be needed
     assert (got.target, got.move) == ("bf16", "upgrade")
+
+
+def test_variants_not_running_are_judged_with_the_host_contention() -> None:
+    # at 500 rps one bf16 suffices by its profile (592 rps): the upgrade goes there ...
+    idle = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, 500.0, None,
+                   Capacity(own={"fp32": 0.5}))  # fmt: skip
+    assert decide(idle, "fp32", Hold(), CFG).target == "bf16"
+    # ... but where everything runs at half its profile, bf16 would need two: int8
+    busy = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, 500.0, None,
+                   Capacity(host=0.5, own={"fp32": 0.5}))  # fmt: skip
+    got = decide(busy, "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("int8", "upgrade")
+
+
+def test_a_downgrade_needs_headroom_over_the_load() -> None:
+    cfg = ModellessConfig(scale_down_ticks=1, downgrade_headroom=0.5)
+    # at 500 rps one bf16 (592 rps) carries the load only just: int8 stays
+    assert decide(load(500.0, {"int8": 1}), "int8", Hold(), cfg).move == "keep"
+    exact = ModellessConfig(scale_down_ticks=1, downgrade_headroom=0.0)
+    assert decide(load(500.0, {"int8": 1}), "int8", Hold(), exact).target == "bf16"
+    # at 300 rps, with half as much again, one bf16 still does: the more accurate one
+    got = decide(load(300.0, {"int8": 1}), "int8", Hold(), cfg)
+    assert (got.target, got.move) == ("bf16", "downgrade")
+
+
+def test_under_pressure_a_switch_must_cost_less_than_replicating() -> None:
+    cfg = ModellessConfig(load_weight_per_s=0.0)  # load times aside: costs are cores
+    # int8 serves at 35 % of its profile (589 rps an instance), bf16 would give 592: at
+    # 600 rps both need two instances — the same cost, so int8 is replicated, not swapped
+    # for the more accurate bf16 in the middle of a burst
+    slow = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"int8": 1}, 600.0, None,
+                   Capacity(own={"int8": 0.35}))  # fmt: skip
+    got = decide(slow, "int8", Hold(), cfg)
+    assert (got.target, got.move) == ("int8", "replicate")

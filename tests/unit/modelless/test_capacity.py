@@ -1,0 +1,76 @@
+"""Capacity factors: a variant's measured service time against its profile, and the host
+factor the variants not running are judged by."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from infless.modelless.capacity import HIGHEST, Capacity, next_capacity, observed
+from infless.modelless.config import ModellessConfig
+from infless.modelless.states import WindowLoad
+
+CFG = ModellessConfig(capacity_min_batches=5, capacity_recovery=0.1)
+
+
+def window(batches: int, service_ms: float, profiled_ms: float = 10.0) -> WindowLoad:
+    return WindowLoad(
+        replicas=1, batch_size=4, profiled_ms=profiled_ms, window_s=1.0,
+        completed=4 * batches, batches=batches, service_ms=service_ms,
+    )  # fmt: skip
+
+
+def test_observed_is_profiled_over_measured_per_batch() -> None:
+    assert observed(window(10, 200.0), 5) == pytest.approx(0.5)  # 20 ms a batch vs 10
+    assert observed(window(4, 80.0), 5) is None  # too few batches to say
+    assert observed(window(10, 1.0), 5) == HIGHEST  # bounded
+
+
+def test_a_slow_variant_lowers_its_own_factor_and_the_host_one() -> None:
+    got = next_capacity(Capacity(), {"fp32": window(10, 200.0)}, CFG)
+    assert got.own == {"fp32": pytest.approx(0.75)}  # half-way from 1 to 0.5
+    assert got.host == pytest.approx(0.75)
+    # a variant never measured meets the host's contention
+    assert got.factor("int8") == pytest.approx(0.75)
+    again = next_capacity(got, {"fp32": window(10, 200.0)}, CFG)
+    assert again.factor("fp32") == pytest.approx(0.625)
+
+
+def test_the_host_factor_weighs_variants_by_batches() -> None:
+    windows = {"fp32": window(30, 600.0), "int8": window(10, 100.0)}  # 0.5 and 1.0
+    got = next_capacity(Capacity(), windows, CFG)
+    assert got.host == pytest.approx(0.5 * 1.0 + 0.5 * (0.5 * 30 + 1.0 * 10) / 40)
+
+
+def test_a_variant_at_capacity_counts_the_time_it_sustains() -> None:
+    # as fast as profiled per batch (10 ms), but two replicas served only 50 batches in the
+    # window while refusing a third of the arrivals: busy 0.5 s of their 2 replica-seconds
+    busy = replace(window(50, 500.0), replicas=2, completed=200, refused=100)
+    got = next_capacity(Capacity(), {"bf16": busy}, CFG)
+    assert got.factor("bf16") == pytest.approx(0.5 * 1.0 + 0.5 * 0.25)
+    # the gaps between batches are the host's (the gateway's) as much as bf16's: a variant
+    # not running is judged by them too, else the one measured would always look worse
+    assert got.host == pytest.approx(0.625)
+    assert got.factor("int8") == pytest.approx(0.625)
+    # nor while a replica was starting or stopping
+    changing = replace(busy, stable=False)
+    assert next_capacity(Capacity(), {"bf16": changing}, CFG).factor("bf16") == 1.0
+    # a burst's few refusals at a low rate say nothing about its capacity
+    burst = replace(busy, refused=5)
+    assert next_capacity(Capacity(), {"bf16": burst}, CFG).factor("bf16") == 1.0
+
+
+def test_an_unmeasured_variant_drifts_towards_the_host() -> None:
+    prev = Capacity(host=0.5, own={"bf16": 1.0})
+    got = next_capacity(prev, {"bf16": window(0, 0.0)}, CFG)
+    assert got.own["bf16"] == pytest.approx(1.0 - 0.5 * 0.1)
+    assert got.host == 0.5  # nothing measured: the host stays
+
+
+def test_a_config_out_of_range_is_refused() -> None:
+    from infless.modelless.config import check_modelless
+
+    assert check_modelless(CFG) == []
+    assert check_modelless(ModellessConfig(capacity_min_batches=0))
+    assert check_modelless(ModellessConfig(capacity_recovery=1.5))
