@@ -20,7 +20,7 @@ Pure apart from the catalogue it writes: no I/O, no clock.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
@@ -31,6 +31,19 @@ from infless.scaling.demand import Demand, DemandState, estimate, record_interva
 from infless.scaling.view import FunctionView, InstanceState, PoolView
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One planning pass: what it reads, and which variant functions it lets go."""
+
+    functions: dict[str, FunctionView]
+    counted: Demand  # the applications' and pinned queries' arrival rates
+    rates: dict[str, float]  # the demand Algorithm 1 plans with (written)
+    free: int | None  # free cores on the servers
+    now_s: float
+    cold: set[str] = field(default_factory=set)  # variants no longer wanted warm
+    frozen: dict[str, int] = field(default_factory=dict)  # serving on, at most this many
 
 
 class ModellessPlanner:
@@ -59,34 +72,24 @@ class ModellessPlanner:
         free = sum(s.free_cpus for s in view.servers) if view.servers else None
         entries = [e for e in self._catalog.entries()
                    if any(c.function in functions for c in e.catalogue.cards)]  # fmt: skip
-        counted = self._count(entries, since, now)
-        cold: set[str] = set()  # variants no longer wanted warm
-        frozen: dict[str, int] = {}  # variants serving until the target serves: no growth
+        tick = _Pass(functions, self._count(entries, since, now), rates, free, now)
         for entry in entries:
-            self._plan(entry, functions, counted, rates, free, now, cold, frozen)
+            self._plan(entry, tick)
         out = []
         for function in view.functions:
-            if function.name in cold:
+            if function.name in tick.cold:
                 function = replace(function, keep_warm=False, min_instances=0)  # noqa: PLW2901
-            elif function.name in frozen:
-                cap = min(function.max_instances, max(1, frozen[function.name]))
+            elif function.name in tick.frozen:
+                cap = min(function.max_instances, max(1, tick.frozen[function.name]))
                 function = replace(function, max_instances=cap)  # noqa: PLW2901
             out.append(function)
         return replace(view, functions=tuple(out)), Demand(rates)
 
-    def _plan(
-        self,
-        entry: ModelEntry,
-        functions: dict[str, FunctionView],
-        counted: Demand,
-        rates: dict[str, float],
-        free: int | None,
-        now: float,
-        cold: set[str],
-        frozen: dict[str, int],
-    ) -> None:
-        """One application: its decision, its variants' demand in `rates`, and which of them
-        go `cold` or stay `frozen` at a size (see the module docstring)."""
+    def _plan(self, entry: ModelEntry, tick: _Pass) -> None:
+        """One application: its decision, its variants' demand in `tick.rates`, and which of
+        them go `cold` or stay `frozen` at a size (see the module docstring)."""
+        functions, counted, rates, free = tick.functions, tick.counted, tick.rates, tick.free
+        cold, frozen = tick.cold, tick.frozen
         present = [c for c in entry.catalogue.cards if c.function in functions]
         app_rps = counted.rate_rps(_app_key(entry.model))
         if entry.arrivals == 0:  # no query yet: a demand handed in from outside (the
@@ -94,7 +97,7 @@ class ModellessPlanner:
             app_rps = max(rates.get(c.function, 0.0) for c in present)
         pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
         live = {c.name: _live(functions[c.function]) for c in present}
-        decision = self._decide(entry, live, app_rps, pinned, free, now)
+        decision = self._decide(entry, live, app_rps, pinned, free, tick.now_s)
         if decision.target is None:
             return
         # the target serves (Active, or busy: then more of it needs the others' cores)
