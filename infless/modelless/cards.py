@@ -90,10 +90,10 @@ def sustained_qps(card: VariantCard, factor: float) -> float:
     return b * 1000.0 * f / t
 
 
-def instances_needed(card: VariantCard, load_rps: float, slack: float, qps: float = 0.0) -> int:
-    """Instances of `card` that carry `load_rps` with `slack` headroom (at least one), each
-    at `qps` (0: the card's Q)."""
-    return max(1, math.ceil(load_rps * (1.0 + slack) / (qps or card.qps) - 1e-9))
+def instances_needed(qps: float, load_rps: float, slack: float) -> int:
+    """Instances sustaining `qps` each that carry `load_rps` with `slack` headroom (at least
+    one)."""
+    return max(1, math.ceil(load_rps * (1.0 + slack) / qps - 1e-9))
 
 
 def accuracy_range(cards: Sequence[VariantCard]) -> tuple[float, float]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+from infless.modelless.cards import sustained_qps
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import VariantState
@@ -126,7 +127,7 @@ class ModellessPlanner:
         # instances need beyond what is free: the weakest first and wholly, the one
         # carrying the most (the bridge) down to one instance
         others = [c for c in present if c.name != decision.target]
-        others.sort(key=lambda c: live[c.name] * c.qps * entry.capacity.factor(c.name))
+        others.sort(key=lambda c: live[c.name] * sustained_qps(c, entry.capacity.factor(c.name)))
         for index, card in enumerate(others):
             floor = 1 if index == len(others) - 1 else 0
             give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))

@@ -63,6 +63,7 @@ class Option:
     card: VariantCard
     instances: int
     cost: float  # C·n + λ·C·T_load·max(n − N, 0), in core-units
+    qps: float  # what one instance sustains here (the card's Q at its capacity factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +88,10 @@ def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
     """`card` carrying the load: n instances at its measured share of the profiled Q, and
     the ILP's cost of running them."""
     qps = sustained_qps(card, load.capacity.factor(card.name))
-    n = instances_needed(card, load.load_rps, cfg.slack, qps)
+    n = instances_needed(qps, load.load_rps, cfg.slack)
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
-    return Option(card, n, cost)
+    return Option(card, n, cost, qps)
 
 
 def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
@@ -106,7 +107,7 @@ def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
     candidates = [option(c, load, cfg) for c in load.cards if meets(c, load.goals)]
     fitting = [o for o in candidates if _fits(o, load, by_name)]
     if not fitting and candidates:  # nothing fits: the most throughput per core, measured
-        fitting = [max(candidates, key=lambda o: _per_core(o.card, load.capacity))]
+        fitting = [max(candidates, key=lambda o: o.qps / o.card.cpus)]
     return tuple(sorted(fitting, key=_rank))
 
 
@@ -151,10 +152,6 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     return VerticalDecision(
         load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
     )
-
-
-def _per_core(card: VariantCard, capacity: Capacity) -> float:
-    return sustained_qps(card, capacity.factor(card.name)) / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:
