@@ -286,11 +286,25 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
                 + ("" if v["status"] == "ready" else f"  {v['status']}: {v['error'][:60]}")
             )
         accuracy = {name: float(v["accuracy"]) for name, v in variants.items()}
-        eligible = {n: v for n, v in variants.items() if v["accuracy"] >= args.min_accuracy}
-        fp32_qps = float(variants["fp32"]["config"]["qps"])
+        servable = {n: v for n, v in variants.items() if v.get("meetsSlo")}
+        for name in sorted(set(variants) - set(servable)):
+            print(f"{name}: {variants[name].get('sloProblem')}")
+        eligible = {n: v for n, v in servable.items() if v["accuracy"] >= args.min_accuracy}
+        if not eligible:
+            error = (f"no variant meets both the {args.slo_ms:g}-ms SLO and accuracy "
+                     f"{args.min_accuracy} on this host: raise --slo-ms")  # fmt: skip
+            print(error)
+            print(json.dumps({"bench": "modelless", "image": args.image, "error": error}))
+            return 2
         fastest = max(
             eligible, key=lambda n: eligible[n]["config"]["qps"] / eligible[n]["config"]["cpus"]
         )
+        # the load is sized by fp32's capacity (the fixed baseline); where fp32 cannot meet
+        # the SLO here, by the slowest variant that can
+        reference = "fp32" if "fp32" in servable else min(
+            servable, key=lambda n: float(servable[n]["config"]["qps"])
+        )  # fmt: skip
+        fp32_qps = float(servable[reference]["config"]["qps"])
         low = args.low_rps or round(0.25 * fp32_qps)
         high = args.high_rps or round(1.6 * fp32_qps)
         phases = [(low, args.low_s), (high, args.high_s), (low, args.tail_s)]

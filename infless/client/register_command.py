@@ -157,6 +157,8 @@ def format_variants(document: dict[str, Any]) -> str:
         b1 = [p["measured_ms"] for p in v.get("latency", []) if p["batch_size"] == 1]
         config = v.get("config") or {}
         shape = f"b{config['batchSize']}c{config['cpus']}" if config else "-"
+        if v.get("meetsSlo") is False:
+            shape = "over SLO"
         peak = v.get("peak_memory_bytes")
         lines.append(
             f"{v['name']:<14}{v['status']:<16}{v.get('state', '-'):<12}"
@@ -166,6 +168,8 @@ def format_variants(document: dict[str, Any]) -> str:
         )
         if v.get("error"):
             lines.append(f"    {v['error'][:160]}")
+        if v.get("sloProblem"):
+            lines.append(f"    {v['sloProblem']}")
     for app_id, goals in (document.get("apps") or {}).items():
         lines.append(f"  app {app_id}: {goals}")
     return "\n".join(lines)

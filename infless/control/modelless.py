@@ -30,6 +30,7 @@ from infless.config import Config
 from infless.control.functions import DeployedFunction
 from infless.control.service import FunctionService, rfc3339
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
+from infless.modelless.cards import slo_problem
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.profiles import GenerationResult, variant_function
 from infless.modelless.states import Tracked
@@ -237,10 +238,14 @@ class ModellessService:
         variants = []
         for profile in self._store.variants(model):
             row: dict[str, object] = msgspec.to_builtins(profile)
+            if profile.status == "ready":  # deployed as a function, whether it fits the SLO
+                row["function"] = variant_function(model, profile.name)
+                row["sloProblem"] = slo_problem(profile, record.slo_ms)
+                row["meetsSlo"] = row["sloProblem"] is None
+                row["config"] = None
             card = entry.card(profile.name) if entry else None
             if entry is not None and card is not None:
                 row["state"] = entry.states.get(card.name, Tracked().state).value
-                row["function"] = card.function
                 row["config"] = {"batchSize": card.batch_size, "cpus": card.cpus,
                                  "qps": round(card.qps, 1),
                                  "costPerRequest": card.cost_per_request}  # fmt: skip

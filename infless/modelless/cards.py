@@ -68,6 +68,24 @@ def card_for(profile: VariantProfile, slo_ms: float) -> VariantCard | None:
     )
 
 
+def slo_problem(profile: VariantProfile, slo_ms: float) -> str | None:
+    """Why a ready variant has no card: it was not profiled, or no profiled configuration
+    fits the SLO (naming its fastest batch-1 time); None when it has a card."""
+    if profile.status != "ready":
+        return None
+    if profile.accuracy is None or not profile.latency:
+        return "not profiled"
+    if card_for(profile, slo_ms) is not None:
+        return None
+    b1 = [p.measured_ms for p in profile.latency if p.batch_size == 1]
+    if not b1:
+        return f"batch 1 was not profiled (SLO {slo_ms:g} ms)"
+    return (
+        f"batch 1 takes {min(b1):.1f} ms here and no larger batch fits half the SLO: "
+        f"cannot meet the {slo_ms:g}-ms SLO on this host"
+    )
+
+
 def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[VariantCard, ...]:
     """The cards of every usable variant, cheapest per request first."""
     cards = [c for c in (card_for(p, slo_ms) for p in profiles) if c is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infless.errors import GoalsUnmet, InvalidInput
-from infless.modelless.cards import card_for, cards_for, sustained_qps
+from infless.modelless.cards import card_for, cards_for, slo_problem, sustained_qps
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import Catalogue, NoVariant, Selected, select
@@ -48,6 +48,18 @@ def test_a_slowed_down_variant_batches_less_and_serves_less() -> None:
 
 def test_failed_variants_have_no_card() -> None:
     assert card_for(profile("compile", 1.0, 1.0, 1.0, status="failed"), 50.0) is None
+
+
+def test_a_variant_too_slow_for_the_slo_is_reported_as_such() -> None:
+    slow = profile("fp32", 1.0, 40.0, 5.0)  # batch 1 over a 20-ms SLO at 1 and 2 cores
+    assert card_for(slow, slo_ms=20.0) is None
+    assert cards_for([slow, profile("int8", 0.97, 2.0, 0.5)], 20.0)[0].name == "int8"
+    problem = slo_problem(slow, 20.0)
+    assert problem is not None
+    assert "25.0 ms" in problem  # the fastest batch 1: 40 ms / 1.6 at 2 cores
+    assert "20-ms SLO" in problem
+    assert slo_problem(slow, 60.0) is None  # batch 1 fits a looser SLO
+    assert slo_problem(profile("compile", 1.0, 1.0, 1.0, status="failed"), 20.0) is None
 
 
 def test_cheapest_active_variant_meeting_the_goals() -> None:
