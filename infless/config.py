@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from infless.cluster.config import GpuConfig, check_gpu
 from infless.coldstart.config import ColdStartConfig, check_coldstart
 from infless.dataplane.config import BatchingConfig, check_batching
 from infless.errors import ConfigError
@@ -58,6 +59,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     modelless: ModellessConfig = ModellessConfig()
     transform: TransformConfig = TransformConfig()
     cluster: ClusterConfig = ClusterConfig()
+    gpu: GpuConfig = GpuConfig()
     auth: AuthConfig = AuthConfig()
     functions: list[FunctionConfig] = []
 
@@ -81,6 +83,7 @@ def _check(config: Config, source: str) -> Config:
         *check_modelless(config.modelless),
         *check_transform(config.transform),
         *check_cluster(config.cluster),
+        *check_gpu(config.gpu),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -39,7 +39,7 @@ class SharedTensorLayout(msgspec.Struct, array_like=True, frozen=True):
     offset_bytes: int
 
 
-class CudaIpcHandle(msgspec.Struct, array_like=True, frozen=True):
+class CudaIpcHandle(msgspec.Struct, array_like=True, frozen=True, tag="cuda"):
     """What `UntypedStorage._share_cuda_()` returns, as wire-ready fields."""
 
     device: int
@@ -52,12 +52,20 @@ class CudaIpcHandle(msgspec.Struct, array_like=True, frozen=True):
     event_sync_required: bool
 
 
+class FakeIpcHandle(msgspec.Struct, array_like=True, frozen=True, tag="fake"):
+    """A fake device's copy (`[gpu] fake_devices`, machines without a GPU): one file in
+    shared memory that the holder wrote and instances map read-only."""
+
+    path: str
+    size_bytes: int
+
+
 class SharedModel(msgspec.Struct, frozen=True):
     """A model's device copy as an instance opens it: one IPC handle, many tensor views."""
 
     model_key: str
     device: int
-    ipc: CudaIpcHandle
+    ipc: CudaIpcHandle | FakeIpcHandle
     tensors: list[SharedTensorLayout]
 
 

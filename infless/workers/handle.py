@@ -151,6 +151,26 @@ class ProcessWorkerHandle:
             raise WorkerStartFailed(f"worker pid {self.pid} answered {type(reply).__name__}")
         return reply
 
+    async def standby(self, request: p.Standby, timeout_s: float) -> p.StandbyReady:
+        """Have a fresh worker become a warm CUDA worker on its device (context created,
+        libraries warmed); `WorkerStartFailed` when it could not (it then exits)."""
+        await self._connect()
+        return await self._until_standby(request, timeout_s)
+
+    async def unload(self, timeout_s: float) -> p.StandbyReady:
+        """Have a GPU worker drop its model and be a warm standby worker again."""
+        return await self._until_standby(p.Unload(), timeout_s)
+
+    async def _until_standby(self, request: p.Standby | p.Unload, timeout_s: float
+                             ) -> p.StandbyReady:  # fmt: skip
+        reply = await self._control(request, timeout_s, "warm")
+        if isinstance(reply, p.LoadFailed):
+            raise WorkerStartFailed(reply.error)
+        if not isinstance(reply, p.StandbyReady):
+            self.kill()
+            raise WorkerStartFailed(f"worker pid {self.pid} answered {type(reply).__name__}")
+        return reply
+
     async def transform(self, request: p.TransformModel, timeout_s: float) -> p.Ready:
         """Have the (idle) worker transform its model; `WorkerStartFailed` when it could
         not (it then exits: the caller must not serve it again)."""

@@ -9,10 +9,12 @@ carries the store's `weights.stored.StoredTensor` entries as they are.
 from __future__ import annotations
 
 import struct
+from typing import Literal
 
 import msgspec
 
 from infless.transform.planner import PlanStep
+from infless.weights.gpu_tier import SharedModel
 from infless.weights.stored import StoredTensor
 
 FRAME_HEADER = struct.Struct(">I")
@@ -26,6 +28,58 @@ class TensorData(msgspec.Struct, array_like=True, frozen=True):
     dtype: str
     shape: list[int]
     data: bytes
+
+
+class GpuPlacement(msgspec.Struct, frozen=True):
+    """Where and how a GPU worker computes (`Standby`, `LoadModel.gpu`).
+
+    The worker sets its CUDA environment from this before CUDA is initialised in it (it was
+    forked from a zygote that never initialised CUDA, or started fresh): only `uuid` is
+    visible (`CUDA_VISIBLE_DEVICES`, so the worker computes on `cuda:0`), and under MPS it
+    is the client of the device's daemon (`CUDA_MPS_PIPE_DIRECTORY = mps_pipe_dir`) with
+    `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = gpu_pct`; `mps_pipe_dir` None: time-sliced.
+    `runtime` "fake": no CUDA at all, the fake device of `[gpu] fake_devices` (computes on
+    the CPU through the same code path; machines without a GPU).
+    """
+
+    runtime: Literal["cuda", "fake"]
+    uuid: str
+    index: int  # the device's NVML index (reports only)
+    gpu_pct: int
+    mps_pipe_dir: str | None = None
+    cuda_graphs: bool = True  # capture graphs for the warm-up batch sizes where faster
+
+
+class Standby(msgspec.Struct, tag="standby", frozen=True):
+    """The first message to a warm CUDA worker: become a client of the placement's device,
+    create the CUDA context, warm the math libraries, answer `StandbyReady`, then wait for
+    `LoadModel` (with the same placement)."""
+
+    placement: GpuPlacement
+
+
+class StandbyReady(msgspec.Struct, tag="standby_ready", frozen=True):
+    pid: int
+    device_name: str
+    init_ms: float  # context creation and library warm-up (0 when it came back from Unload)
+    memory_bytes: int = 0  # device memory this process's allocator holds
+
+
+class Unload(msgspec.Struct, tag="unload", frozen=True):
+    """To a GPU worker no longer wanted as an instance: drop the model (its weights were the
+    tier's: nothing is freed on the device but its own buffers) and be a standby worker
+    again; it answers `StandbyReady`."""
+
+
+class GpuReport(msgspec.Struct, frozen=True):
+    """What a GPU instance reports with `Ready`: its device, which warm-up batch sizes it
+    replays as CUDA graphs, and the device memory its own allocator holds (the weights
+    opened from the tier are the holder's, not counted)."""
+
+    device_name: str
+    graph_batch_sizes: list[int] = []
+    memory_bytes: int = 0
+    weights_from_tier: bool = False
 
 
 class LoadModel(msgspec.Struct, tag="load", frozen=True):
@@ -51,6 +105,11 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     nice: int = 0  # the worker's scheduling niceness: > 0 yields the cores to the gateway
     env: dict[str, str] = {}
     secrets: dict[str, bytes] | None = None  # never logged: values travel only here
+    # A GPU instance: where it computes (a standby worker was told the same placement),
+    # and its weights as the GPU tier's device copy (None: copied from `store_tensors` or
+    # the package to the device, privately)
+    gpu: GpuPlacement | None = None
+    gpu_weights: SharedModel | None = None
 
 
 class TransformModel(msgspec.Struct, tag="transform", frozen=True):
@@ -88,6 +147,7 @@ class Ready(msgspec.Struct, tag="ready", frozen=True):
     pid: int
     exec_ms: dict[int, float]
     start: StartBreakdown
+    gpu: GpuReport | None = None
 
 
 class LoadFailed(msgspec.Struct, tag="load_failed", frozen=True):
@@ -150,6 +210,7 @@ class Ping(msgspec.Struct, tag="ping", frozen=True):
 class Pong(msgspec.Struct, tag="pong", frozen=True):
     nonce: int
     rss_bytes: int = 0
+    gpu_memory_bytes: int = 0  # a GPU worker's own device allocations
 
 
 class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
@@ -180,8 +241,14 @@ class Listening(msgspec.Struct, tag="listening", frozen=True):
     port: int
 
 
-ToWorker = LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown | ServeOn | Hello
-FromWorker = Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong | Listening
+ToWorker = (
+    LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown | ServeOn | Hello
+    | Standby | Unload
+)  # fmt: skip
+FromWorker = (
+    Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong | Listening
+    | StandbyReady
+)  # fmt: skip
 Message = ToWorker | FromWorker
 
 _encoder = msgspec.msgpack.Encoder()
