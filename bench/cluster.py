@@ -41,7 +41,7 @@ from infless.nodes.factory import make_starter, make_store
 from infless.nodes.remote import RemoteStarter
 from infless.types import InstanceConfig
 from infless.workers import protocol as p
-from infless.workers.boot import BootOrder
+from infless.workers.starting import BootOrder
 from infless.workers.handle import WorkerHandle
 
 MODEL, SLO_MS = "textcnn-64", 50.0

@@ -30,7 +30,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.control.service import FunctionService
 from infless.control.structures import StructureCache
-from infless.control.transforms import TransformService
+from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
 from infless.gateway import routes
 from infless.gateway.context import GatewayContext
@@ -50,7 +50,8 @@ from infless.scaling.profiled import load_profiled_predictor
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
-from infless.workers.boot import InstanceStarter
+from infless.workers.output import Sink
+from infless.workers.starting import InstanceStarter
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,28 @@ class Platform:
         )  # fmt: skip
 
 
+def local_starter(
+    config: Config,
+    clock: Clock,
+    store: TensorStore | None,
+    confiner: CpuConfiner | None,
+    secrets: SecretStore,
+    output: Sink,
+) -> tuple[InstanceStarter, TransformingStarter | None]:
+    """This machine's chain of starters: processes (templates, zygote), wrapped by
+    warm-instance transformation when it is on; and the transforming layer, if any."""
+    processes = make_starter(config, store, confiner, secrets, output)
+    if store is None or not config.transform.enabled:
+        return processes, None
+    structures = StructureCache(
+        config.state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
+    )
+    transforms = TransformingStarter(
+        processes, config.transform, clock, structures, load_costs(config.state_dir), store
+    )
+    return transforms, transforms
+
+
 def build_platform(
     config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
 ) -> Platform:
@@ -119,14 +142,7 @@ def build_platform(
     transforms = None
     servers = []  # a cluster's nodes join at startup (`nodes.backend`)
     if starter is None and not config.cluster.enabled:
-        starter = make_starter(config, store, confiner, secrets, worker_output)
-        if store is not None and config.transform.enabled:  # warm-instance transformation
-            structures = StructureCache(
-                state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
-            )
-            transforms = TransformService(
-                config.transform, clock, starter, structures, load_costs(state_dir), store
-            )
+        starter, transforms = local_starter(config, clock, store, confiner, secrets, worker_output)
     if starter is not None:
         servers.append(
             Server(
@@ -142,7 +158,6 @@ def build_platform(
         config.batching,
         autoscaled=autoscaled,
         on_instance_change=instances_changed,
-        transforms=transforms,
     )
     tickers: list[Ticker] = []
     catalog = ModellessCatalog()

@@ -28,7 +28,7 @@ from infless.dataplane.router import FunctionRouter
 from infless.models.package import NO_TRANSFORM, PackageManifest
 from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
-from infless.workers.boot import BootOrder
+from infless.workers.starting import BootOrder
 
 SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
 
@@ -97,6 +97,7 @@ class DeployedFunction:
         config: InstanceConfig,
         cpu_ids: tuple[int, ...],
         on_death: Callable[[], None],
+        gpu_index: int | None = None,
     ) -> BootOrder:
         """What a starter needs to start one of this function's instances."""
         return BootOrder(
@@ -112,6 +113,7 @@ class DeployedFunction:
             function=self.name,
             instance=instance_id,
             runtime=self.spec.runtime,
+            gpu_index=gpu_index if config.gpu_pct > 0 else None,
         )
 
     @property

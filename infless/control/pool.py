@@ -3,13 +3,15 @@
 A function's `desired` changes only through `change(name, transition)` (`control.desired`:
 a person's scale, the autoscaler's plan, the cold-start release and wake, a request that
 found nothing running). After every change and instance event, `_reconcile` starts what is
-missing (through the starter of the server the entry names: processes, a node agent's
-over Ray, in-process in tests), drains what is no longer wanted and replaces a worker that
-died (its requests are retried, `dataplane.router`). Servers come and go (`add_server`,
-`remove_server`: a lost node's entries move to the servers that remain). An instance no
-longer wanted may be kept idle, and a start may transform one (`control.transforms`
-decides both). It decides nothing itself; it is the scaling port's target (`snapshot`,
-`apply`). Gateway side: never imports torch.
+missing (through the starter of the server the entry names: this machine's chain of
+starters, a node agent's over Ray, in-process in tests), drains what is no longer wanted
+(its starter may keep the worker warm: `retire`) and replaces a worker that died (its
+requests are retried, `dataplane.router`). Servers come and go (`add_server`,
+`remove_server`: a lost node's entries move to the servers that remain). The instances
+themselves are `control.instances`' to create and move between states. The pool decides
+nothing itself; it is the scaling port's target (`snapshot`, `apply`), and it calls
+starters only through their protocol (`workers.starting`). Gateway side: never imports
+torch.
 """
 
 from __future__ import annotations
@@ -21,28 +23,25 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from infless.clock import Clock
 from infless.control import desired as d
 from infless.control.functions import DeployedFunction, InstanceMinter, same_serving
+from infless.control.instances import InstanceRegistry
 from infless.control.port import Snapshot
 from infless.control.servers import Server, ServerSet
 from infless.control.snapshot import LIVE, function_state
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import FunctionLatency
-from infless.dataplane.policy import instance_settings
 from infless.dataplane.request import Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
 from infless.scaling.view import Action, ScalingPlan
 from infless.types import FunctionSpec
-from infless.workers.boot import Booted, BootOrder
-
-if TYPE_CHECKING:
-    from infless.control.transforms import TransformService
+from infless.workers.starting import BootOrder, Retiring
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +57,17 @@ class WorkerPool:
         *,
         autoscaled: bool = False,
         on_instance_change: Callable[[DeployedFunction], None] | None = None,
-        transforms: TransformService | None = None,
     ) -> None:
         self._clock = clock
         self.servers = ServerSet(servers)
         self._batching = batching
         self._owner = d.Owner.AUTOSCALER if autoscaled else d.Owner.MANUAL
         self._on_change = on_instance_change
-        self.transforms = transforms  # warm-instance transformation (Optimus), when on
         self.functions: dict[str, DeployedFunction] = {}
+        self.instances = InstanceRegistry(clock, batching, self._orphaned)
         self._stopping = False
         self._background: set[asyncio.Task[Any]] = set()  # drains and releases: awaited
         self._retries: set[asyncio.Task[None]] = set()  # start retries: cancelled at stop
-        self._generations: dict[str, int] = {}  # instance id -> workers started for it
-        self._holding: set[str] = set()  # worker ids still holding cores and store tensors
 
     async def start(self) -> None:
         await self.servers.start()
@@ -118,8 +114,8 @@ class WorkerPool:
         )
         function.activity.idle_since_s = self._clock.now()
         self.functions[spec.name] = function
-        if self.transforms is not None and manifest.format == "module":
-            self.transforms.prepare(package_dir, spec.tenant)
+        for server in self.servers.values():
+            server.starter.deployed(package_dir, spec.tenant, manifest.format == "module")
         count = spec.instances if self._owner is d.Owner.MANUAL else min(1, spec.min_instances)
         self.change(spec.name, partial(d.initial, count=count))
         return function
@@ -210,7 +206,7 @@ class WorkerPool:
                 if may_start:
                     self._spawn(function, entry)
             elif entry.share_rps is not None and current.state is InstanceState.READY:
-                current.share_rps = entry.share_rps
+                self.instances.set_share(current, entry.share_rps)
 
     def _retire(self, function: DeployedFunction, instance: Instance) -> None:
         """No longer wanted: a starting instance is cancelled, a ready one drains."""
@@ -224,77 +220,44 @@ class WorkerPool:
 
     def _spawn(self, function: DeployedFunction, entry: d.WantedInstance) -> None:
         server = self.servers[entry.server_id]
-        generation = self._generations.get(entry.instance_id, 0)
-        self._generations[entry.instance_id] = generation + 1
-        worker_id = entry.instance_id if generation == 0 else f"{entry.instance_id}-r{generation}"
-        cores = server.allocator.assign(entry.config.cpus)
-        self._holding.add(worker_id)
-        instance = Instance(
-            instance_id=entry.instance_id,
-            function_name=function.name,
-            config=entry.config,
-            cpu_ids=cores,
-            clock=self._clock,
-            input_specs=function.input_specs,
-            on_orphans=lambda inst, orphans: self._orphaned(function, inst, orphans),
-            worker_id=worker_id,
-            tail_quantile=self._batching.tail_quantile,
-            server_id=server.server_id,
+        instance, order = self.instances.create(
+            function, entry, server, on_death=lambda inst: self._died(function, inst)
         )
         function.router.add(instance)
+        worker_id = instance.worker_id
         task = asyncio.create_task(
-            self._boot(function, instance, entry, server), name=f"boot-{worker_id}"
+            self._boot(function, instance, entry, server, order), name=f"boot-{worker_id}"
         )
         function.boots[worker_id] = task
         task.add_done_callback(lambda _: function.boots.pop(worker_id, None))
 
     async def _boot(
         self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance,
-        server: Server,
+        server: Server, order: BootOrder,
     ) -> None:  # fmt: skip
-        spec = function.spec
-        order = function.boot_order(
-            instance.worker_id, instance.instance_id, entry.config, instance.cpu_ids,
-            on_death=lambda: self._died(function, instance),
-        )  # fmt: skip
         try:
-            booted = await self._start_worker(instance, order, server)
+            booted = await server.starter.boot(order)
         except asyncio.CancelledError:
             self._discard(function, instance)
             raise
         except Exception as exc:  # any start failure is reported and retried with backoff
             self._boot_failed(function, instance, f"{type(exc).__name__}: {exc}")
             return
-        fixed = entry.config.batch_size if entry.fixed_batch else None
-        settings = partial(instance_settings, self._batching, spec.slo_ms, spec.max_batch)
-        chosen = settings(dict(booted.ready.exec_ms), fixed)
-        instance.become_ready(
-            booted.handle, chosen, booted.ready,
-            retune=lambda exec_ms: settings(exec_ms, chosen.batch_size),
-        )  # fmt: skip
-        instance.start_breakdown = booted.start
+        chosen = self.instances.ready(function, instance, booted, entry.fixed_batch)
         function.health.started(self._clock.now() - instance.started_at_s)
         log.info(
-            "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s",
+            "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s%s",
             instance.instance_id, instance.pid, chosen.batch_size, chosen.exec_ms,
-            instance.cpu_ids,
+            instance.cpu_ids, f", gpu {entry.gpu_index} at {entry.config.gpu_pct}%"
+            if entry.config.gpu_pct else "",
         )  # fmt: skip
         function.router.instance_ready(instance)
         self._changed(function)
         self._reconcile(function)
 
-    async def _start_worker(self, instance: Instance, order: BootOrder, server: Server) -> Booted:
-        """Start the instance's worker: transformed from an idle one when that is predicted
-        faster (`control.transforms`, this machine's workers only), else the starter's way."""
-        if self.transforms is None or server.starter is not self.transforms.starter:
-            return await server.starter.boot(order)
-        booted, instance.history = await self.transforms.start(order)
-        return booted
-
     def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
         log.error("instance %s failed to start: %s", instance.instance_id, error)
-        instance.state = InstanceState.DEAD
-        instance.error = error
+        self.instances.start_failed(instance, error)
         delay_s = function.health.failed(error, self._clock.now())
         function.router.remove(instance)
         self._forget(instance)
@@ -309,7 +272,7 @@ class WorkerPool:
 
     def _discard(self, function: DeployedFunction, instance: Instance) -> None:
         """A start was cancelled (no longer wanted, or shutdown): the starter let go of it."""
-        instance.state = InstanceState.DEAD
+        self.instances.start_failed(instance)
         function.router.remove(instance)
         self._forget(instance)
 
@@ -335,33 +298,39 @@ class WorkerPool:
         self._reconcile(function)
 
     async def _drain(self, function: DeployedFunction, instance: Instance) -> None:
+        """Answer what it queued, then hand its worker back to its starter, which may keep
+        it warm (its store holds go with it) or stop it."""
         timeout_s = max(5.0, function.spec.slo_ms / 1000.0 * 10)
         still_deployed = not self._stopping and self.functions.get(function.name) is function
         kept = False
         try:
-            if self.transforms is not None and still_deployed:  # its worker may be kept idle
-                kept = await self.transforms.drain(function, instance, timeout_s, self._idle_gone)
-            else:
-                await instance.drain(timeout_s=timeout_s)
+            await instance.drain(timeout_s=timeout_s, stop_worker=False)
+            kept = await self._hand_back(instance, still_deployed, timeout_s)
         finally:
             function.router.remove(instance)
-            if kept:  # the cores go back; the store holds stay with the idle worker
-                self._holding.discard(instance.worker_id)
-                self.servers[instance.server_id].allocator.release(instance.cpu_ids)
+            if kept:  # the cores go back; the store holds stay with the kept worker
+                if self.instances.let_go(instance.worker_id):
+                    self.servers[instance.server_id].allocator.release(instance.cpu_ids)
             else:
                 self._forget(instance)
             self._changed(function)
 
-    def _idle_gone(self, worker_id: str) -> None:
-        """An idle worker was stopped or died: free its store holds and cgroup."""
-        if self.transforms is not None:
-            self._background_task(self.transforms.starter.release(worker_id))
+    async def _hand_back(self, instance: Instance, keep: bool, timeout_s: float) -> bool:
+        handle = instance.handle
+        if handle is None:
+            return False
+        server = self.servers.get(instance.server_id)
+        order = self.instances.order(instance.worker_id)
+        if server is None or order is None:  # its server left: nothing keeps it
+            await handle.stop(timeout_s)
+            return False
+        retiring = Retiring(order, handle, instance.history, keep, timeout_s)
+        return await server.starter.retire(retiring)
 
     def _forget(self, instance: Instance) -> None:
         """An instance is gone for good: free its cores, store holds and cgroup (once)."""
-        if instance.worker_id not in self._holding:
+        if not self.instances.let_go(instance.worker_id):
             return
-        self._holding.discard(instance.worker_id)
         server = self.servers.get(instance.server_id)
         if server is not None:  # a server that left took its cores and workers with it
             server.allocator.release(instance.cpu_ids)
@@ -381,9 +350,9 @@ class WorkerPool:
         return [i for f in self.functions.values() for i in f.router.instances]
 
     def holder_ids(self) -> list[str]:
-        """Every worker that may hold store tensors (starting, ready, draining or idle)."""
-        idle = [] if self.transforms is None else list(self.transforms.idle)
-        return [*self._holding, *self.servers.template_holders(), *idle]
+        """Every worker that may hold store tensors (starting, ready, draining, or kept
+        warm by a starter: templates, idle and standby workers)."""
+        return [*self.instances.holding(), *self.servers.starter_holders()]
 
     # -- shutdown ------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -394,7 +363,5 @@ class WorkerPool:
                 await self.remove(name)
         for task in list(self._retries):
             task.cancel()
-        if self.transforms is not None:
-            await self.transforms.close()
         await asyncio.gather(*self._background, *self._retries, return_exceptions=True)
         await self.servers.close()

@@ -23,9 +23,11 @@ from infless.cluster.cpus import CpuAllocator
 from infless.control.snapshot import server_view
 from infless.scaling.view import ServerView
 from infless.types import WorkerRuntime
-from infless.workers.boot import InstanceStarter, RuntimeSupport
+from infless.workers.starting import InstanceStarter, RuntimeSupport
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from infless.control.functions import DeployedFunction
     from infless.dataplane.instance import Instance
 
@@ -124,8 +126,21 @@ class ServerSet(dict[str, Server]):
     def templates(self) -> list[dict[str, object]]:
         return [t for s in self.values() for t in s.starter.templates()]
 
-    def template_holders(self) -> list[str]:
+    def starter_holders(self) -> list[str]:
+        """Store holders the starters keep besides the instances (templates, kept workers)."""
         return [h for s in self.values() for h in s.starter.holder_ids()]
+
+    def kept(self) -> list[dict[str, object]]:
+        """Every worker a starter keeps warm without an instance (idle, standby), with its
+        server."""
+        return [{**w, "server": s.server_id} for s in self.values() for w in s.starter.kept()]
+
+    def describe_function(self, package_dir: Path) -> dict[str, object]:
+        """What the starters know of a function's package (the local server's first)."""
+        described: dict[str, object] = {}
+        for server in self.values():
+            described = {**server.starter.describe_function(package_dir), **described}
+        return described
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
         """What of `runtime` some server cannot give (a function's instances may go to any)."""

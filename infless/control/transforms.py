@@ -1,13 +1,15 @@
-"""Warm-instance transformation on this server: idle workers, and how each start goes.
+"""`TransformingStarter`: warm-instance transformation (Optimus) as a layer of this machine's
+starter chain (`workers.starting`), around the process starter.
 
-`TransformService` keeps the idle workers (instances their function no longer wanted, kept
-alive by the `[transform]` rule: `transform.idle`) and, when the pool starts an instance,
-`decide`s between transforming one of them (same tenant only) and the normal start
-(`ProcessStarter.normal_path`: template, zygote or fresh), by the predicted costs of
-`transform.choice` and the cached plans of `transform.planner`. Structures come from
-`control.structures`, the meta-operator costs from the profile database. It remembers what
-every start measured (`record`) to predict the next, and keeps each worker's history
-(`/system/instances`). Gateway side: never imports torch.
+It keeps idle workers — instances their function no longer wanted, kept alive by the
+`[transform]` rule (`transform.idle`) when the pool retires them — and, when the pool boots an
+instance, decides between transforming one of them (same tenant only) and the inner
+starter's normal start (`Transformer.normal_path`: template, zygote or fresh), by the
+predicted costs of `transform.choice` and the cached plans of `transform.planner`. Structures
+come from `control.structures`, the meta-operator costs from the profile database. It
+remembers what every start measured (`record`) to predict the next, and keeps each worker's
+history (`/system/instances`). An idle worker that expires or dies gives its store holds
+back through the inner starter's `release`. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -15,26 +17,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from infless.clock import Clock, perf_s
-from infless.control.functions import DeployedFunction
 from infless.control.structures import StructureCache
-from infless.dataplane.instance import Instance
-from infless.models.package import NO_TRANSFORM
 from infless.transform.choice import Candidate, StartCosts, StartPath, choose
 from infless.transform.config import TransformConfig
 from infless.transform.costs import MetaOpCosts
 from infless.transform.idle import IdleEntry, donors_for, may_keep
-from infless.transform.planner import PlanCache, TransformPlan, build_cost_ms, plan_transformation
+from infless.transform.planner import (
+    PlanCache,
+    PlanStep,
+    TransformPlan,
+    build_cost_ms,
+    plan_transformation,
+)
 from infless.weights.store import TensorStore
-from infless.workers.boot import Booted, BootOrder, ProcessStarter
-from infless.workers.handle import ProcessWorkerHandle, WorkerHandle
+from infless.workers.handle import WorkerHandle
 from infless.workers.protocol import StartBreakdown
+from infless.workers.starting import (
+    Booted,
+    BootOrder,
+    History,
+    InstanceStarter,
+    LayeredStarter,
+    Retiring,
+)
+
+if TYPE_CHECKING:
+    from infless.control.functions import DeployedFunction
 
 log = logging.getLogger(__name__)
+
+
+class Transformer(InstanceStarter, Protocol):
+    """What the transforming layer needs of the starter inside it (`ProcessStarter`)."""
+
+    def normal_path(self, order: BootOrder) -> StartPath: ...
+
+    def transformable(self, order: BootOrder) -> bool: ...
+
+    def parked(self, instance_id: str) -> None: ...
+
+    async def transform(
+        self, order: BootOrder, donor_id: str, handle: WorkerHandle, steps: list[PlanStep],
+        structure_json: str,
+    ) -> Booted: ...  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -43,7 +74,7 @@ class IdleWorker:
     handle: WorkerHandle
     package_dir: Path
     instance_id: str
-    history: list[dict[str, object]]
+    history: History
     expiry: asyncio.Task[None] | None = None
 
 
@@ -94,102 +125,99 @@ def start_ms(start: StartBreakdown) -> float:
     return start.transform_ms or (start.spawn_ms + start.build_ms + start.attach_ms)
 
 
-@dataclass(slots=True)
-class TransformService:
-    cfg: TransformConfig
-    clock: Clock
-    starter: ProcessStarter
-    structures: StructureCache
-    costs: MetaOpCosts
-    store: TensorStore
-    idle: dict[str, IdleWorker] = field(default_factory=dict)
-    packages: dict[str, dict[str, Path]] = field(default_factory=dict)  # tenant -> deployed
-    plans: PlanCache = field(default_factory=PlanCache)
-    start_costs: StartCosts = field(default_factory=StartCosts)
+class TransformingStarter(LayeredStarter):
+    def __init__(
+        self,
+        inner: Transformer,
+        cfg: TransformConfig,
+        clock: Clock,
+        structures: StructureCache,
+        costs: MetaOpCosts,
+        store: TensorStore,
+    ) -> None:
+        super().__init__(inner)
+        self.transformer = inner
+        self.cfg = cfg
+        self.clock = clock
+        self.structures = structures
+        self.costs = costs
+        self.store = store
+        self.idle: dict[str, IdleWorker] = {}
+        self.packages: dict[str, dict[str, Path]] = {}  # tenant -> deployed packages
+        self.plans = PlanCache()
+        self.start_costs = StartCosts()
+        self._stopping: set[asyncio.Task[None]] = set()
 
-    def prepare(self, package_dir: Path, tenant: str) -> None:
+    def deployed(self, package_dir: Path, tenant: str, plain_module: bool) -> None:
         """A function of `tenant` was deployed. Structures are described (a subprocess that
         imports torch) only where a transformation may happen: once the tenant has an idle
         worker, its functions' packages are described."""
-        if not self.cfg.enabled:
+        self.inner.deployed(package_dir, tenant, plain_module)
+        if not self.cfg.enabled or not plain_module:
             return
         self.packages.setdefault(tenant, {})[str(package_dir)] = package_dir
         if any(w.entry.tenant == tenant for w in self.idle.values()):
             self.structures.prepare([package_dir])
 
     # -- idle workers ----------------------------------------------------------------------
-    def may_park(self, function: DeployedFunction) -> bool:
-        """Whether a drained instance of `function` is kept idle (the `[transform]` rule):
-        a plain module with stored weights, no secrets, no memory limit, room left."""
-        manifest, runtime = function.manifest, function.spec.runtime
+    def may_park(self, order: BootOrder) -> bool:
+        """Whether a retired worker of `order`'s function is kept idle (the `[transform]`
+        rule): a plain module with stored weights, no secrets, no memory limit, room left."""
         return (
             self.cfg.enabled
-            and manifest.format == "module"
-            and manifest.transform in NO_TRANSFORM
-            and not runtime.secrets
-            and runtime.memory_limit_bytes is None
             and self.cfg.idle_keep_s > 0
+            and order.config.gpu_pct == 0
+            and self.transformer.transformable(order)
             and may_keep(
                 [w.entry for w in self.idle.values()],
-                function.name,
+                order.function,
                 per_function=self.cfg.idle_per_function,
                 max_idle=self.cfg.max_idle,
             )
         )
 
-    async def drain(
-        self,
-        function: DeployedFunction,
-        instance: Instance,
-        timeout_s: float,
-        on_gone: Callable[[str], None],
-    ) -> bool:
-        """Drain `instance`; keep its worker idle (True) when the rule allows, its history
-        with it (see `park`), else stop it."""
-        keep = self.may_park(function)
-        await instance.drain(timeout_s=timeout_s, stop_worker=not keep)
-        handle = instance.handle
-        if not keep or handle is None:
-            return False
-        if not handle.alive:
-            await handle.stop(timeout_s)
-            return False
-        entry = IdleEntry(instance.worker_id, function.name, function.spec.tenant, self.clock.now())
-        history: list[dict[str, object]] = [
-            *instance.history,
-            {"event": "idle", "function": function.name, "instance": instance.instance_id},
+    async def retire(self, retiring: Retiring) -> bool:
+        """Keep the worker idle (True) when the rule allows, its history with it (see
+        `park`), else have the inner starter stop it."""
+        order, handle = retiring.order, retiring.handle
+        if not (retiring.keep and handle.alive and self.may_park(order)):
+            return await self.inner.retire(retiring)
+        entry = IdleEntry(order.instance_id, order.function, order.tenant, self.clock.now())
+        history: History = [
+            *retiring.history,
+            {"event": "idle", "function": order.function, "instance": order.instance},
         ]
-        worker = IdleWorker(entry, handle, function.package_dir, instance.instance_id, history)
-        self.park(worker, on_gone)
+        self.park(IdleWorker(entry, handle, order.package_dir, order.instance, history))
         return True
 
-    def park(self, worker: IdleWorker, on_gone: Callable[[str], None]) -> None:
-        """Keep `worker` idle for `idle_keep_s`; then stop it (`on_gone` frees its holds,
-        also when it dies idle)."""
+    def park(self, worker: IdleWorker) -> None:
+        """Keep `worker` idle for `idle_keep_s`; then stop it and release its holds (also
+        when it dies idle)."""
         worker_id = worker.entry.worker_id
         self.idle[worker_id] = worker
-        self.starter.parked(worker_id)
+        self.transformer.parked(worker_id)
         tenant_packages = self.packages.get(worker.entry.tenant, {})
         self.structures.prepare([worker.package_dir, *tenant_packages.values()])
-        if isinstance(worker.handle, ProcessWorkerHandle):
-            worker.handle.rebind_death(lambda _: self._died(worker_id, on_gone))
+        worker.handle.rebind_death(lambda: self._died(worker_id))
         until_s = worker.entry.parked_s + self.cfg.idle_keep_s
         worker.expiry = asyncio.create_task(
-            self._expire(worker_id, until_s, on_gone), name=f"idle-{worker_id}"
+            self._expire(worker_id, until_s), name=f"idle-{worker_id}"
         )
 
-    async def _expire(self, worker_id: str, until_s: float, on_gone: Callable[[str], None]) -> None:
+    async def _expire(self, worker_id: str, until_s: float) -> None:
         await self.clock.sleep_until(until_s)
         worker = self.idle.pop(worker_id, None)
         if worker is not None:
             log.info("idle worker %s kept %.0f s untaken: stopped", worker_id, self.cfg.idle_keep_s)
             await worker.handle.stop(5.0)
-            on_gone(worker_id)
+            await self.inner.release(worker_id)
 
-    def _died(self, worker_id: str, on_gone: Callable[[str], None]) -> None:
+    def _died(self, worker_id: str) -> None:
         """An idle worker died: forget it, free its holds."""
         if self.take(worker_id) is not None:
-            on_gone(worker_id)
+            task = asyncio.ensure_future(self.inner.release(worker_id))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     def take(self, worker_id: str) -> IdleWorker | None:
         worker = self.idle.pop(worker_id, None)
@@ -197,25 +225,29 @@ class TransformService:
             worker.expiry.cancel()
         return worker
 
+    def holder_ids(self) -> list[str]:
+        """Store holders besides the instances: the inner starter's and the idle workers."""
+        return [*self.inner.holder_ids(), *self.idle]
+
     # -- deciding how a start goes ---------------------------------------------------------
-    async def start(self, order: BootOrder) -> tuple[Booted, list[dict[str, object]]]:
+    async def boot(self, order: BootOrder) -> Booted:
         """Start `order`'s worker the cheapest way: transform an idle worker, else the
-        starter's normal start; the worker's history with it."""
+        inner starter's normal start; the worker's history with it."""
         decision = self.decide(order)
         if decision is not None and decision.chosen.donor:
             done = await self.transform(order, decision)
             if done is not None:
                 return done
             decision = self.decide(order)  # the donor is gone or failed: decide again
-        booted = await self.starter.boot(order)
+        booted = await self.inner.boot(order)
         if decision is not None:
             self.record(decision.chosen.path, decision.model_key, booted.start)
-        return booted, [start_event(decision, booted.start)]
+        return replace(booted, history=[*booted.history, start_event(decision, booted.start)])
 
     def decide(self, order: BootOrder) -> Decision | None:
         """The cheapest way to start `order`'s instance (None: transformation is off here,
         or the destination's structure is not known yet: a normal start)."""
-        if not self.cfg.enabled or not self.starter.transformable(order):
+        if not self.cfg.enabled or not self.transformer.transformable(order):
             return None
         dest = self.structures.get(order.package_dir)
         if dest is None:
@@ -223,7 +255,7 @@ class TransformService:
                 self.structures.prepare([order.package_dir])
             return None
         started = perf_s()
-        path = self.starter.normal_path(order)
+        path = self.transformer.normal_path(order)
         normal = Candidate(
             path, self.start_costs.predict(path, dest.model_key, build_cost_ms(dest, self.costs))
         )
@@ -267,16 +299,14 @@ class TransformService:
             self.plans.put(key, plan)
         return plan
 
-    async def transform(
-        self, order: BootOrder, decision: Decision
-    ) -> tuple[Booted, list[dict[str, object]]] | None:
-        """Run the decided transformation: the booted instance and its worker's history;
+    async def transform(self, order: BootOrder, decision: Decision) -> Booted | None:
+        """Run the decided transformation: the booted instance with its worker's history;
         None when the worker is gone or it failed (the caller starts normally)."""
         worker = None if decision.chosen.donor is None else self.take(decision.chosen.donor)
         if worker is None or decision.plan is None or not worker.handle.alive:
             return None
         try:
-            booted = await self.starter.transform(
+            booted = await self.transformer.transform(
                 order, worker.entry.worker_id, worker.handle, list(decision.plan.steps),
                 decision.structure_json,
             )  # fmt: skip
@@ -288,7 +318,7 @@ class TransformService:
         self.start_costs.record_transform(decision.plan.predicted_ms, booted.start.transform_ms)
         event = start_event(decision, booted.start)
         event["fromInstance"] = worker.instance_id
-        return booted, [*worker.history, event]
+        return replace(booted, history=[*worker.history, event])
 
     def record(self, path: StartPath, model_key: str, start: StartBreakdown) -> None:
         """What a start took, warm-up excluded: the next prediction learns from it."""
@@ -313,20 +343,24 @@ class TransformService:
                 closeness = max(closeness, 1.0 - min(1.0, plan.predicted_ms / build_ms))
         return closeness
 
-    def describe_structure(self, package_dir: Path) -> dict[str, object]:
+    def describe_function(self, package_dir: Path) -> dict[str, object]:
         """Whether the package's structure is known yet, and whether it can be transformed."""
+        described = self.inner.describe_function(package_dir)
         structure = self.structures.get(package_dir)
         if structure is None:
-            return {"described": False, "transformable": None}
+            return {**described, "structure": {"described": False, "transformable": None}}
         return {
-            "described": True,
-            "transformable": structure.transformable,
-            "reason": structure.reason or None,
-            "operations": len(structure.ops),
-            "graphNodes": len(structure.nodes),
+            **described,
+            "structure": {
+                "described": True,
+                "transformable": structure.transformable,
+                "reason": structure.reason or None,
+                "operations": len(structure.ops),
+                "graphNodes": len(structure.nodes),
+            },
         }
 
-    def describe_idle(self) -> list[dict[str, object]]:
+    def kept(self) -> list[dict[str, object]]:
         now = self.clock.now()
         return [
             {
@@ -338,12 +372,15 @@ class TransformService:
                 "history": w.history,
             }
             for w in self.idle.values()
-        ]
+        ] + self.inner.kept()
 
     async def close(self) -> None:
+        """Stop the idle workers, then the inner starter."""
         for worker_id in list(self.idle):
             worker = self.take(worker_id)
             if worker is not None:
                 with contextlib.suppress(Exception):
                     await worker.handle.stop(5.0)
+        await asyncio.gather(*self._stopping, return_exceptions=True)
         await self.structures.close()
+        await self.inner.close()

@@ -114,6 +114,8 @@ class Instance:
         self.exec_ms_by_batch: dict[int, float] = {}
         self.start_breakdown = p.StartBreakdown()
         self.history: list[dict[str, object]] = []  # its worker's starts and transformations
+        self.gpu: p.GpuReport | None = None  # a GPU instance's device, graphs and memory
+        self.gpu_uuid: str | None = None  # the device holding its GPU share
         self.started_at_s = clock.now()
         self.ready_at_s: float | None = None
         self.last_active_s = self.started_at_s  # when it last finished a batch
@@ -161,14 +163,21 @@ class Instance:
         settings: BatchSettings,
         ready: p.Ready,
         retune: Retune | None = None,
+        *,
+        start: p.StartBreakdown | None = None,
+        history: Sequence[dict[str, object]] = (),
     ) -> None:
         """Start serving. `exec_ms_by_batch` starts from the warm-up timings and then follows
         the served batches (EWMA); every RETUNE_EVERY_BATCHES batches `retune` re-derives the
-        batch timeout and queue bound from it (b stays: the instance was started for it)."""
+        batch timeout and queue bound from it (b stays: the instance was started for it).
+        `start`: where the start's time went (the worker's breakdown, spawn included);
+        `history`: how its worker came to serve it."""
         self.handle = handle
         self._retune = retune
         self.exec_ms_by_batch = dict(ready.exec_ms)
-        self.start_breakdown = ready.start
+        self.start_breakdown = start or ready.start
+        self.history = list(history)
+        self.gpu = ready.gpu
         self.config = InstanceConfig(settings.batch_size, self.config.cpus, self.config.gpu_pct)
         self.share_rps = settings.batch_size * 1000.0 / max(settings.exec_ms, 0.1)
         measured = self.exec_ms_by_batch or {settings.batch_size: max(settings.exec_ms, 0.1)}
@@ -262,6 +271,15 @@ class Instance:
         ahead, own = divmod(len(queue), b)
         return busy_until_s + (ahead * model.tail_ms(b) + model.tail_ms(own + 1)) / 1000.0
 
+    def set_share(self, share_rps: float) -> None:
+        """The dispatcher's weight for this instance (the planner's r_up)."""
+        self.share_rps = share_rps
+
+    def start_failed(self, reason: str | None = None) -> None:
+        """Its start failed or was cancelled: it never served, nothing is orphaned."""
+        self.state = InstanceState.DEAD
+        self.error = reason
+
     def mark_dead(self, reason: str) -> None:
         """The worker is gone: stop accepting and hand every unfinished request back."""
         if self.state is InstanceState.DEAD:
@@ -284,8 +302,8 @@ class Instance:
             self.queue.close()
 
     async def drain(self, timeout_s: float, *, stop_worker: bool = True) -> None:
-        """Stop accepting, finish what is queued, then stop the worker (unless it is kept
-        idle: `stop_worker` False leaves it running, its handle to the caller)."""
+        """Stop accepting, finish what is queued, then stop the worker (unless its starter
+        may keep it: `stop_worker` False leaves it running, its handle to the caller)."""
         self.stop_accepting()
         if self._runner is not None:
             try:

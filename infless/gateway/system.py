@@ -152,9 +152,7 @@ class SystemRoutes:
         status = function_status(function)
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
         status["admission"] = self._ctx.frontend.describe(function)
-        transforms = self._ctx.pool.transforms
-        if transforms is not None:
-            status["structure"] = transforms.describe_structure(function.package_dir)
+        status.update(self._ctx.pool.servers.describe_function(function.package_dir))
         return _json(status)
 
     async def create(self, request: web.Request) -> web.Response:
@@ -195,8 +193,7 @@ class SystemRoutes:
             for i in pool.all_instances()
             if (not function or i.function_name == function) and i.state is not InstanceState.DEAD
         ]
-        idle = [] if pool.transforms is None else pool.transforms.describe_idle()
-        idle = [w for w in idle if not function or w["function"] == function]
+        idle = [w for w in pool.servers.kept() if not function or w["function"] == function]
         return _json({"live": live, "idle": idle, "all": live + idle}[state])
 
     async def templates(self, request: web.Request) -> web.Response:

@@ -41,8 +41,9 @@ from infless.types import InstanceConfig, WorkerRuntime
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p
-from infless.workers.boot import BootOrder, ProcessStarter
+from infless.workers.boot import ProcessStarter
 from infless.workers.handle import ProcessWorkerHandle, WorkerHandle
+from infless.workers.starting import BootOrder
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from infless.nodes import wire
 from infless.packaging.archive import write_archive
 from infless.packaging.digest import package_digest
 from infless.types import WorkerRuntime
-from infless.workers.boot import Booted, BootOrder, RuntimeSupport
 from infless.workers.handle import RemoteWorkerHandle, WorkerStartFailed, connect_tcp
 from infless.workers.launcher import LaunchedWorker
+from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
 
 if TYPE_CHECKING:
     from infless.control.functions import DeployedFunction
@@ -48,7 +48,7 @@ class AgentLink(Protocol):
     async def report(self) -> bytes: ...
 
 
-class RemoteStarter:
+class RemoteStarter(StarterDefaults):
     def __init__(self, link: AgentLink, node: str, connect_timeout_s: float = 10.0) -> None:
         self.link = link
         self.node = node

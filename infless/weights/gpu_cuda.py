@@ -81,6 +81,8 @@ def open_shared(shared: SharedModel) -> dict[str, torch.Tensor]:
     cuda: Any = torch.cuda
     cuda.init()
     ipc = shared.ipc
+    if not isinstance(ipc, CudaIpcHandle):
+        raise TypeError(f"model {shared.model_key}: not a CUDA IPC handle ({type(ipc).__name__})")
     storage_cls: Any = torch.UntypedStorage
     storage = storage_cls._new_shared_cuda(
         ipc.device,

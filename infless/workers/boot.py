@@ -1,17 +1,16 @@
-"""Starting instances: the `InstanceStarter` port and `ProcessStarter`, its real worker side.
+"""`ProcessStarter`: the innermost starter of this machine's chain (`workers.starting`), the
+one that makes worker processes.
 
-The pool asks a starter to take one instance from nothing to a worker with its model loaded
-and its batch sizes timed (`boot`), and to let go of what an instance held once it is gone
-(`release`). `ProcessStarter` publishes the weights to the tensor store (or not), launches
+`ProcessStarter` publishes the weights to the tensor store (or not), launches
 the worker (forked from the model's template when the store and the zygote allow one, see
 `templates`) with its stdout and stderr piped to the function's logs (`output`), confines
 it to its cores (cgroups, else affinity) and to its memory limit (`cluster.memory`; no limit
 is never a fallback) and loads the package with the function's environment and secrets.
 It says what it cannot give workers here (`runtime_support`: memory limits, secrets) and
 why a worker died when it knows (`death_cause`: killed for memory).
-`workers.inprocess.InProcessStarter` runs a callable instead, for tests and simulations.
-A starter raises on any failure; the pool decides what a failure means.
-Gateway side: never imports torch.
+It keeps no idle workers: `retire` stops them (the transforming starter around it keeps
+some, and asks it to `transform` one). `workers.inprocess.InProcessStarter` runs a callable
+instead, for tests and simulations. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -20,15 +19,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
 from infless.transform.choice import StartPath
 from infless.transform.planner import PlanStep
-from infless.types import InstanceConfig, WorkerRuntime
+from infless.types import WorkerRuntime
 from infless.weights.store import StoreError
 from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
@@ -37,72 +36,14 @@ from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStar
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Label, OutputPumps, Sink
+from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from infless.cluster.cgroups import Confinement, CpuConfiner
     from infless.weights.store import TensorStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BootOrder:
-    """Everything a starter needs to know about the instance it starts."""
-
-    instance_id: str
-    tenant: str
-    package_dir: Path
-    config: InstanceConfig
-    cpu_ids: tuple[int, ...]
-    warmup_batch_sizes: tuple[int, ...]
-    # the weights go through the shared tensor store (a TorchScript or torch.export program
-    # carries its own: it is loaded whole)
-    shared_weights: bool = True
-    # a plain module (no variant transform applied after loading): a worker built from
-    # another plain module's may be transformed into it
-    plain_module: bool = True
-    on_death: Callable[[], None] = field(default=lambda: None, compare=False)
-    function: str = ""  # the function whose logs the worker's output joins
-    instance: str = ""  # the instance it serves (`instance_id` is the worker's: `<id>-r<n>`)
-    runtime: WorkerRuntime = field(default_factory=WorkerRuntime)
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeSupport:
-    """Why a starter cannot give workers what a runtime asks for; None where it can."""
-
-    memory_limit: str | None = None
-    secrets: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Booted:
-    handle: WorkerHandle
-    ready: p.Ready
-    start: p.StartBreakdown  # the worker's breakdown, with the spawn time filled in
-
-
-class InstanceStarter(Protocol):
-    async def start(self) -> None: ...
-
-    async def boot(self, order: BootOrder) -> Booted: ...
-
-    async def release(self, instance_id: str) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def holder_ids(self) -> list[str]: ...
-
-    def describe(self, instance_id: str) -> dict[str, object]: ...
-
-    def templates(self) -> list[dict[str, object]]: ...
-
-    async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport: ...
-
-    def death_cause(self, instance_id: str) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +54,7 @@ class StartSettings:
     nice: int = 0  # workers' niceness: the gateway's event loop goes first on shared cores
 
 
-class ProcessStarter:
+class ProcessStarter(StarterDefaults):
     def __init__(
         self,
         settings: StartSettings,
@@ -240,7 +181,7 @@ class ProcessStarter:
                 self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
             )
             self._confine(order, handle.pid)
-            handle.rebind_death(lambda _: order.on_death())
+            handle.rebind_death(order.on_death)
             request = p.TransformModel(
                 package_dir=str(order.package_dir),
                 structure=structure_json,

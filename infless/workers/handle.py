@@ -49,6 +49,11 @@ class WorkerHandle(Protocol):
 
     async def stop(self, timeout_s: float) -> None: ...
 
+    def rebind_death(self, on_death: Callable[[], None]) -> None:
+        """Whom to tell when the worker dies from now on (a kept worker serves someone
+        else, or no one)."""
+        ...
+
 
 class ProcessWorkerHandle:
     """A real worker process reached through its socket."""
@@ -176,9 +181,9 @@ class ProcessWorkerHandle:
         not (it then exits: the caller must not serve it again)."""
         return await self._until_ready(request, timeout_s)
 
-    def rebind_death(self, on_death: Callable[[ProcessWorkerHandle], None] | None) -> None:
+    def rebind_death(self, on_death: Callable[[], None]) -> None:
         """Whom to tell when the worker dies (a transformed worker serves someone else)."""
-        self._on_death = on_death
+        self._on_death = lambda _: on_death()
 
     async def _until_ready(
         self, request: p.LoadModel | p.TransformModel, timeout_s: float

@@ -19,9 +19,9 @@ from infless.clock import Clock
 from infless.handlers import Handler
 from infless.types import TensorSpec, WorkerRuntime
 from infless.workers import protocol as p
-from infless.workers.boot import Booted, BootOrder, RuntimeSupport
 from infless.workers.handle import BatchError, WorkerDied
 from infless.workers.handling import serve_requests
+from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
 
 Arrays = dict[str, np.ndarray]
 Forward = Callable[[Arrays], Arrays]
@@ -132,11 +132,14 @@ class InProcessWorkerHandle:
     async def ping(self, timeout_s: float) -> p.Pong:
         return p.Pong(nonce=0)
 
+    def rebind_death(self, on_death: Callable[[], None]) -> None:
+        self._on_death = on_death
+
     async def stop(self, timeout_s: float) -> None:
         self._alive = False
 
 
-class InProcessStarter:
+class InProcessStarter(StarterDefaults):
     """Starts in-process workers; `model_for` picks each instance's model from its order.
 
     Runtimes (environment, secrets, memory limits) are accepted as `support` says and not
