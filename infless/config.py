@@ -45,6 +45,7 @@ class FunctionConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     instances: int = 1
     cpus: int = 1
     tenant: str = "default"
+    gpu_pct: int | None = None  # GPU share of its unplanned instances (None: [gpu] default)
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -95,6 +96,8 @@ def _check(config: Config, source: str) -> Config:
                 f"[[functions]] {fn.name!r}: need slo_ms > 0, max_batch >= 1, instances >= 0, "
                 "cpus >= 1"
             )
+        if fn.gpu_pct is not None and not 0 <= fn.gpu_pct <= 100:
+            problems.append(f"[[functions]] {fn.name!r}: gpu_pct = {fn.gpu_pct}: must be 0..100")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return config

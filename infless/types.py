@@ -65,6 +65,10 @@ class FunctionSpec:
     secrets: tuple[str, ...] = ()
     limits: dict[str, str] = field(default_factory=dict)
     memory_limit_bytes: int | None = None
+    # The GPU share (percent of one device) of the instances nobody sized (the first one,
+    # or those scaled by hand) on a server with GPUs: None = the server's default
+    # (`[gpu] default_pct`), 0 = CPU only. The planner sizes its own instances.
+    gpu_pct: int | None = None
 
     @property
     def runtime(self) -> WorkerRuntime:

@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infless.control import desired as d
 from infless.control.desired import DesiredState
@@ -29,6 +30,9 @@ from infless.models.package import NO_TRANSFORM, PackageManifest
 from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
 from infless.workers.starting import BootOrder
+
+if TYPE_CHECKING:
+    from infless.control.servers import Placement
 
 SCALE_ZERO_LABEL = "com.openfaas.scale.zero"
 
@@ -125,9 +129,10 @@ class DeployedFunction:
 
 class InstanceMinter:
     """New desired entries of one function (`desired.InstanceMint`): fresh ids, its uniform
-    shape, and the server each goes to (`place(cpus)`, the pool's choice)."""
+    shape, and where each goes (`place(cpus)`, the pool's choice: a server and, where the
+    server has GPUs, a device and share)."""
 
-    def __init__(self, function: DeployedFunction, place: Callable[[int], str]) -> None:
+    def __init__(self, function: DeployedFunction, place: Callable[[int], Placement]) -> None:
         self._function = function
         self._place = place
 
@@ -136,17 +141,23 @@ class InstanceMinter:
 
     def uniform(self) -> d.WantedInstance:
         config = self._function.uniform_config
+        where = self._place(config.cpus)
         return d.WantedInstance(
-            self._id(), config, fixed_batch=False, server_id=self._place(config.cpus)
-        )
+            self._id(), replace(config, gpu_pct=where.gpu_pct), fixed_batch=False,
+            server_id=where.server_id, gpu_index=where.gpu_index,
+        )  # fmt: skip
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(self._id(), start)
 
     def moved(self, entry: d.WantedInstance) -> d.WantedInstance:
+        """The same shape on another server (its GPU share there, if it has GPUs)."""
+        where = self._place(entry.config.cpus)
+        on_gpu = entry.config.gpu_pct > 0 and where.gpu_index is not None
+        config = replace(entry.config, gpu_pct=entry.config.gpu_pct if on_gpu else 0)
         return replace(
-            entry, instance_id=self._id(), server_id=self._place(entry.config.cpus),
-            gpu_index=None,
+            entry, instance_id=self._id(), config=config, server_id=where.server_id,
+            gpu_index=where.gpu_index if on_gpu else None,
         )  # fmt: skip
 
 
@@ -157,6 +168,7 @@ def same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:
         and old.slo_ms == new.slo_ms
         and old.max_batch == new.max_batch
         and old.cpus_per_instance == new.cpus_per_instance
+        and old.gpu_pct == new.gpu_pct
         and old.tenant == new.tenant
         and old.runtime == new.runtime  # environment, secrets, memory limit
     )

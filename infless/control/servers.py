@@ -42,9 +42,26 @@ class Server:
     starter: InstanceStarter
     allocator: CpuAllocator
     capacity_cpus: int
-    gpu_pct: tuple[int, ...] = ()
+    gpu_pct: tuple[int, ...] = ()  # each GPU's schedulable share (100 each)
     describe: Mapping[str, object] = field(default_factory=dict)  # host, node id, ...
     affinity: Affinity | None = None  # per function: what the server holds of it already
+    default_gpu_pct: int = 0  # the share of an unplanned instance here (0: no GPU)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a new unplanned entry goes: its server and, with a GPU share, its device."""
+
+    server_id: str
+    gpu_index: int | None = None
+    gpu_pct: int = 0
+
+
+def choose_device(free_gpu_pct: Sequence[int]) -> int | None:
+    """The device with the most free share (ties: the lowest index); None without GPUs."""
+    if not free_gpu_pct:
+        return None
+    return max(range(len(free_gpu_pct)), key=lambda i: (free_gpu_pct[i], -i))
 
 
 def choose_server(
@@ -97,24 +114,39 @@ class ServerSet(dict[str, Server]):
 
     def placer(
         self, function: DeployedFunction, functions: Iterable[DeployedFunction]
-    ) -> Callable[[int], str]:
-        """Where each new entry of `function` goes (`choose_server`); an entry placed by the
-        same placer counts as placed already. "" when there is no server: it waits."""
+    ) -> Callable[[int], Placement]:
+        """Where each new unplanned entry of `function` with `cpus` cores goes
+        (`choose_server`) and, on a server with GPUs, its GPU share (the function's, else
+        the server's default; 0 means CPU only) on the device with the most free share. An
+        entry placed by the same placer counts as placed already. Server "" when there is
+        none: it waits."""
         running: dict[str, int] = defaultdict(int)
         for wanted in function.desired.instances:
             running[wanted.server_id] += 1
         views: dict[str, ServerView] | None = None  # read once, at the first placement
 
-        def place(cpus: int) -> str:
+        def place(cpus: int) -> Placement:
             nonlocal views
             if views is None:
                 views = {v.server_id: v for v in self.views(functions)}
             chosen = choose_server(list(views.values()), function.name, cpus, running)
             if chosen is None:
-                return ""
+                return Placement("")
             running[chosen] += 1
-            views[chosen] = replace(views[chosen], free_cpus=views[chosen].free_cpus - cpus)
-            return chosen
+            view = views[chosen]
+            server = self[chosen]
+            wanted_pct = function.spec.gpu_pct
+            gpu_pct = server.default_gpu_pct if wanted_pct is None else wanted_pct
+            device = choose_device(view.free_gpu_pct) if gpu_pct > 0 else None
+            free_gpu = list(view.free_gpu_pct)
+            if device is None:
+                gpu_pct = 0
+            else:
+                free_gpu[device] -= gpu_pct
+            views[chosen] = replace(
+                view, free_cpus=view.free_cpus - cpus, free_gpu_pct=tuple(free_gpu)
+            )
+            return Placement(chosen, device, gpu_pct)
 
         return place
 

@@ -150,5 +150,6 @@ class FunctionService:
                 cpus_per_instance=fn.cpus,
                 created_at=rfc3339(self._clock.wall()),
                 tenant=fn.tenant,
+                gpu_pct=fn.gpu_pct,
             )
             await self._activate(spec)

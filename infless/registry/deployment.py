@@ -3,9 +3,10 @@
 INFless fields ride on OpenFaaS's maps: the SLO is annotation `com.infless.latency_target`
 ("100ms", "0.2s"), the maximum batch size label `com.infless.max.batch`, instance bounds the
 `com.openfaas.scale.min/max` labels, cores per instance `requests.cpu` (or label
-`com.infless.cpus`), the tenant label `com.infless.tenant`. `envVars`, `secrets` and
-`limits.memory` are checked by `runtime_fields`. Errors name the field, the value and the
-fix. Pure: no I/O, no clock (the creation time is passed in).
+`com.infless.cpus`), the GPU share of an unplanned instance label `com.infless.gpu` ("30",
+"30%"; "0": CPU only; absent: the server's default), the tenant label `com.infless.tenant`.
+`envVars`, `secrets` and `limits.memory` are checked by `runtime_fields`. Errors name the
+field, the value and the fix. Pure: no I/O, no clock (the creation time is passed in).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from infless.types import FunctionSpec
 LATENCY_ANNOTATION = "com.infless.latency_target"
 MAX_BATCH_LABEL = "com.infless.max.batch"
 CPUS_LABEL = "com.infless.cpus"
+GPU_LABEL = "com.infless.gpu"
 TENANT_LABEL = "com.infless.tenant"
 SCALE_MIN_LABEL = "com.openfaas.scale.min"
 SCALE_MAX_LABEL = "com.openfaas.scale.max"
@@ -137,12 +139,7 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
             f"labels.{SCALE_MAX_LABEL} = {max_instances} is below "
             f"labels.{SCALE_MIN_LABEL} = {min_instances}"
         )
-    cpus = 1
-    requests = _resources(body, "requests")
-    if requests.get("cpu"):
-        cpus = _cpus(requests["cpu"], "requests.cpu")
-    if CPUS_LABEL in labels:
-        cpus = _int_field(labels[CPUS_LABEL], f"labels.{CPUS_LABEL}", 1, 256)
+    cpus, gpu_pct = _resources_per_instance(body, labels)
     namespace = body.get("namespace") or "openfaas-fn"
     if not isinstance(namespace, str):
         raise InvalidDeployment("namespace: expected a string")
@@ -166,7 +163,26 @@ def parse_deployment(body: object, created_at: str) -> FunctionSpec:
         secrets=secrets,
         limits=limits,
         memory_limit_bytes=memory_limit,
+        gpu_pct=gpu_pct,
     )
+
+
+def _resources_per_instance(
+    body: Mapping[str, Any], labels: Mapping[str, str]
+) -> tuple[int, int | None]:
+    """An instance's cores (`requests.cpu`, else label `com.infless.cpus`; 1) and GPU share
+    (label `com.infless.gpu`, percent; None: the server's default)."""
+    cpus = 1
+    requests = _resources(body, "requests")
+    if requests.get("cpu"):
+        cpus = _cpus(requests["cpu"], "requests.cpu")
+    if CPUS_LABEL in labels:
+        cpus = _int_field(labels[CPUS_LABEL], f"labels.{CPUS_LABEL}", 1, 256)
+    gpu_pct = None
+    if GPU_LABEL in labels:
+        share = labels[GPU_LABEL].strip().removesuffix("%")
+        gpu_pct = _int_field(share, f"labels.{GPU_LABEL}", 0, 100)
+    return cpus, gpu_pct
 
 
 def _resources(body: Mapping[str, Any], key: str) -> dict[str, str]:
@@ -190,6 +206,8 @@ def spec_to_deployment(spec: FunctionSpec) -> dict[str, object]:
     labels.setdefault(SCALE_MAX_LABEL, str(spec.max_instances))
     if spec.tenant != "default":
         labels.setdefault(TENANT_LABEL, spec.tenant)
+    if spec.gpu_pct is not None:
+        labels.setdefault(GPU_LABEL, str(spec.gpu_pct))
     annotations = dict(spec.annotations)
     annotations.setdefault(LATENCY_ANNOTATION, f"{spec.slo_ms:g}ms")
     return {

@@ -104,3 +104,47 @@ async def test_a_server_that_leaves_loses_no_request_and_its_instances_come_back
     assert len(ready) == 3
     assert {i.server_id for i in ready} == {"s0", "s2"}
     await pool.stop()
+
+
+def _gpu_server(clock: FakeClock, server_id: str, gpus: tuple[int, ...], default: int) -> Server:
+    return Server(
+        server_id, InProcessStarter(clock), CpuAllocator((0, 1)), 4, gpu_pct=gpus,
+        default_gpu_pct=default,
+    )  # fmt: skip
+
+
+async def test_an_unplanned_instance_takes_the_default_share_on_the_freest_gpu() -> None:
+    from dataclasses import replace
+
+    clock = FakeClock()
+    pool = WorkerPool(clock, [_gpu_server(clock, "g", (100, 100), 50)], BatchingConfig())
+    pool.deploy(replace(SPEC, instances=3), Path("/nonexistent/m"), MANIFEST)
+    entries = pool.get(SPEC.name).desired.instances
+    # 50 % each, spread: device 0, then device 1 (more free), then device 0 again
+    assert [(w.gpu_index, w.config.gpu_pct) for w in entries] == [(0, 50), (1, 50), (0, 50)]
+    await pool.stop()
+
+
+async def test_a_function_says_its_share_or_cpu_only() -> None:
+    from dataclasses import replace
+
+    clock = FakeClock()
+    pool = WorkerPool(clock, [_gpu_server(clock, "g", (100,), 50)], BatchingConfig())
+    pool.deploy(replace(SPEC, name="thirty", gpu_pct=30), Path("/nonexistent/a"), MANIFEST)
+    pool.deploy(replace(SPEC, name="cpu", gpu_pct=0), Path("/nonexistent/b"), MANIFEST)
+    (thirty,) = pool.get("thirty").desired.instances
+    (cpu,) = pool.get("cpu").desired.instances
+    assert (thirty.gpu_index, thirty.config.gpu_pct) == (0, 30)
+    assert (cpu.gpu_index, cpu.config.gpu_pct) == (None, 0)
+    await pool.stop()
+
+
+async def test_without_gpus_an_instance_runs_on_cpu_cores_whatever_it_asks() -> None:
+    from dataclasses import replace
+
+    clock = FakeClock()
+    pool = WorkerPool(clock, [_gpu_server(clock, "c", (), 0)], BatchingConfig())
+    pool.deploy(replace(SPEC, gpu_pct=30), Path("/nonexistent/m"), MANIFEST)
+    (entry,) = pool.get(SPEC.name).desired.instances
+    assert (entry.gpu_index, entry.config.gpu_pct) == (None, 0)
+    await pool.stop()

@@ -99,3 +99,19 @@ def test_spec_round_trips_through_a_deployment() -> None:
     )
     again = parse_deployment(spec_to_deployment(spec), NOW)
     assert (again.slo_ms, again.max_batch, again.min_instances) == (75.0, 4, 1)
+
+
+@pytest.mark.parametrize(("label", "share"), [("30", 30), ("30%", 30), (" 100 ", 100), ("0", 0)])
+def test_the_gpu_share_label(label: str, share: int) -> None:
+    body = {"service": "a", "image": "resnet-50", "labels": {"com.infless.gpu": label}}
+    spec = parse_deployment(body, NOW)
+    assert spec.gpu_pct == share
+    assert parse_deployment(spec_to_deployment(spec), NOW).gpu_pct == share
+    assert parse_deployment({"service": "a", "image": "m"}, NOW).gpu_pct is None  # default
+
+
+@pytest.mark.parametrize("label", ["101", "-5", "half"])
+def test_a_bad_gpu_share_names_the_label(label: str) -> None:
+    body = {"service": "a", "image": "m", "labels": {"com.infless.gpu": label}}
+    with pytest.raises(InvalidDeployment, match=r"com\.infless\.gpu"):
+        parse_deployment(body, NOW)
