@@ -82,7 +82,7 @@ class InstanceRegistry:
         instance.become_ready(
             booted.handle, chosen, booted.ready,
             retune=lambda exec_ms: settings(exec_ms, chosen.batch_size),
-            start=booted.start, history=booted.history,
+            start=booted.start, history=booted.history, gpu_uuid=booted.gpu_uuid,
         )  # fmt: skip
         return chosen
 

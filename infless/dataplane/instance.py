@@ -166,18 +166,21 @@ class Instance:
         *,
         start: p.StartBreakdown | None = None,
         history: Sequence[dict[str, object]] = (),
+        gpu_uuid: str | None = None,
     ) -> None:
         """Start serving. `exec_ms_by_batch` starts from the warm-up timings and then follows
         the served batches (EWMA); every RETUNE_EVERY_BATCHES batches `retune` re-derives the
         batch timeout and queue bound from it (b stays: the instance was started for it).
         `start`: where the start's time went (the worker's breakdown, spawn included);
-        `history`: how its worker came to serve it."""
+        `history`: how its worker came to serve it; `gpu_uuid`: the device of a GPU
+        instance."""
         self.handle = handle
         self._retune = retune
         self.exec_ms_by_batch = dict(ready.exec_ms)
         self.start_breakdown = start or ready.start
         self.history = list(history)
         self.gpu = ready.gpu
+        self.gpu_uuid = gpu_uuid
         self.config = InstanceConfig(settings.batch_size, self.config.cpus, self.config.gpu_pct)
         self.share_rps = settings.batch_size * 1000.0 / max(settings.exec_ms, 0.1)
         measured = self.exec_ms_by_batch or {settings.batch_size: max(settings.exec_ms, 0.1)}

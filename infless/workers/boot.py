@@ -28,6 +28,7 @@ from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
 from infless.transform.choice import StartPath
 from infless.transform.planner import PlanStep
 from infless.types import WorkerRuntime
+from infless.weights.gpu_tier import SharedModel
 from infless.weights.store import StoreError
 from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
@@ -85,25 +86,72 @@ class ProcessStarter(StarterDefaults):
         await self.launcher.start()
 
     async def boot(self, order: BootOrder) -> Booted:
-        secrets = self._secrets_of(order.runtime)  # before anything starts: one may be gone
-        stored = None
-        if self.store is not None and order.shared_weights:
-            stored = await asyncio.to_thread(
-                self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
-            )
+        secrets = self.secrets_of(order.runtime)  # before anything starts: one may be gone
+        stored = await self.publish(order)
         launched = await self._launch(order, stored)
-        if launched.output is not None and self._pumps is not None:
-            self._labels[order.instance_id] = await self._pumps.start(
-                launched.output, order.function, order.instance or order.instance_id
-            )
-        handle = ProcessWorkerHandle(launched, on_death=lambda _: order.on_death())
+        handle = await self._handle(launched, order.instance_id, order.function, order.instance)
         try:
-            self._confine(order, launched.pid)
+            self.adopt(order, handle)
         except BaseException:
             handle.kill()
             launched.sock.close()
             raise
-        request = p.LoadModel(
+        ready = await self.load(order, handle, self.load_request(order, stored, secrets))
+        start = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
+        return Booted(handle, ready, start)
+
+    # -- the steps of a start, for the starters layered around this one -------------------
+    async def publish(self, order: BootOrder) -> list[StoredTensor] | None:
+        """The instance's weights in the store, held by it (None: no store, or a program
+        package that carries its own)."""
+        if self.store is None or not order.shared_weights:
+            return None
+        return await asyncio.to_thread(
+            self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
+        )
+
+    async def launch(self, worker_id: str, function: str = "", instance: str = ""
+                     ) -> ProcessWorkerHandle:  # fmt: skip
+        """A new worker process with no model yet (from the zygote, else fresh), its output
+        labelled `function`/`instance`; no cores assigned (`adopt` confines it)."""
+        launched = await self.launcher.launch(worker_id, self._pumps is not None)
+        return await self._handle(launched, worker_id, function, instance)
+
+    async def _handle(
+        self, launched: LaunchedWorker, worker_id: str, function: str, instance: str
+    ) -> ProcessWorkerHandle:
+        if launched.output is not None and self._pumps is not None:
+            self._labels[worker_id] = await self._pumps.start(
+                launched.output, function, instance or worker_id
+            )
+        return ProcessWorkerHandle(launched)
+
+    def adopt(self, order: BootOrder, handle: ProcessWorkerHandle, previous_id: str = "") -> None:
+        """`handle`'s worker now serves `order`'s instance: confined to its cores (and
+        memory limit), its death reported to the instance, its output in the function's
+        logs (`previous_id`: the id it had while kept warm)."""
+        self._confine(order, handle.pid)
+        handle.rebind_death(order.on_death)
+        self.relabel(previous_id or order.instance_id, order.instance_id, order.function,
+                     order.instance or order.instance_id)  # fmt: skip
+
+    def relabel(self, old_id: str, new_id: str, function: str, instance: str) -> None:
+        """Whose lines a worker's output is from now on (it serves someone else)."""
+        label = self._labels.pop(old_id, None)
+        if label is not None:
+            label.function, label.instance = function, instance
+            self._labels[new_id] = label
+
+    def load_request(
+        self,
+        order: BootOrder,
+        stored: list[StoredTensor] | None,
+        secrets: dict[str, bytes] | None,
+        *,
+        gpu: p.GpuPlacement | None = None,
+        gpu_weights: SharedModel | None = None,
+    ) -> p.LoadModel:
+        return p.LoadModel(
             package_dir=str(order.package_dir),
             cpus=order.config.cpus,
             cpu_ids=list(order.cpu_ids),
@@ -115,17 +163,22 @@ class ProcessStarter(StarterDefaults):
             nice=self._settings.nice,
             env=dict(order.runtime.env),
             secrets=secrets,
+            gpu=gpu,
+            gpu_weights=gpu_weights,
         )
+
+    async def load(self, order: BootOrder, handle: WorkerHandle, request: p.LoadModel) -> p.Ready:
+        """Have the worker load its model; killed (with the reason when the kernel killed
+        it for its memory limit) when it cannot."""
         try:
-            ready = await handle.load(request, self._settings.start_timeout_s)
+            return await handle.load(request, self._settings.start_timeout_s)
         except BaseException as exc:
-            handle.kill()
+            if isinstance(handle, ProcessWorkerHandle):
+                handle.kill()
             cause = self.death_cause(order.instance_id)
             if cause is not None and isinstance(exc, Exception):
                 raise WorkerStartFailed(f"{cause} while loading its model") from exc
             raise
-        start = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
-        return Booted(handle, ready, start)
 
     # -- transformation (Optimus): an idle worker becomes another function's instance ------
     def normal_path(self, order: BootOrder) -> StartPath:
@@ -193,10 +246,9 @@ class ProcessStarter(StarterDefaults):
                 warmup_rounds=self._settings.warmup_rounds,
             )
             ready = await handle.transform(request, self._settings.start_timeout_s)
-            label = self._labels.pop(donor_id, None)
-            if label is not None:  # its output joins the new function's logs
-                label.function, label.instance = order.function, order.instance or order.instance_id
-                self._labels[order.instance_id] = label
+            # its output joins the new function's logs
+            self.relabel(donor_id, order.instance_id, order.function,
+                         order.instance or order.instance_id)  # fmt: skip
         except BaseException:
             handle.kill()
             confinement = self._confinements.pop(order.instance_id, None)
@@ -208,7 +260,8 @@ class ProcessStarter(StarterDefaults):
             await self.release(donor_id)  # its store holds, template use and old cgroup
         return Booted(handle, ready, ready.start)
 
-    def _secrets_of(self, runtime: WorkerRuntime) -> dict[str, bytes] | None:
+    def secrets_of(self, runtime: WorkerRuntime) -> dict[str, bytes] | None:
+        """The runtime's secret values, read now (a missing one fails the start)."""
         if not runtime.secrets:
             return None
         if self._secret_value is None:

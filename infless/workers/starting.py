@@ -66,6 +66,7 @@ class Booted:
     ready: p.Ready
     start: p.StartBreakdown  # the worker's breakdown, with the spawn time filled in
     history: History = field(default_factory=list)  # how its worker came to serve it
+    gpu_uuid: str | None = None  # the device a GPU instance computes on
 
 
 @dataclass(frozen=True, slots=True)
