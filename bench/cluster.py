@@ -41,8 +41,8 @@ from infless.nodes.factory import make_starter, make_store
 from infless.nodes.remote import RemoteStarter
 from infless.types import InstanceConfig
 from infless.workers import protocol as p
-from infless.workers.starting import BootOrder
 from infless.workers.handle import WorkerHandle
+from infless.workers.starting import BootOrder
 
 MODEL, SLO_MS = "textcnn-64", 50.0
 RATES = (500, 1000, 1500, 2000, 2500, 3000, 3500, 4000)

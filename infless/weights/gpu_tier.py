@@ -11,10 +11,11 @@ interface (`gpu_cuda.CudaDevice` for real, a fake in tests). What an instance re
 (model-granularity sharing, TrIMS §V-B: one handle per model keeps the IPC overhead at one
 open per instance). The CPU path (store + attach) never needs this module.
 
-Status: the GPU backend, not wired yet. GPU discovery (`cluster.gpus`) already feeds the
-pool's server capacity, so the planner places <b, c, g> with g > 0 when a GPU exists; what a
-later step adds is the holder process running this tier and `gpu_cuda`, the starter asking
-it for a `SharedModel` when an instance has a GPU share, and the worker opening it.
+Where it runs: `holder_main` (one holder process per server) runs `GpuTier` over
+`gpu_cuda.CudaDevice` (real GPUs) or `gpu_fake.FakeDevice` (`[gpu] fake_devices`: a file in
+shared memory per device copy); the gateway reaches it through `gpu_holder.GpuTierClient`,
+and a GPU instance opens the `SharedModel` it is given (`gpu_cuda.open_shared` on CUDA).
+Pure core and shell alike: no I/O of its own, time only from the injected clock.
 """
 
 from __future__ import annotations
@@ -189,7 +190,12 @@ class GpuTierFull(Exception):
 
 
 class GpuDevice(Protocol):
-    """The CUDA calls the tier makes; `upload` returns an opaque device copy."""
+    """The CUDA calls the tier makes; `upload` returns an opaque device copy.
+
+    `export` is called once per copy (every instance opening it gets that `SharedModel`);
+    `free` only once no instance holds the copy by the tier's books, so a device may drop
+    whatever it kept for the instances' sake (CUDA IPC's reference counter).
+    """
 
     @property
     def index(self) -> int: ...
@@ -222,6 +228,11 @@ class GpuTier:
     def books(self) -> list[DeviceBook]:
         return [self._books[i] for i in sorted(self._books)]
 
+    def cached(self, device: int, model_key: str) -> bool:
+        """Whether `model_key` already has a device copy on `device` (an open would hit)."""
+        book = self._books.get(device)
+        return book is not None and book.get(model_key) is not None
+
     def open(
         self,
         instance_id: str,
@@ -247,7 +258,12 @@ class GpuTier:
         self._books[device] = book
         if not decision.hit:
             copy = self._devices[device].upload(model_key, load_host())
-            self._copies[(device, model_key)] = (copy, self._devices[device].export(copy))
+            try:
+                shared = self._devices[device].export(copy)
+            except BaseException:
+                self._devices[device].free(copy)  # never keep a copy nobody can open
+                raise
+            self._copies[(device, model_key)] = (copy, shared)
         self._books[device] = opened(book, model_key, size_bytes, instance_id, self._clock.now())
         return self._copies[(device, model_key)][1]
 

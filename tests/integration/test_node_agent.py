@@ -21,8 +21,8 @@ from infless.nodes.agent import NodeAgent
 from infless.nodes.remote import RemoteStarter
 from infless.types import InstanceConfig
 from infless.workers import protocol as p
-from infless.workers.starting import BootOrder
 from infless.workers.handle import RemoteWorkerHandle, connect_tcp
+from infless.workers.starting import BootOrder
 from tests.support.gateway import TEST_MODEL_REPOSITORY
 
 MODEL = TEST_MODEL_REPOSITORY / "mnist"

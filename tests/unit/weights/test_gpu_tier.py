@@ -176,3 +176,18 @@ def test_shared_model_travels_as_msgpack() -> None:
     shared = SharedModel("bert", 1, handle, layout)
     wire = msgspec.msgpack.encode(shared)
     assert msgspec.msgpack.decode(wire, type=SharedModel) == shared
+
+
+class UnexportableDevice(FakeDevice):
+    def export(self, copy: object) -> SharedModel:
+        raise RuntimeError("no IPC on this device")
+
+
+def test_a_copy_that_cannot_be_exported_is_freed_and_not_booked() -> None:
+    device = UnexportableDevice(0, total_bytes=1000)
+    tier = GpuTier([device], memory_fraction=1.0, clock=FakeClock())
+    with pytest.raises(RuntimeError, match="no IPC"):
+        tier.open("i", 0, "m", 100, lambda: {"w": 1})
+    assert device.freed == ["m"]
+    assert not tier.cached(0, "m")
+    assert tier.books()[0].models == ()
