@@ -234,7 +234,8 @@ class GpuStarter(LayeredStarter):
         if self.tier is None:
             return None, f"private: no GPU tier ({self.tier_error or 'off'})"
         assert order.gpu_index is not None
-        key = self._model_key(stored)
+        # per tenant: a device mapping is writable, so tenants never share one
+        key = f"{order.tenant}/{self._model_key(stored)}"
         try:
             shared = await self.tier.open(order.instance_id, order.gpu_index, key, stored)
         except Exception as exc:  # full, or its holder restarting: a private copy instead
