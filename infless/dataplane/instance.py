@@ -114,6 +114,7 @@ class Instance:
         self.exec_ms_by_batch: dict[int, float] = {}
         self.start_breakdown = p.StartBreakdown()
         self.history: list[dict[str, object]] = []  # its worker's starts and transformations
+        self.gpu_uuid: str | None = None  # the device holding its GPU share
         self.started_at_s = clock.now()
         self.ready_at_s: float | None = None
         self.last_active_s = self.started_at_s  # when it last finished a batch
