@@ -20,6 +20,9 @@ class GpuConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # share it time-sliced and say so; on = refuse to start without MPS; off = time-sliced.
     mps: Literal["auto", "on", "off"] = "auto"
     mps_control: str = "nvidia-cuda-mps-control"  # the control binary (a path, or on PATH)
+    # A started MPS control daemon must answer within this, and one told to quit must stop
+    # answering within it (else it is ended, and its GPU shared time-sliced).
+    mps_timeout_s: float = 20.0
     # Warm CUDA workers kept per GPU and share (torch imported, CUDA context created, the
     # math libraries warmed): a start takes one and gives it its model; refilled behind.
     standby_per_device: int = 1
@@ -53,4 +56,6 @@ def check_gpu(cfg: GpuConfig) -> list[str]:
         problems.append("gpu.fake_devices must be >= 0 and gpu.fake_memory_mib >= 1")
     if cfg.standby_timeout_s <= 0 or cfg.metrics_interval_s <= 0:
         problems.append("gpu.standby_timeout_s and gpu.metrics_interval_s must be > 0")
+    if cfg.mps_timeout_s <= 0:
+        problems.append(f"gpu.mps_timeout_s = {cfg.mps_timeout_s}: must be > 0 (seconds)")
     return problems

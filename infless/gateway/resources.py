@@ -1,24 +1,24 @@
 """Scrape-time Prometheus series: instances by config, pending requests, per-instance CPU and
-memory (psutil, by the worker pids), and GPUs from NVML when there are any.
+memory (psutil, by the worker pids), and GPUs: the GPU monitor's latest samples, each GPU's
+sharing (MPS or time-sliced) and each GPU instance's share.
 
-Everything here runs only when `/metrics` is scraped, never on the request path. NVML is
-reached through an injectable module (`pynvml`, or a fake in tests); without a driver or a
-GPU the GPU series report `infless_gpus 0` and nothing else. Must not import torch, and must
-not change the pool: it only reads.
+Everything here runs only when `/metrics` is scraped, never on the request path, and never
+calls NVML: `cluster.gpu_monitor.GpuMonitor` samples it off the event loop and this reads
+its samples. Without a monitor, or a GPU, the GPU series report `infless_gpus 0` and
+nothing else. Gateway side: must not import torch, and must not change the pool: it only
+reads.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Protocol
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger(__name__)
+from infless.cluster.gpu_monitor import GpuSample
 
 INSTANCE_LABELS = ["function_name", "instance"]
 
@@ -52,6 +52,23 @@ class InstanceView(Protocol):
     def pid(self) -> int: ...
     @property
     def queue_length(self) -> int: ...
+    @property
+    def gpu_uuid(self) -> str | None: ...  # the GPU its share is on (None: no GPU share)
+
+
+class GpuSamples(Protocol):
+    """The GPU monitor as the collector reads it (`cluster.gpu_monitor.GpuMonitor` fits)."""
+
+    def samples(self) -> Sequence[GpuSample]: ...
+
+
+class SharingView(Protocol):
+    """One GPU's sharing (`cluster.mps.GpuSharing` fits)."""
+
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def mode(self) -> str: ...  # "mps" or "time-sliced"
 
 
 class _Router(Protocol):
@@ -62,61 +79,6 @@ class _Router(Protocol):
 class FunctionView(Protocol):
     @property
     def router(self) -> _Router: ...
-
-
-class NvmlReader:
-    """GPU readings through NVML; `available` is False (and stays so) without a driver."""
-
-    def __init__(self, module: Any = None) -> None:
-        self._module = module
-        self._opened = False
-        self.available = False
-
-    def _open(self) -> None:
-        self._opened = True
-        module = self._module
-        if module is None:
-            try:
-                import pynvml
-            except ImportError:
-                return
-            module = self._module = pynvml
-        try:
-            module.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError ...
-            log.debug("NVML unavailable: %s", exc)
-            return
-        self.available = True
-
-    def devices(self) -> list[tuple[str, Any]]:
-        if not self._opened:
-            self._open()
-        if not self.available:
-            return []
-        nvml = self._module
-        try:
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-            return [(_text(nvml.nvmlDeviceGetUUID(h)), h) for h in handles]
-        except Exception as exc:
-            log.debug("NVML device listing failed: %s", exc)
-            return []
-
-    def read(self, handle: Any, what: str) -> Any:
-        """One NVML call by name (`nvmlDeviceGet<what>`), None when it fails."""
-        try:
-            return getattr(self._module, f"nvmlDeviceGet{what}")(handle)
-        except Exception:
-            return None
-
-    def close(self) -> None:
-        if self.available:
-            with contextlib.suppress(Exception):
-                self._module.nvmlShutdown()
-            self.available = False
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _Families:
@@ -160,27 +122,43 @@ class _Families:
             "GPU memory held by an instance's worker process",
             labels=[*INSTANCE_LABELS, "gpu_uuid"],
         )
+        self.gpu_mps = GaugeMetricFamily(
+            "infless_gpu_mps",
+            "1 where the GPU's instances share it under MPS, 0 where time-sliced",
+            labels=gpu,
+        )
+        self.instance_gpu_share = GaugeMetricFamily(
+            "infless_instance_gpu_share_ratio",
+            "An instance's share of its GPU (g / 100: its MPS active thread percentage)",
+            labels=[*INSTANCE_LABELS, "gpu_uuid"],
+        )
 
     def all(self) -> list[Metric]:
         return list(vars(self).values())
 
 
 class PlatformCollector:
-    """A prometheus_client custom collector over the pool's instances and the host's GPUs."""
+    """A prometheus_client custom collector over the pool's instances and the host's GPUs.
+
+    `gpus` is the GPU monitor (None: no GPU series but `infless_gpus 0`), `sharing` gives
+    each GPU's sharing mode (`cluster.mps.MpsControl.all`).
+    """
 
     def __init__(
         self,
         instances: Callable[[], Iterable[InstanceView]],
         functions: Callable[[], Mapping[str, FunctionView]],
-        nvml: NvmlReader | None = None,
+        gpus: GpuSamples | None = None,
+        sharing: Callable[[], Iterable[SharingView]] = tuple,
     ) -> None:
         self._instances = instances
         self._functions = functions
-        self._nvml = nvml or NvmlReader()
+        self._gpus = gpus
+        self._sharing = sharing
         self._processes: dict[int, psutil.Process] = {}
 
     def describe(self) -> Iterator[Metric]:
-        """Names only, so registering never touches processes or NVML."""
+        """Names only, so registering never touches processes or GPUs."""
         yield from _Families().all()
 
     def collect(self) -> Iterator[Metric]:
@@ -239,28 +217,32 @@ class PlatformCollector:
             del self._processes[pid]
 
     def _gpu_series(self, families: _Families, instances: list[InstanceView]) -> None:
-        devices = self._nvml.devices()
-        families.gpus.add_metric([], len(devices))
-        by_pid = {i.pid: i for i in instances if i.pid and i.state.value != "dead"}
-        read = self._nvml.read
-        for uuid, handle in devices:
-            utilization = read(handle, "UtilizationRates")
-            if utilization is not None:
-                families.gpu_utilization.add_metric([uuid], utilization.gpu / 100.0)
-            memory = read(handle, "MemoryInfo")
-            if memory is not None:
-                families.gpu_memory_used.add_metric([uuid], memory.used)
-                families.gpu_memory_total.add_metric([uuid], memory.total)
-            power_mw = read(handle, "PowerUsage")
-            if power_mw is not None:
-                families.gpu_power.add_metric([uuid], power_mw / 1000.0)
-            for proc in read(handle, "ComputeRunningProcesses") or []:
-                instance = by_pid.get(proc.pid)
-                used = getattr(proc, "usedGpuMemory", None)
-                if instance is not None and used is not None:
-                    families.instance_gpu_memory.add_metric(
-                        [instance.function_name, instance.instance_id, uuid], used
-                    )
+        samples = [] if self._gpus is None else list(self._gpus.samples())
+        families.gpus.add_metric([], len(samples))
+        live = [i for i in instances if i.state.value != "dead"]
+        by_pid = {i.pid: i for i in live if i.pid}
+        for sample in samples:
+            uuid = [sample.uuid]
+            if sample.utilization_ratio is not None:
+                families.gpu_utilization.add_metric(uuid, sample.utilization_ratio)
+            if sample.memory_used_bytes is not None:
+                families.gpu_memory_used.add_metric(uuid, sample.memory_used_bytes)
+            if sample.memory_total_bytes is not None:
+                families.gpu_memory_total.add_metric(uuid, sample.memory_total_bytes)
+            if sample.power_watts is not None:
+                families.gpu_power.add_metric(uuid, sample.power_watts)
+            for pid, used_bytes in sorted(sample.process_memory_bytes.items()):
+                instance = by_pid.get(pid)
+                if instance is not None:  # other processes on the GPU are not ours to report
+                    labels = [instance.function_name, instance.instance_id, sample.uuid]
+                    families.instance_gpu_memory.add_metric(labels, used_bytes)
+        for share in self._sharing():
+            families.gpu_mps.add_metric([share.uuid], 1 if share.mode == "mps" else 0)
+        for i in live:
+            if i.gpu_uuid is not None and i.config.gpu_pct > 0:
+                labels = [i.function_name, i.instance_id, i.gpu_uuid]
+                families.instance_gpu_share.add_metric(labels, i.config.gpu_pct / 100.0)
 
     def close(self) -> None:
-        self._nvml.close()
+        """Forget the worker processes it watched (the GPU monitor is stopped by its owner)."""
+        self._processes.clear()

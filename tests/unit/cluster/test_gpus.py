@@ -1,82 +1,101 @@
-"""GPU discovery with a fake NVML, the clean no-GPU path, and MPS environments."""
+"""GPU discovery with a scripted NVML (MIG, compute modes, calls NVML does not support), the
+inventory `[gpu]` asks for (disabled, fake devices), the clean no-GPU path, and MPS
+environments."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
+from infless.cluster.config import GpuConfig
+from infless.cluster.fake_gpus import FAKE_NAME, fake_uuid
 from infless.cluster.gpus import (
     GpuDevice,
     cpu_only_env,
     discover_gpus,
+    inventory_for,
     load_nvml,
-    mps_daemon_command,
     mps_env,
 )
+from tests.support.nvml import NOT_SUPPORTED, Script, ScriptedNvml
 
 
-class FakeNvmlError(Exception):
-    pass
-
-
-@dataclass
-class Memory:
-    total: int
-    used: int
-
-
-class FakeNvml:
-    NVMLError = FakeNvmlError
-
-    def __init__(self, names: list[str], fail_init: bool = False) -> None:
-        self.names = names
-        self.fail_init = fail_init
-        self.shutdowns = 0
-
-    def nvmlInit(self) -> None:  # noqa: N802
-        if self.fail_init:
-            raise FakeNvmlError("Driver Not Loaded")
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return len(self.names)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:  # noqa: N802
-        return index
-
-    def nvmlDeviceGetName(self, handle: Any) -> str | bytes:  # noqa: N802
-        name: str = self.names[handle]
-        return name.encode()  # old pynvml returns bytes
-
-    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:  # noqa: N802
-        return f"GPU-{handle:04d}"
-
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:  # noqa: N802
-        return Memory(total=11 * 2**30, used=handle * 2**20)
-
-
-def test_fake_nvml_devices_are_listed() -> None:
-    nvml = FakeNvml(["NVIDIA GeForce RTX 2080 Ti", "NVIDIA GeForce RTX 2080 Ti"])
+def test_devices_are_listed_with_their_memory_and_defaults() -> None:
+    nvml = ScriptedNvml(
+        [Script(name=b"NVIDIA GeForce RTX 2080 Ti"), Script(memory_used_bytes=2**20)],
+        memory_mib=11 * 1024,
+    )
     inventory = discover_gpus(nvml)
     assert inventory.source == "nvml"
     assert inventory.count == 2
+    assert inventory.devices[0].name == "NVIDIA GeForce RTX 2080 Ti"  # bytes decoded
     assert inventory.devices[1] == GpuDevice(
-        1, "NVIDIA GeForce RTX 2080 Ti", "GPU-0001", 11 * 2**30, 2**20
+        1, "NVIDIA H100 80GB HBM3", fake_uuid(1), 11 * 2**30, 2**20, False, "default"
     )
     assert inventory.share_capacity_pct == (100, 100)
-    assert nvml.shutdowns == 1
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
 
 
-def test_a_missing_driver_is_a_clean_empty_inventory() -> None:
-    inventory = discover_gpus(FakeNvml(["x"], fail_init=True))
+def test_mig_and_compute_modes_are_read() -> None:
+    inventory = discover_gpus(
+        ScriptedNvml(
+            [
+                Script(mig=[1, 1]),
+                Script(mig=[0, 1], compute_mode=3),  # MIG pending is not MIG on
+                Script(compute_mode=2),
+                Script(compute_mode=1),
+            ]
+        )
+    )
+    facts = [(d.mig_enabled, d.compute_mode) for d in inventory.devices]
+    assert facts == [
+        (True, "default"),
+        (False, "exclusive-process"),
+        (False, "prohibited"),
+        (False, "exclusive-thread"),
+    ]
+
+
+def test_a_device_whose_facts_nvml_cannot_tell_is_kept_with_the_defaults() -> None:
+    inventory = discover_gpus(
+        ScriptedNvml([Script(mig=NOT_SUPPORTED, compute_mode=NOT_SUPPORTED), Script()])
+    )
+    assert inventory.count == 2
+    assert (inventory.devices[0].mig_enabled, inventory.devices[0].compute_mode) == (
+        False,
+        "default",
+    )
+
+
+def test_a_listing_failure_or_a_missing_driver_is_a_clean_empty_inventory() -> None:
+    inventory = discover_gpus(ScriptedNvml([Script()], fail_init=True))
     assert inventory.count == 0
     assert inventory.share_capacity_pct == ()
-    assert "Driver Not Loaded" in inventory.reason
-    assert discover_gpus(FakeNvml([])).reason == "NVML reports no devices"
+    assert "NVML is not available" in inventory.reason
+    assert discover_gpus(ScriptedNvml([])).reason == "NVML reports no devices"
+    broken = discover_gpus(ScriptedNvml([Script(memory_used_bytes=NOT_SUPPORTED)]))
+    assert (broken.count, broken.source) == (0, "none")
+    assert broken.reason == "NVML failed while listing devices: Not Supported"
+
+
+def test_inventory_for_follows_the_gpu_section() -> None:
+    nvml = ScriptedNvml([Script()])
+    disabled = inventory_for(GpuConfig(enabled=False, fake_devices=2), nvml)
+    assert (disabled.count, disabled.source, disabled.reason) == (
+        0,
+        "none",
+        "[gpu] enabled = false",
+    )
+    assert nvml.inits == 0  # not even asked
+
+    fake = inventory_for(GpuConfig(fake_devices=3, fake_memory_mib=1024), nvml)
+    assert (fake.source, fake.count, fake.reason) == ("fake", 3, "")
+    assert {d.name for d in fake.devices} == {FAKE_NAME}
+    assert [d.uuid for d in fake.devices] == [fake_uuid(i) for i in range(3)]
+    assert all(d.memory_total_bytes == 2**30 for d in fake.devices)
+    assert nvml.inits == 0  # fake devices, whatever NVML has
+
+    real = inventory_for(GpuConfig(), nvml)
+    assert (real.source, real.count) == ("nvml", 1)
 
 
 def test_this_machine_degrades_cleanly() -> None:
@@ -101,6 +120,3 @@ def test_mps_environment_for_a_share() -> None:
     with pytest.raises(ValueError, match="gpu_pct"):
         mps_env(0, 0)
     assert cpu_only_env() == {"CUDA_VISIBLE_DEVICES": ""}
-    argv, daemon_env = mps_daemon_command("/tmp/p", "/tmp/l", (0, 1))
-    assert argv == ["nvidia-cuda-mps-control", "-d"]
-    assert daemon_env["CUDA_VISIBLE_DEVICES"] == "0,1"

@@ -1,5 +1,6 @@
 """Gateway metrics: OpenFaaS names kept, Triton-shaped per-function series, scrape-time series
-from the pool, psutil and a fake NVML (and a clean absence of GPUs)."""
+from the pool, psutil and the GPU monitor's samples and sharing (and a clean absence of
+GPUs)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from infless.cluster.gpu_monitor import GpuSample
+from infless.cluster.mps import GpuSharing
 from infless.gateway.metrics import GatewayMetrics, failure_reason
-from infless.gateway.resources import NvmlReader, PlatformCollector
+from infless.gateway.resources import PlatformCollector
 
 
 def _samples(metrics: GatewayMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -31,49 +34,21 @@ class FakeInstance:
     state: Any = field(default_factory=lambda: SimpleNamespace(value="ready"))
     config: Any = field(default_factory=lambda: SimpleNamespace(batch_size=4, cpus=1, gpu_pct=0))
     queue_length: int = 2
+    gpu_uuid: str | None = None
 
 
-class FakeNvml:
-    """The pynvml calls the collector makes, for one GPU running one of our workers."""
+@dataclass
+class FixedSamples:
+    """A GPU monitor whose latest samples are what the test says."""
 
-    class NVMLError(Exception):
-        pass
+    fixed: list[GpuSample]
 
-    def __init__(self, worker_pid: int, fail_init: bool = False) -> None:
-        self.worker_pid = worker_pid
-        self.fail_init = fail_init
-        self.shutdown = False
+    def samples(self) -> list[GpuSample]:
+        return self.fixed
 
-    def nvmlInit(self) -> None:  # noqa: N802 (pynvml's names)
-        if self.fail_init:
-            raise self.NVMLError("NVML Shared Library Not Found")
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shutdown = True
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802
-        return f"gpu{index}"
-
-    def nvmlDeviceGetUUID(self, handle: str) -> bytes:  # noqa: N802
-        return b"GPU-fake-0"
-
-    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:  # noqa: N802
-        return SimpleNamespace(gpu=37, memory=10)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: str) -> Any:  # noqa: N802
-        return SimpleNamespace(total=16 * 2**30, used=2**30, free=15 * 2**30)
-
-    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:  # noqa: N802
-        raise self.NVMLError("Not Supported")
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:  # noqa: N802
-        return [
-            SimpleNamespace(pid=self.worker_pid, usedGpuMemory=512 * 2**20),
-            SimpleNamespace(pid=1, usedGpuMemory=7),  # not ours: not reported
-        ]
+def _labels(*pairs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(pairs))
 
 
 def test_request_outcomes_feed_openfaas_and_triton_shaped_series() -> None:
@@ -116,7 +91,7 @@ def test_failure_reasons_follow_triton() -> None:
     ]
 
 
-def test_scrape_time_series_from_instances_processes_and_a_fake_gpu() -> None:
+def test_scrape_time_series_from_instances_and_processes() -> None:
     me = os.getpid()
     instances = [
         FakeInstance("mnist-aaaaaa", "mnist", me),
@@ -125,8 +100,7 @@ def test_scrape_time_series_from_instances_processes_and_a_fake_gpu() -> None:
         FakeInstance("old-dddddd", "old", me, state=SimpleNamespace(value="dead")),
     ]
     functions = {"mnist": SimpleNamespace(router=SimpleNamespace(waiting=3))}
-    nvml = FakeNvml(worker_pid=me)
-    collector = PlatformCollector(lambda: instances, lambda: functions, NvmlReader(nvml))
+    collector = PlatformCollector(lambda: instances, lambda: functions)
     metrics = GatewayMetrics()
     metrics.add_collector(collector)
     samples = _samples(metrics)
@@ -157,26 +131,59 @@ def test_scrape_time_series_from_instances_processes_and_a_fake_gpu() -> None:
         "infless_instance_memory_rss_bytes",
         (("function_name", "mnist"), ("instance", "mnist-cccccc")),
     ) not in samples
-    gpu = (("gpu_uuid", "GPU-fake-0"),)
-    assert samples[("infless_gpus", ())] == 1
-    assert samples[("infless_gpu_utilization_ratio", gpu)] == 0.37
-    assert samples[("infless_gpu_memory_total_bytes", gpu)] == 16 * 2**30
-    assert ("infless_gpu_power_watts", gpu) not in samples  # not supported: left out
-    held = tuple(sorted((*mine, ("gpu_uuid", "GPU-fake-0"))))
-    assert samples[("infless_instance_gpu_memory_bytes", held)] == 512 * 2**20
-    assert sum(1 for name, _ in samples if name == "infless_instance_gpu_memory_bytes") == 1
+    assert samples[("infless_gpus", ())] == 0  # no GPU monitor: no GPU series
+    assert not any(name.startswith("infless_gpu_") for name, _ in samples)
     collector.close()
-    assert nvml.shutdown
 
 
-def test_no_nvml_degrades_to_zero_gpus() -> None:
-    collector = PlatformCollector(list, dict, NvmlReader(FakeNvml(0, fail_init=True)))
+def test_gpu_series_come_from_the_monitor_samples_and_the_sharing() -> None:
+    gpu_pct = SimpleNamespace(batch_size=8, cpus=1, gpu_pct=30)
+    dead = SimpleNamespace(value="dead")
+    instances = [
+        FakeInstance("resnet-aaaaaa", "resnet", 4242, config=gpu_pct, gpu_uuid="GPU-0"),
+        FakeInstance("resnet-bbbbbb", "resnet", 4343, config=gpu_pct, gpu_uuid="GPU-1"),
+        FakeInstance("mnist-cccccc", "mnist", 4444),  # CPU only: no share series
+        FakeInstance("resnet-dddddd", "resnet", 4545, state=dead, gpu_uuid="GPU-0"),
+    ]
+    held = {4242: 512 * 2**20, 1: 7, 4545: 9}  # pid 1 is not ours; 4545 is dead
+    monitor = FixedSamples(
+        [
+            GpuSample("GPU-0", 0, 10.0, 0.37, 2**30, 16 * 2**30, None, held),
+            GpuSample("GPU-1", 1, 10.0, None, None, None, 61.5, {}),
+        ]
+    )
+    sharing = [
+        GpuSharing("GPU-0", 0, "mps", "/run/mps/GPU-0/pipe", "", adopted=False),
+        GpuSharing("GPU-1", 1, "time-sliced", None, "[gpu] mps = off", adopted=False),
+    ]
+    collector = PlatformCollector(lambda: instances, dict, monitor, lambda: sharing)
+    metrics = GatewayMetrics()
+    metrics.add_collector(collector)
+    samples = _samples(metrics)
+
+    gpu0, gpu1 = ("gpu_uuid", "GPU-0"), ("gpu_uuid", "GPU-1")
+    assert samples[("infless_gpus", ())] == 2
+    assert samples[("infless_gpu_utilization_ratio", (gpu0,))] == 0.37
+    assert samples[("infless_gpu_memory_used_bytes", (gpu0,))] == 2**30
+    assert samples[("infless_gpu_memory_total_bytes", (gpu0,))] == 16 * 2**30
+    assert ("infless_gpu_power_watts", (gpu0,)) not in samples  # NVML could not tell
+    assert samples[("infless_gpu_power_watts", (gpu1,))] == 61.5
+    assert ("infless_gpu_utilization_ratio", (gpu1,)) not in samples
+    assert samples[("infless_gpu_mps", (gpu0,))] == 1
+    assert samples[("infless_gpu_mps", (gpu1,))] == 0
+    fn = ("function_name", "resnet")
+    mine, other = ("instance", "resnet-aaaaaa"), ("instance", "resnet-bbbbbb")
+    assert samples[("infless_instance_gpu_memory_bytes", _labels(fn, mine, gpu0))] == 512 * 2**20
+    assert sum(1 for name, _ in samples if name == "infless_instance_gpu_memory_bytes") == 1
+    assert samples[("infless_instance_gpu_share_ratio", _labels(fn, mine, gpu0))] == 0.3
+    assert samples[("infless_instance_gpu_share_ratio", _labels(fn, other, gpu1))] == 0.3
+    assert sum(1 for name, _ in samples if name == "infless_instance_gpu_share_ratio") == 2
+
+
+def test_a_monitor_without_samples_degrades_to_zero_gpus() -> None:
+    collector = PlatformCollector(list, dict, FixedSamples([]))
     metrics = GatewayMetrics()
     metrics.add_collector(collector)
     samples = _samples(metrics)
     assert samples[("infless_gpus", ())] == 0
     assert not any(name.startswith("infless_gpu_") for name, _ in samples)
-    real = PlatformCollector(list, dict)  # the real pynvml on this GPU-less machine
-    families = {family.name: family for family in real.collect()}
-    assert families["infless_gpus"].samples[0].value in (0, 1, 2, 4, 8)
-    real.close()
