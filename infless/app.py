@@ -18,7 +18,7 @@ from aiohttp import web
 from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
-from infless.cluster.gpus import GpuInventory, discover_gpus
+from infless.cluster.gpus import GpuInventory, inventory_for
 from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
@@ -42,6 +42,7 @@ from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.nodes.backend import ClusterBackend, attach_cluster
 from infless.nodes.factory import make_starter, make_store
+from infless.nodes.gpu_factory import GpuSide, make_gpu_side
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
@@ -83,13 +84,26 @@ class Platform:
     packages: PackageStore
     modelless: ModellessService
     variant_store: VariantStore
+    gpu: GpuSide | None = None  # this machine's GPU layer, monitor and MPS, when it has GPUs
     cluster: ClusterBackend | None = None  # set at startup when [cluster] asks for one
 
     def gateway_context(self) -> GatewayContext:
+        gpu = self.gpu
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
             self.logs, self.secrets, self.packages, self.modelless,
+            gpus=None if gpu is None else gpu.monitor,
+            gpu_sharing=tuple if gpu is None else gpu.mps.all,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LocalChain:
+    """This machine's chain of starters, and the layers the rest of the wiring reads."""
+
+    starter: InstanceStarter
+    transforms: TransformingStarter | None
+    gpu: GpuSide | None
 
 
 def local_starter(
@@ -99,19 +113,30 @@ def local_starter(
     confiner: CpuConfiner | None,
     secrets: SecretStore,
     output: Sink,
-) -> tuple[InstanceStarter, TransformingStarter | None]:
+    gpus: GpuInventory,
+) -> LocalChain:
     """This machine's chain of starters: processes (templates, zygote), wrapped by
-    warm-instance transformation when it is on; and the transforming layer, if any."""
+    warm-instance transformation when it is on, wrapped by the GPU layer when the machine
+    has GPUs."""
     processes = make_starter(config, store, confiner, secrets, output)
-    if store is None or not config.transform.enabled:
-        return processes, None
-    structures = StructureCache(
-        config.state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
-    )
-    transforms = TransformingStarter(
-        processes, config.transform, clock, structures, load_costs(config.state_dir), store
-    )
-    return transforms, transforms
+    starter: InstanceStarter = processes
+    transforms = None
+    if store is not None and config.transform.enabled:
+        structures = StructureCache(
+            config.state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
+        )
+        transforms = TransformingStarter(
+            processes, config.transform, clock, structures, load_costs(config.state_dir), store
+        )
+        starter = transforms
+    gpu = None
+    if gpus.count:
+        gpu = make_gpu_side(
+            config.gpu, gpus, config.state_dir, clock, starter, processes,
+            tier=store is not None, start_timeout_s=config.workers.start_timeout_s,
+        )  # fmt: skip
+        starter = gpu.starter
+    return LocalChain(starter, transforms, gpu)
 
 
 def build_platform(
@@ -136,20 +161,24 @@ def build_platform(
 
     confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
     cores = usable_cpus(config.workers.reserved_cpus)
-    gpus = discover_gpus()
+    gpus = inventory_for(config.gpu)
     scaling = config.scaling
     autoscaled = scaling.policy != "none"
-    transforms = None
+    chain = LocalChain(starter, None, None) if starter is not None else None
     servers = []  # a cluster's nodes join at startup (`nodes.backend`)
-    if starter is None and not config.cluster.enabled:
-        starter, transforms = local_starter(config, clock, store, confiner, secrets, worker_output)
-    if starter is not None:
+    if chain is None and not config.cluster.enabled:
+        chain = local_starter(config, clock, store, confiner, secrets, worker_output, gpus)
+    gpu = None
+    if chain is not None:
+        transforms, gpu = chain.transforms, chain.gpu
         servers.append(
             Server(
-                LOCAL_SERVER, starter, CpuAllocator(cores),
+                LOCAL_SERVER, chain.starter, CpuAllocator(cores),
                 max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
-                gpus.share_capacity_pct,
+                gpus.share_capacity_pct if gpu is not None else (),
                 affinity=None if transforms is None else transforms.affinities,
+                default_gpu_pct=config.gpu.default_pct if gpu is not None else 0,
+                status=None if gpu is None else gpu.starter.describe_server,
             )
         )  # fmt: skip
     pool = WorkerPool(
@@ -203,7 +232,7 @@ def build_platform(
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
         logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
-        modelless, variant_store,
+        modelless, variant_store, gpu,
     )  # fmt: skip
 
 
@@ -225,6 +254,8 @@ def create_app(
         if platform.reclaimer is not None:
             platform.reclaimer.start()
         await platform.pool.start()
+        if platform.gpu is not None:
+            platform.gpu.monitor.start()
         if config.cluster.enabled:
             platform.cluster = await attach_cluster(config, platform.pool)
         await platform.functions.restore(list(config.functions))
@@ -239,6 +270,8 @@ def create_app(
             await ticker.stop()
         await platform.loop_lag.stop()
         await platform.pool.stop()
+        if platform.gpu is not None:
+            await platform.gpu.monitor.stop()
         if platform.cluster is not None:
             await platform.cluster.close()
         if platform.confiner is not None:

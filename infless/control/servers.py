@@ -46,6 +46,7 @@ class Server:
     describe: Mapping[str, object] = field(default_factory=dict)  # host, node id, ...
     affinity: Affinity | None = None  # per function: what the server holds of it already
     default_gpu_pct: int = 0  # the share of an unplanned instance here (0: no GPU)
+    status: Callable[[], Mapping[str, object]] | None = None  # live facts (its GPUs)
 
 
 @dataclass(frozen=True, slots=True)

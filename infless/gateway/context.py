@@ -6,6 +6,7 @@ the gateway depends on the control plane's services and never on how they are wi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from infless.config import Config
@@ -16,6 +17,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.service import FunctionService
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
+from infless.gateway.resources import GpuSamples, SharingView
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 
@@ -32,3 +34,5 @@ class GatewayContext:
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
     modelless: ModellessService  # registered models, their variants and applications
+    gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
+    gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing

@@ -88,12 +88,13 @@ SCHEMAS: dict[str, Schema] = {
         version=fields("sha release commit_message"),
     ),
     "Instance": fields(
-        "id! function! server batchSize:int cpus:int pid:int state! served:int template start:any "
-        "node endpoint",
+        "id! function! server batchSize:int cpus:int gpuPct:int gpuDevice pid:int state! "
+        "served:int template start:any node endpoint gpu:any",
         history=arr(fields("event! path from tookMs:num predictedMs:num plan:any")),
     ),
     "Server": fields(
-        "id! cpus!:int freeCpus!:int gpuPct:ints instances:int node host backend head:bool"
+        "id! cpus!:int freeCpus!:int gpuPct:ints freeGpuPct:ints instances:int node host "
+        "backend head:bool gpus:any gpuTier:any standbyFailures:any"
     ),
     "Template": fields("id! pid!:int tenant! package! alive:bool instances:strs startMs:num"),
     "LogEntry": fields("name! namespace instance timestamp!:time text!"),

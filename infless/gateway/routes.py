@@ -119,7 +119,9 @@ def install(app: web.Application, ctx: GatewayContext) -> None:
     """Register every route, and the hooks that route logs and metrics to the gateway."""
     app.add_routes(route_table(ctx))
     pool = ctx.pool
-    collector = PlatformCollector(pool.all_instances, lambda: pool.functions)
+    collector = PlatformCollector(
+        pool.all_instances, lambda: pool.functions, ctx.gpus, ctx.gpu_sharing
+    )
     ctx.metrics.add_collector(collector)
     handler = GatewayLogHandler(ctx.logs)
 

@@ -86,6 +86,7 @@ def instance_status(instance: Instance) -> dict[str, object]:
         "cpus": instance.config.cpus,
         "cpuIds": list(instance.cpu_ids),
         "gpuPct": instance.config.gpu_pct,
+        "gpuDevice": instance.gpu_uuid,
         "pid": instance.pid,
         "state": instance.state.value,
         "served": instance.served,
@@ -211,10 +212,12 @@ class SystemRoutes:
                     "cpus": server.capacity_cpus,
                     "freeCpus": views[server.server_id].free_cpus,
                     "gpuPct": list(server.gpu_pct),
+                    "freeGpuPct": list(views[server.server_id].free_gpu_pct),
                     "instances": sum(
                         1 for i in pool.all_instances() if i.server_id == server.server_id
                     ),
                     **server.describe,
+                    **({} if server.status is None else server.status()),
                 }
                 for server in pool.servers.values()
             ]
