@@ -76,14 +76,18 @@ class CudaDevice:
         torch.cuda.empty_cache()
 
 
-def open_shared(shared: SharedModel) -> dict[str, torch.Tensor]:
-    """In an instance: the model's tensors as views of the holder's device buffer."""
+def open_shared(shared: SharedModel, device: int) -> dict[str, torch.Tensor]:
+    """In an instance: the model's tensors as views of the holder's device buffer, opened on
+    `device` — this process's ordinal of that GPU (0 for a worker that sees only its own),
+    never the holder's (`ipc.device`)."""
     cuda: Any = torch.cuda
     cuda.init()
     ipc = shared.ipc
+    if not isinstance(ipc, CudaIpcHandle):
+        raise TypeError(f"model {shared.model_key}: not a CUDA IPC handle ({type(ipc).__name__})")
     storage_cls: Any = torch.UntypedStorage
     storage = storage_cls._new_shared_cuda(
-        ipc.device,
+        device,
         ipc.handle,
         ipc.storage_size_bytes,
         ipc.storage_offset_bytes,
@@ -92,7 +96,7 @@ def open_shared(shared: SharedModel) -> dict[str, torch.Tensor]:
         ipc.event_handle,
         ipc.event_sync_required,
     )
-    base = torch.empty(0, dtype=torch.uint8, device=f"cuda:{ipc.device}").set_(storage)
+    base = torch.empty(0, dtype=torch.uint8, device=f"cuda:{device}").set_(storage)
     state: dict[str, torch.Tensor] = {}
     for item in shared.tensors:
         dtype = getattr(torch, item.dtype)
