@@ -18,6 +18,7 @@ placement of its first message (`Standby`, or `LoadModel` with `gpu` on a fresh 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import MutableMapping
@@ -49,6 +50,9 @@ def placement_of(message: p.ToWorker | None) -> p.GpuPlacement | None:
 
 
 class GpuSession:
+    """One GPU worker's device and the model it serves (module docstring); `runtime` and
+    `environ` are injectable (tests: a refusing CUDA runtime, a dict for os.environ)."""
+
     def __init__(
         self,
         placement: p.GpuPlacement,
@@ -119,6 +123,7 @@ class GpuSession:
             self._package_dir = None
         self._environ.clear()
         self._environ.update(self._standby_environ)
+        gc.collect()  # a module in a reference cycle would keep its device memory
         self.runtime.release()
         return self._ready(0.0)
 
