@@ -44,7 +44,7 @@ pytestmark = [
 ]
 __all__ = ["workers"]  # the fixture
 
-TIMEOUT_S = 180.0  # a first CUDA context and cuDNN's kernel choices take seconds
+TIMEOUT_S = 120.0  # a first CUDA context and cuDNN's kernel choices take seconds
 FP32_ATOL = 1e-4
 BF16_ATOL = 3e-2
 MNIST_SHAPE = (1, 28, 28)
@@ -60,7 +60,7 @@ def placement() -> p.GpuPlacement:
 
 def gpu_load(package: Path, **fields: object) -> p.LoadModel:
     load = p.LoadModel(
-        str(package), cpus=2, warmup_batch_sizes=[1, 4, 8], warmup_rounds=3, gpu=placement()
+        str(package), cpus=2, warmup_batch_sizes=[1, 4], warmup_rounds=3, gpu=placement()
     )
     return msgspec.structs.replace(load, **fields)
 
@@ -84,7 +84,7 @@ async def test_a_cuda_worker_answers_like_the_cpu_path_and_serves_another_model(
 ) -> None:
     resnet, mnist = built_models / "resnet-20", built_models / "mnist"
     stored = await asyncio.to_thread(store.publish, resnet, "t", holder="cpu")
-    batches = {n: image_batch(n, RESNET_SHAPE, seed=n) for n in (1, 3, 4, 8)}
+    batches = {n: image_batch(n, RESNET_SHAPE, seed=n) for n in (1, 3, 4, 6)}  # 3: pad; 6: eager
     cpu = await fork(zygote, workers, "cpu")
     await cpu.load(p.LoadModel(str(resnet), cpus=4, store_tensors=stored), TIMEOUT_S)
     wanted = await answers(cpu, batches)
@@ -96,10 +96,10 @@ async def test_a_cuda_worker_answers_like_the_cpu_path_and_serves_another_model(
     ready = await gpu.load(gpu_load(resnet, store_tensors=stored), TIMEOUT_S)
     assert ready.gpu is not None
     assert ready.gpu.device_name == standby.device_name
-    assert set(ready.gpu.graph_batch_sizes) <= {1, 4, 8}  # kept where replay measured faster
+    assert set(ready.gpu.graph_batch_sizes) <= {1, 4}  # kept where replay measured faster
     assert not ready.gpu.weights_from_tier
     assert ready.gpu.memory_bytes > 0
-    assert set(ready.exec_ms) == {1, 4, 8}
+    assert set(ready.exec_ms) == {1, 4}
     assert_same_answers(await answers(gpu, batches), wanted, FP32_ATOL)
     assert (await gpu.ping(TIMEOUT_S)).gpu_memory_bytes > 0
 
@@ -127,7 +127,7 @@ async def test_a_bf16_variant_on_the_device_answers_close_to_fp32(
     shutil.copytree(built_models / "mnist", variant)
     manifest = msgspec.structs.replace(load_manifest(variant), name="mnist-bf16", transform="bf16")
     (variant / MANIFEST_FILE).write_bytes(encode_manifest(manifest))
-    batches = {n: image_batch(n, MNIST_SHAPE, seed=30 + n) for n in (1, 3, 8)}
+    batches = {n: image_batch(n, MNIST_SHAPE, seed=30 + n) for n in (1, 3, 6)}
     wanted = await asyncio.to_thread(cpu_answers, built_models / "mnist", batches)
     gpu = await fork(zygote, workers, "gpu")
     ready = await gpu.load(gpu_load(variant), TIMEOUT_S)  # a fresh start: no standby first
