@@ -13,6 +13,11 @@ the next batch (`infless.profiler.allocator`), and the heap the warm-up leaves i
 once.
 A template process (`prepare_template`) loads a model once on one thread; instances forked
 from it take that model as is (no build, no attach) and only time their own warm-up.
+A GPU worker (its first message `Standby`, or `LoadModel` with `gpu`) has a
+`gpu_session.GpuSession` do the device's steps: stand by (CUDA environment, context,
+libraries) and answer `StandbyReady`, load onto the device, `Unload` back to standby and
+await the next `LoadModel`; its `Pong` reports its device memory. A CPU worker never imports
+the GPU modules and never touches CUDA (the zygote it forks from must never initialise it).
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -36,6 +44,9 @@ from infless.workers import protocol as p
 from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
 from infless.workers.tcp import accept_gateway, exit_with
+
+if TYPE_CHECKING:
+    from infless.workers.gpu_session import GpuSession
 
 
 class _Channel:
@@ -88,8 +99,11 @@ class _Template:
 _template: _Template | None = None  # set in a template process, inherited by its children
 
 
-def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
-    """Build and attach (or take the template's model), then time the warm-up batches."""
+def _load(request: p.LoadModel, device: GpuSession | None = None) -> tuple[LoadedModel, p.Ready]:
+    """Build and attach (or take the template's model), then time the warm-up batches; on
+    a GPU worker (`device`), on its device."""
+    if device is not None:
+        device.enter(request)  # its placement; the standby steps on a fresh start
     enter_runtime(request.env, request.secrets)  # before any code of the package runs
     import torch
 
@@ -103,19 +117,26 @@ def _load(request: p.LoadModel) -> tuple[LoadedModel, p.Ready]:
     torch.set_num_threads(max(1, request.cpus))
     torch.set_flush_denormal(True)  # subnormal activations would make some models much slower
     build_started = attach_started = perf_s()
-    if _template is not None and _template.serves(request):
-        model = _template.model  # built, attached and warmed in the template: shared pages
+    gpu: p.GpuReport | None = None
+    model: LoadedModel
+    if device is not None:
+        model, attach_started = device.build(request)
+        warmup_started = perf_s()
+        exec_ms, gpu = device.warm_up(model, request.warmup_batch_sizes, request.warmup_rounds)
     else:
-        model, attach_started = build_model(request)
-    warmup_started = perf_s()
-    exec_ms = _warm_up(model, request.warmup_batch_sizes, request.warmup_rounds)
+        if _template is not None and _template.serves(request):
+            model = _template.model  # built, attached and warmed in the template: shared pages
+        else:
+            model, attach_started = build_model(request)
+        warmup_started = perf_s()
+        exec_ms = _warm_up(model, request.warmup_batch_sizes, request.warmup_rounds)
     done = perf_s()
     breakdown = p.StartBreakdown(
         build_ms=(attach_started - build_started) * 1000.0,
         attach_ms=(warmup_started - attach_started) * 1000.0,
         warmup_ms=(done - warmup_started) * 1000.0,
     )
-    return model, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown)
+    return model, p.Ready(pid=os.getpid(), exec_ms=exec_ms, start=breakdown, gpu=gpu)
 
 
 def _warm_up(model: LoadedModel, batch_sizes: list[int], rounds: int) -> dict[int, float]:
@@ -212,39 +233,112 @@ def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway owns shutdown
     channel = _Channel(sock)
     first = channel.receive()
-    if not isinstance(first, p.LoadModel):
+    device = _device_session(first)
+    if device is not None:
+        model = _start_gpu(channel, device, first)
+    elif isinstance(first, p.LoadModel):
+        model = _answer_load(channel, partial(_load, first))
+    else:
         return
-    try:
-        model, ready = _load(first)
-    except Exception as exc:  # report any load failure to the gateway, then exit
-        traceback.print_exc(file=sys.stderr)  # first: the function's logs read in order
-        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
-        return
-    channel.send(ready)
-    while True:
+    while model is not None:
         message = channel.receive()
         if message is None or isinstance(message, p.Shutdown):
             return
         if isinstance(message, p.RunBatch | p.RunRequests):
             channel.send(_run(model, message))
         elif isinstance(message, p.Ping):
-            channel.send(p.Pong(message.nonce, _rss_bytes()))
+            channel.send(_pong(message, device))
         elif isinstance(message, p.ServeOn):  # a node agent's worker: the gateway over TCP
             conn = accept_gateway(message, sock)
             if conn is None:
                 return
             exit_with(sock)
             channel = _Channel(conn)
+        elif isinstance(message, p.Unload) and device is not None:
+            model = None  # the session drops the rest: the device memory goes back
+            channel.send(device.unload())
+            model = _await_model(channel, device)
         elif isinstance(message, p.TransformModel):
-            previous = model  # freed after the answer: unmapping is not on the start's path
-            try:
-                model, ready = _transform(previous, message)
-            except Exception as exc:  # half transformed: never serve it, exit
-                traceback.print_exc(file=sys.stderr)
-                channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
-                return
-            channel.send(ready)
-            del previous
+            model = _answer_transform(channel, model, message, device)
+
+
+def _answer_load(
+    channel: _Channel, load: Callable[[], tuple[LoadedModel, p.Ready]]
+) -> LoadedModel | None:
+    """Load, answer `Ready`; or answer `LoadFailed` (None: the worker then exits)."""
+    try:
+        model, ready = load()
+    except Exception as exc:  # report any load failure to the gateway, then exit
+        traceback.print_exc(file=sys.stderr)  # first: the function's logs read in order
+        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
+        return None
+    channel.send(ready)
+    return model
+
+
+def _answer_transform(
+    channel: _Channel, model: LoadedModel, request: p.TransformModel, device: GpuSession | None
+) -> LoadedModel | None:
+    """Transform the model (answer `Ready`), or answer `LoadFailed` (None: exit)."""
+    if device is not None:  # the device's model is replaced by Unload and LoadModel instead
+        channel.send(p.LoadFailed(error="a GPU worker does not transform: Unload, then load"))
+        return None
+    previous = model  # freed after the answer: unmapping is not on the start's path
+    transformed = _answer_load(channel, partial(_transform, previous, request))
+    del previous
+    return transformed
+
+
+def _device_session(first: p.ToWorker | None) -> GpuSession | None:
+    """A GPU worker's session when its first message places it on a device (a CPU worker
+    never imports the GPU modules, and never touches CUDA)."""
+    if not isinstance(first, p.Standby | p.LoadModel):
+        return None
+    from infless.workers.gpu_session import GpuSession, placement_of
+
+    placement = placement_of(first)
+    return None if placement is None else GpuSession(placement)
+
+
+def _start_gpu(
+    channel: _Channel, device: GpuSession, first: p.ToWorker | None
+) -> LoadedModel | None:
+    """Stand by (answer `StandbyReady`) and await the model, or load at once (a fresh start)."""
+    if isinstance(first, p.LoadModel):
+        return _answer_load(channel, partial(_load, first, device))
+    try:
+        ready = device.standby()
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        channel.send(p.LoadFailed(error=f"{type(exc).__name__}: {exc}"))
+        return None
+    channel.send(ready)
+    return _await_model(channel, device)
+
+
+def _await_model(channel: _Channel, device: GpuSession) -> LoadedModel | None:
+    """A standby worker between models: answer pings, load the next `LoadModel` (None:
+    Shutdown, EOF or a failed load — the worker exits)."""
+    while True:
+        message = channel.receive()
+        if message is None or isinstance(message, p.Shutdown):
+            return None
+        if isinstance(message, p.LoadModel):
+            return _answer_load(channel, partial(_load, message, device))
+        if isinstance(message, p.TransformModel):  # as a failed transform does: exit
+            channel.send(p.LoadFailed(error="a standby worker has no model to transform"))
+            return None
+        if isinstance(message, p.Ping):
+            channel.send(_pong(message, device))
+        elif isinstance(message, p.Unload):  # standing by already: say so again
+            channel.send(device.unload())
+        elif isinstance(message, p.RunBatch | p.RunRequests):
+            channel.send(p.BatchFailed(message.batch_id, "a standby worker has no model"))
+
+
+def _pong(ping: p.Ping, device: GpuSession | None) -> p.Pong:
+    gpu_bytes = 0 if device is None else device.memory_allocated_bytes()
+    return p.Pong(ping.nonce, _rss_bytes(), gpu_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,10 @@ an "export" package with `torch.export.load(...).module()`; and loads the handle
 manifest names one. A "module" package whose manifest names a `transform` (a model variant)
 gets it applied after its weights are attached (`workers.transforms`); on a program package
 any transform but "fp32" is `TransformNotApplicable`. `LoadedModel.run` serves a batch of
-tensors, `serve` a batch of requests (`workers.handling`).
+tensors, `serve` a batch of requests (`workers.handling`), both through `forward`, which
+computes on the CPU; a GPU worker's `gpu_model.DeviceModel` overrides it (and `gpu_load`
+builds on the device from the same pieces: `read_package`, `host_weights`, `load_program`).
+Nothing here touches CUDA.
 """
 
 from __future__ import annotations
@@ -47,14 +50,17 @@ class LoadedModel:
         self.output_names = [s.name for s in manifest.outputs]
 
     def run(self, inputs: dict[str, p.TensorData]) -> dict[str, p.TensorData]:
-        arrays = {
+        result: dict[str, p.TensorData] = {}
+        for name, array in self.forward(self.input_arrays(inputs)).items():
+            result[name] = p.TensorData(str(array.dtype), list(array.shape), array.tobytes())
+        return result
+
+    def input_arrays(self, inputs: dict[str, p.TensorData]) -> Arrays:
+        """The batch's inputs as arrays torch may compute on in place (writable copies)."""
+        return {
             name: np.frombuffer(bytearray(t.data), dtype=t.dtype).reshape(t.shape)
             for name, t in inputs.items()
         }
-        result: dict[str, p.TensorData] = {}
-        for name, array in self.forward(arrays).items():
-            result[name] = p.TensorData(str(array.dtype), list(array.shape), array.tobytes())
-        return result
 
     def forward(self, arrays: Arrays) -> Arrays:
         """The batch's output arrays by name, postprocess step applied."""
@@ -62,13 +68,18 @@ class LoadedModel:
 
         tensors = [torch.from_numpy(np.ascontiguousarray(arrays[n])) for n in self.input_names]
         with torch.inference_mode():
-            raw = self.module(*tensors)
-        outputs = self._name_outputs(raw)
+            outputs = self.compute(tensors)
+        return {n: outputs[n].detach().contiguous().numpy() for n in self.output_names}
+
+    def compute(self, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The module on input tensors (in signature order): the named outputs, postprocess
+        step applied, on the tensors' device."""
+        outputs = self._name_outputs(self.module(*tensors))
         if self.manifest.postprocess:
             from infless.models.loader import apply_postprocess
 
             outputs = apply_postprocess(self.manifest.postprocess, outputs)
-        return {n: outputs[n].detach().contiguous().numpy() for n in self.output_names}
+        return outputs
 
     def serve(self, requests: list[p.RawRequest]) -> list[p.Answer]:
         if self.handler is None:
@@ -134,52 +145,74 @@ def add_source_path(package_dir: Path) -> None:
 
 def build_model(request: p.LoadModel) -> tuple[LoadedModel, float]:
     """The package's model and handler; and when attaching the weights started."""
-    from infless.models.loader import attach_weights, build_module, load_package_weights
-    from infless.models.package import NO_TRANSFORM, load_manifest
+    from infless.models.loader import attach_weights, build_module
+    from infless.models.package import NO_TRANSFORM
 
-    package_dir = Path(request.package_dir)
-    manifest = load_manifest(package_dir)
-    add_source_path(package_dir)
-    handler = None if manifest.handler is None else load_handler(manifest.handler, package_dir)
-    transformed = manifest.transform not in NO_TRANSFORM
+    package_dir, manifest, handler = read_package(request)
     if manifest.format != "module":
-        if transformed:
-            from infless.workers.transforms import TransformNotApplicable
-
-            raise TransformNotApplicable(
-                f"package {manifest.name!r}: transform {manifest.transform!r} applies to "
-                f"'module' packages, not to a {manifest.format!r} program"
-            )
         attach_started = perf_s()
         return LoadedModel(manifest, load_program(package_dir, manifest), handler), attach_started
     module = build_module(manifest, device="meta")
     attach_started = perf_s()
-    if request.store_tensors is not None:
-        from infless.weights.attach import attach
-
-        state = attach(request.store_tensors)
-    else:
-        state = load_package_weights(package_dir, manifest)
-        if request.private_weights:  # drop the file mapping: anonymous memory per worker
-            state = {name: tensor.clone() for name, tensor in state.items()}
-    module = attach_weights(module, state, manifest.name)
-    if transformed:
+    module = attach_weights(module, host_weights(request, package_dir, manifest), manifest.name)
+    if manifest.transform not in NO_TRANSFORM:
         from infless.workers.transforms import apply_transform
 
         module = apply_transform(module, manifest.transform, manifest)
     return LoadedModel(manifest, module, handler), attach_started
 
 
-def load_program(package_dir: Path, manifest: PackageManifest) -> Any:
-    """A TorchScript file or a `torch.export` program, ready to call, in eval mode."""
+def read_package(request: p.LoadModel) -> tuple[Path, PackageManifest, Handler | None]:
+    """The package's directory, manifest and handler (its `src/` importable); a program
+    package whose manifest names a transform is `TransformNotApplicable`."""
+    from infless.models.package import NO_TRANSFORM, load_manifest
+
+    package_dir = Path(request.package_dir)
+    manifest = load_manifest(package_dir)
+    add_source_path(package_dir)
+    handler = None if manifest.handler is None else load_handler(manifest.handler, package_dir)
+    if manifest.format != "module" and manifest.transform not in NO_TRANSFORM:
+        from infless.workers.transforms import TransformNotApplicable
+
+        raise TransformNotApplicable(
+            f"package {manifest.name!r}: transform {manifest.transform!r} applies to "
+            f"'module' packages, not to a {manifest.format!r} program"
+        )
+    return package_dir, manifest, handler
+
+
+def host_weights(
+    request: p.LoadModel, package_dir: Path, manifest: PackageManifest
+) -> dict[str, torch.Tensor]:
+    """The state dict in host memory: mapped from the store, or read from the package."""
+    from infless.models.loader import load_package_weights
+
+    if request.store_tensors is not None:
+        from infless.weights.attach import attach
+
+        return attach(request.store_tensors)
+    state = load_package_weights(package_dir, manifest)
+    if request.private_weights:  # drop the file mapping: anonymous memory per worker
+        state = {name: tensor.clone() for name, tensor in state.items()}
+    return state
+
+
+def load_program(package_dir: Path, manifest: PackageManifest, device: str = "cpu") -> Any:
+    """A TorchScript file or a `torch.export` program on `device`, ready to call, in eval
+    mode."""
     import torch
 
     path = str(package_dir / manifest.program_file)
     if manifest.format == "torchscript":
         with torchscript_deprecated():
-            script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+            script = torch.jit.load(path, map_location=device)  # type: ignore[no-untyped-call]
         return script.eval()
-    return torch.export.load(path).module()
+    program = torch.export.load(path)
+    if device != "cpu":  # constants and device arguments in the graph move too, not just weights
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    return program.module()
 
 
 @contextlib.contextmanager
