@@ -217,9 +217,9 @@ class GpuStarter(LayeredStarter):
     ) -> tuple[StandbyWorker, str, float]:
         """A warm worker for `placement`: taken from the standby pool, else started now
         (its spawn and CUDA warm-up then count as the start's spawn)."""
-        worker = self.standby.take(placement)
+        worker = self.standby.take(placement, order.tenant)
         if worker is not None:
-            return worker, "reused" if worker.reused else "standby", 0.0
+            return worker, "standby" if worker.tenant is None else "reused", 0.0
         started = perf_s()
         worker = await self.standby.start(order.instance_id, placement)
         return worker, "fresh", (perf_s() - started) * 1000.0
@@ -264,7 +264,9 @@ class GpuStarter(LayeredStarter):
             return False
         standby_id = self.standby.next_id(known.placement)
         self._processes.relabel(worker_id, standby_id, "", standby_id)
-        worker = StandbyWorker(standby_id, handle, known.placement, ready, self._clock.now())
+        worker = StandbyWorker(
+            standby_id, handle, known.placement, ready, self._clock.now(), retiring.order.tenant
+        )
         await self.standby.put(worker)
         return False  # nothing of the instance stays held: `release` frees it
 

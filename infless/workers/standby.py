@@ -5,8 +5,11 @@ answer (torch import, CUDA context, libraries). So the pool keeps, for every pla
 asked to keep (a device, a share, whether under MPS), up to `per_placement` worker processes
 that have done all of that already (`Standby` → `StandbyReady`) and wait for a model. A start
 `take`s one (or gets None and starts fresh); the pool refills behind it. A worker whose
-instance is retired comes back after `Unload` (`put`: kept while its placement is short of
-workers, else stopped). A standby worker that dies is forgotten and replaced.
+instance is retired comes back after `Unload` (`put`: kept while its placement and tenant
+are short of workers, else stopped) — for its own tenant only: unloading a model does not
+undo everything a package may have done to its process, so a reused worker never serves
+another tenant (a fresh one serves anyone). A standby worker that dies is forgotten and
+replaced.
 `to_launch` is the pure decision; `StandbyPool` the shell. Gateway side: never imports torch.
 """
 
@@ -51,7 +54,7 @@ class StandbyWorker:
     placement: p.GpuPlacement
     ready: p.StandbyReady
     since_s: float
-    reused: bool = False  # it served an instance before (its kernels for that model are warm)
+    tenant: str | None = None  # whose instance it served (None: fresh, anyone's)
 
     def describe(self, now_s: float) -> dict[str, object]:
         return {
@@ -65,7 +68,7 @@ class StandbyWorker:
             "mps": self.placement.mps_pipe_dir is not None,
             "deviceName": self.ready.device_name,
             "initMs": round(self.ready.init_ms, 1),
-            "reused": self.reused,
+            "reusedBy": self.tenant,
             "standbyS": round(now_s - self.since_s, 3),
         }
 
@@ -100,10 +103,10 @@ class StandbyPool:
         self.refill()
 
     def refill(self) -> None:
-        """Start what the wanted placements lack, in the background."""
+        """Start what the wanted placements lack (fresh workers), in the background."""
         if self._closed or self._per_placement <= 0:
             return
-        ready = {k: len(v) for k, v in self._ready.items()}
+        ready = {k: sum(1 for w in v if w.tenant is None) for k, v in self._ready.items()}
         for placement, count in to_launch(
             self._wanted, ready, self._starting, self._per_placement
         ).items():
@@ -154,27 +157,30 @@ class StandbyPool:
             self.refill()
 
     # -- taking and giving back ------------------------------------------------------------
-    def take(self, placement: p.GpuPlacement) -> StandbyWorker | None:
-        """A ready worker of `placement` (the longest waiting), or None; its placement is
-        wanted from now on and refilled behind it."""
+    def take(self, placement: p.GpuPlacement, tenant: str) -> StandbyWorker | None:
+        """A ready worker of `placement` for `tenant`: one that served the tenant before
+        (its kernels are warm), else a fresh one (the longest waiting), else None. The
+        placement is wanted from now on and refilled behind it."""
         self._wanted.setdefault(placement, None)
         workers = self._ready.get(placement, [])
-        worker = None
-        while workers and worker is None:
-            candidate = workers.pop(0)
-            if candidate.handle.alive:
-                worker = candidate
+        for eligible in (tenant, None):
+            for worker in list(workers):
+                if worker.tenant != eligible:
+                    continue
+                workers.remove(worker)
+                if worker.handle.alive:
+                    self.refill()
+                    return worker
         self.refill()
-        return worker
+        return None
 
     async def put(self, worker: StandbyWorker) -> bool:
-        """A worker back from an instance (unloaded): kept while its placement is short of
-        workers (True), else stopped."""
-        ready = len(self._ready.get(worker.placement, []))
-        if self._closed or not worker.handle.alive or ready >= self._per_placement:
+        """A worker back from `worker.tenant`'s instance (unloaded): kept while that
+        placement has fewer than `per_placement` such workers (True), else stopped."""
+        mine = [w for w in self._ready.get(worker.placement, []) if w.tenant == worker.tenant]
+        if self._closed or not worker.handle.alive or len(mine) >= self._per_placement:
             await worker.handle.stop(5.0)
             return False
-        worker.reused = True
         worker.since_s = self._clock.now()
         self._keep(worker)
         return True
@@ -188,6 +194,7 @@ class StandbyPool:
         return [w.describe(now) for workers in self._ready.values() for w in workers]
 
     def count(self, placement: p.GpuPlacement) -> int:
+        """Ready workers of `placement` (fresh and reused)."""
         return len(self._ready.get(placement, []))
 
     async def close(self) -> None:
