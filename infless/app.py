@@ -46,7 +46,7 @@ from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
-from infless.scaling.profiled import load_profiled_predictor
+from infless.scaling.profiled import load_planning_predictor
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
@@ -87,7 +87,7 @@ class Platform:
     def gateway_context(self) -> GatewayContext:
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs, self.secrets, self.packages, self.modelless,
+            self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
         )  # fmt: skip
 
 
@@ -150,8 +150,8 @@ def build_platform(
     if autoscaled:
         autoscaler = Autoscaler(
             pool, scaling,
-            profiles=lambda keys: CatalogPredictor(
-                catalog, load_profiled_predictor(state_dir, keys)
+            profiles=lambda keys: CatalogPredictor(  # g > 0: this server's GPUs' profiles
+                catalog, load_planning_predictor(state_dir, keys, [d.name for d in gpus.devices])
             ),
             vertical=ModellessPlanner(catalog, config.modelless, scaling.demand),
         )  # fmt: skip

@@ -146,6 +146,8 @@ class ModellessService:
             args += ["--variants", ",".join(reg.variants)]
         if reg.cpus:
             args += ["--cpus", ",".join(map(str, reg.cpus))]
+        if self._config.gpu.enabled:  # measured on a GPU too where the children find one
+            args += ["--gpu-shares", ",".join(map(str, self._config.scaling.gpu_options_pct))]
         process = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -72,7 +72,9 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
             activity.idle_arrival_count,
         ),
         start_s=function.health.last_start_s,
-        measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
+        measured=tuple(
+            Measured(i.config.cpus, dict(i.exec_ms_by_batch), i.config.gpu_pct) for i in ready
+        ),
         p99_ms=function.latency.p99_ms(now),
         refused=function.router.rejected,
     )

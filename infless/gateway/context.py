@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infless.config import Config
+from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
@@ -32,3 +33,4 @@ class GatewayContext:
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
     modelless: ModellessService  # registered models, their variants and applications
+    autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
