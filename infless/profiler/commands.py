@@ -115,8 +115,19 @@ def _configure_gpu(parser: argparse.ArgumentParser) -> None:
         default=",".join(map(str, DEFAULT_BATCHES)),
         help="comma-separated batch sizes (default: 1,2,4,8,16,32)",
     )
+    gpu.add_argument(
+        "--key",
+        help="store the points under KEY, the function's image as the gateway names it (e.g. "
+        "sha256:… for an uploaded package; default: the model's name); one NAME only",
+    )
     gpu.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="timed batches each")
-    gpu.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    gpu.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="the precision the function's GPU workers run at (the points do not record it; a "
+        "bf16 variant's package is bf16 already)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,6 +208,8 @@ def _run_gpu_profile(args: argparse.Namespace) -> int:
 
     if not args.names:
         raise ValueError("--gpu measures NAMES: name at least one zoo model or package directory")
+    if args.key and len(set(args.names)) > 1:
+        raise ValueError(f"--key {args.key}: names the points of one model; NAMES has several")
     shares = [int(s) for s in str(args.shares).split(",") if s.strip()]
     batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
     gpus = discover_gpus()
@@ -214,7 +227,7 @@ def _run_gpu_profile(args: argparse.Namespace) -> int:
             package_dir = ensure_package(name, args.state_dir / "models")
             rows = profile_gpu(
                 package_dir, shares, uuid, args.mps_pipe_dir, db,
-                batch_sizes=batch_sizes, rounds=args.rounds, dtype=args.dtype,
+                model_key=args.key, batch_sizes=batch_sizes, rounds=args.rounds, dtype=args.dtype,
                 device_name=device.name if device is not None else None, log=_log,
             )  # fmt: skip
             measured = sorted({r.gpu_pct for r in rows})

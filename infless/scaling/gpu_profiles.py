@@ -134,12 +134,6 @@ class GpuProfilePredictor:
         self._curves = {key: GpuCurve(found) for key, found in points.items()}
         self._fallback = fallback
 
-    def profiled(self, model_key: str) -> bool:
-        """Whether every device name of this server has a profile of `model_key`."""
-        return bool(self.device_names) and all(
-            (device, model_key) in self._curves for device in self.device_names
-        )
-
     def predict_latency_ms(
         self, model_key: str, batch_size: int, cpus: int, gpu_pct: int = 0
     ) -> float:

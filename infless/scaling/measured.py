@@ -14,8 +14,8 @@ the rest).
 On a GPU share (g > 0): a GPU instance's warm-up times at its share are the best prediction
 for that exact share — at any core count, since a GPU batch's time is the device's (the GPU
 profiles are used for every c alike: `gpu_profiles`). Every other share goes to the fallback
-(the GPU profiles), never to the CPU tables: a core's time says nothing of a GPU's. Without
-a fallback, or when it cannot price the share, the fallback's reason is raised.
+(the GPU profiles), never to the CPU tables: a core's time says nothing of a GPU's; what the
+fallback cannot price raises its reason (without a fallback: that no instance measured it).
 Pure bookkeeping: no I/O, no clock.
 """
 
@@ -82,7 +82,10 @@ class MeasuredPredictor:
                 pass  # not profiled: fall through to the measured tables
         measured = sorted(c for key, c, g in self._tables if key == model_key and g == 0)
         if not measured:
-            raise LookupError(f"{model_key}: nothing measured yet")
+            raise LookupError(
+                f"{model_key}: nothing measured yet (an instance times its batch sizes when it "
+                "starts; operator profiles from infless profile predict them before)"
+            )
         below = [c for c in measured if c <= cpus]
         base = below[-1] if below else measured[0]
         slowdown = 1.0 if base <= cpus else base / cpus

@@ -9,7 +9,9 @@ capacity index so functions compete for the same servers):
    t_exec ≤ t_slo/2 and residual ≥ r_low for b > 1), then the configuration × server with the
    highest e_ij (Equation 10) and subtract its r_up; a batch size whose configurations fit no
    server falls through to the next (the paper's loop would spin); what no server can take is
-   reported as `unmet_rps`;
+   reported as `unmet_rps`, and the configurations no predictor could price (a GPU share of
+   a model nobody profiled on that GPU, say) as `unpriced`, one line per reason — never
+   dropped in silence; g > 0 is a configuration like any other where the view has GPUs;
 3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
    says so);
 4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the

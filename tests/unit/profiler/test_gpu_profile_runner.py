@@ -141,3 +141,11 @@ def test_the_command_parses_its_gpu_options_and_needs_names(
     args = build_parser("profile").parse_args(["profile", "--gpu"])
     assert commands.run(args) == 2
     assert "--gpu measures NAMES" in capsys.readouterr().err
+
+
+def test_a_key_names_the_points_of_one_model_only(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser("profile").parse_args(
+        ["profile", "--gpu", "resnet-50", "mnist", "--key", "sha256:abc"]
+    )
+    assert commands.run(args) == 2
+    assert "--key sha256:abc: names the points of one model" in capsys.readouterr().err
