@@ -47,7 +47,7 @@ from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
-from infless.scaling.profiled import load_profiled_predictor
+from infless.scaling.profiled import load_planning_predictor
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
@@ -91,7 +91,7 @@ class Platform:
         gpu = self.gpu
         return GatewayContext(
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs, self.secrets, self.packages, self.modelless,
+            self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
             gpus=None if gpu is None else gpu.monitor,
             gpu_sharing=tuple if gpu is None else gpu.mps.all,
         )  # fmt: skip
@@ -194,8 +194,8 @@ def build_platform(
     if autoscaled:
         autoscaler = Autoscaler(
             pool, scaling,
-            profiles=lambda keys: CatalogPredictor(
-                catalog, load_profiled_predictor(state_dir, keys)
+            profiles=lambda keys: CatalogPredictor(  # g > 0: this server's GPUs' profiles
+                catalog, load_planning_predictor(state_dir, keys, [d.name for d in gpus.devices])
             ),
             vertical=ModellessPlanner(catalog, config.modelless, scaling.demand),
         )  # fmt: skip
@@ -219,8 +219,9 @@ def build_platform(
     functions = FunctionService(clock, registry, pool, resolver, secrets)
     variant_store = VariantStore(state_dir / REGISTRY_FILE)
     modelless = ModellessService(
-        config, clock, variant_store, catalog, functions, resolver, pool.functions
-    )
+        config, clock, variant_store, catalog, functions, resolver, pool.functions,
+        gpu_target=lambda: None if gpu is None else gpu.starter.profile_target(),
+    )  # fmt: skip
     monitor = VariantMonitor(catalog, pool.functions, config.modelless, clock)
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway

@@ -10,6 +10,13 @@ target. It never sees the pool,
 instances or workers: the server's pool and the simulator both implement the port, and both
 run this same object. It reads no clock either (the snapshot carries `now`); a `Ticker`
 calls `tick` on a server, the simulator calls it at its own tick events.
+
+It keeps the last planning decision of each function (`decision`: demand, regime, unmet
+demand, and the configurations no predictor could price), and logs each new reason a
+function's configurations went unpriced once, as a warning: a GPU nobody profiled a model
+on is said, never idle in silence. Predictions chain: what the instances measured (per
+model, cores and GPU share), then `profiles(keys)` — on a server the variants' profiles,
+then the GPU profiles for g > 0 and the operator profiles for g = 0.
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from infless.scaling.feedback import next_pressure, pressed
 from infless.scaling.measured import MeasuredPredictor
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.stability import Stability, hold
-from infless.scaling.view import PoolView, ScalingPlan, StartInstance, StopInstance
+from infless.scaling.view import (
+    FunctionDecision,
+    PoolView,
+    ScalingPlan,
+    StartInstance,
+    StopInstance,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +83,12 @@ class Autoscaler:
         self._profiled_keys: frozenset[str] | None = None
         self.last_plan = ScalingPlan()
         self.ticks = 0
+        self._decisions: dict[str, FunctionDecision] = {}
+        self._unpriced_said: dict[str, set[str]] = {}  # function → reasons logged already
+
+    def decision(self, function: str) -> FunctionDecision | None:
+        """The last plan's decision for `function` (None: never planned, or gone)."""
+        return self._decisions.get(function)
 
     def tick(self) -> ScalingPlan:
         snapshot = self._target.snapshot()
@@ -77,6 +96,7 @@ class Autoscaler:
         self._count_arrivals(snapshot.functions, now)
         demand, self._demand = estimate(self._demand, now, self._cfg.demand)
         owned = [f for f in snapshot.functions if f.owner is Owner.AUTOSCALER]
+        self._forget_gone({f.name for f in snapshot.functions})
         self._refresh_profiles(owned)
         self._observe(owned)
         idle = [s.idle_cores for s in snapshot.servers if s.idle_cores is not None]
@@ -96,6 +116,7 @@ class Autoscaler:
         plan = self._policy(view, pressed(demand, self.pressure), self.predictor, self._cfg)
         plan, self._stability = hold(plan, view, demand, self._stability, self._cfg.stability)
         self._log(plan)
+        self._record(plan)
         self._target.apply(plan)
         self.last_plan = plan
         self.ticks += 1
@@ -149,24 +170,42 @@ class Autoscaler:
         measured = self.predictor
         if not isinstance(measured, MeasuredPredictor):
             return
-        samples: dict[tuple[str, int], dict[int, list[float]]] = {}
+        samples: dict[tuple[str, int, int], dict[int, list[float]]] = {}
         for function in owned:
             for instance in function.measured:
-                table = samples.setdefault((function.view.model_key, instance.cpus), {})
+                key = (function.view.model_key, instance.cpus, instance.gpu_pct)
+                table = samples.setdefault(key, {})
                 for batch_size, exec_ms in instance.exec_ms_by_batch.items():
                     table.setdefault(batch_size, []).append(exec_ms)
-        for (model_key, cpus), table in samples.items():
+        for (model_key, cpus, gpu_pct), table in samples.items():
             means = {b: sum(values) / len(values) for b, values in table.items()}
-            measured.observe(model_key, cpus, means)
+            measured.observe(model_key, cpus, means, gpu_pct)
+
+    def _record(self, plan: ScalingPlan) -> None:
+        """Keep each function's decision; say each new reason it went unpriced, once."""
+        for decision in plan.decisions:
+            self._decisions[decision.function] = decision
+            said = self._unpriced_said.setdefault(decision.function, set())
+            for line in decision.unpriced:
+                reason = line.partition(": ")[2] or line  # after the configurations it names
+                if reason not in said:
+                    said.add(reason)
+                    log.warning("autoscaler: %s: unpriced %s", decision.function, line)
+
+    def _forget_gone(self, names: set[str]) -> None:
+        for name in [n for n in self._decisions if n not in names]:
+            del self._decisions[name]
+        for name in [n for n in self._unpriced_said if n not in names]:
+            del self._unpriced_said[name]
 
     @staticmethod
     def _log(plan: ScalingPlan) -> None:
         for action in plan.actions:
             if isinstance(action, StartInstance):
                 log.info(
-                    "autoscaler: start %s <b=%d, c=%d> for [%.0f, %.0f] rps",
+                    "autoscaler: start %s <b=%d, c=%d, g=%d> for [%.0f, %.0f] rps",
                     action.function, action.config.batch_size, action.config.cpus,
-                    action.r_low_rps, action.r_up_rps,
+                    action.config.gpu_pct, action.r_low_rps, action.r_up_rps,
                 )  # fmt: skip
             elif isinstance(action, StopInstance):
                 log.info("autoscaler: stop %s (%s)", action.instance_id, action.reason)

@@ -62,6 +62,7 @@ class InstanceRegistry:
             worker_id=worker_id,
             tail_quantile=self._batching.tail_quantile,
             server_id=server.server_id,
+            gpu_index=entry.gpu_index if entry.config.gpu_pct > 0 else None,
         )
         order = function.boot_order(
             worker_id, entry.instance_id, entry.config, cores,

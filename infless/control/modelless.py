@@ -20,6 +20,7 @@ import binascii
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -56,7 +57,11 @@ class ModellessService:
         functions: FunctionService,
         resolver: PackageResolver,
         deployed: dict[str, DeployedFunction],
+        gpu_target: Callable[[], tuple[str, str | None] | None] = lambda: None,
     ) -> None:
+        """`gpu_target`: the GPU variants are measured on, as (uuid, MPS pipe directory or
+        None), or None (the children measure on the first GPU they find, if any)."""
+        self._gpu_target = gpu_target
         self._config = config
         self._clock = clock
         self._store = store
@@ -146,6 +151,14 @@ class ModellessService:
             args += ["--variants", ",".join(reg.variants)]
         if reg.cpus:
             args += ["--cpus", ",".join(map(str, reg.cpus))]
+        if self._config.gpu.enabled:  # measured on a GPU too where the children find one
+            args += ["--gpu-shares", ",".join(map(str, self._config.scaling.gpu_options_pct))]
+            target = self._gpu_target()
+            if target is not None:
+                uuid, pipe_dir = target
+                args += ["--gpu-uuid", uuid]
+                if pipe_dir is not None:  # under MPS: every share, else 100 % only
+                    args += ["--mps-pipe-dir", pipe_dir]
         process = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -31,10 +31,11 @@ class ActivityView:
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """One ready instance's execution times per batch size, at its core count."""
+    """One ready instance's execution times per batch size, at its cores and GPU share."""
 
     cpus: int
     exec_ms_by_batch: Mapping[int, float]
+    gpu_pct: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,9 @@ def server_view(
         for instance in function.router.instances:
             if instance.state is InstanceState.DRAINING and instance.server_id == server_id:
                 used_cpus += instance.config.cpus
+                device = instance.gpu_index
+                if device is not None and 0 <= device < len(used_gpu):
+                    used_gpu[device] += instance.config.gpu_pct
     free_gpu = tuple(max(0, c - u) for c, u in zip(gpu_pct, used_gpu, strict=True))
     free_cpus = max(0, capacity_cpus - used_cpus)
     return ServerView(
@@ -72,7 +75,9 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
             activity.idle_arrival_count,
         ),
         start_s=function.health.last_start_s,
-        measured=tuple(Measured(i.config.cpus, dict(i.exec_ms_by_batch)) for i in ready),
+        measured=tuple(
+            Measured(i.config.cpus, dict(i.exec_ms_by_batch), i.config.gpu_pct) for i in ready
+        ),
         p99_ms=function.latency.p99_ms(now),
         refused=function.router.rejected,
     )

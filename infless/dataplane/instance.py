@@ -96,9 +96,11 @@ class Instance:
         worker_id: str = "",
         tail_quantile: float = 0.95,
         server_id: str = "local",
+        gpu_index: int | None = None,
     ) -> None:
         self.instance_id = instance_id  # the desired state's entry it serves
         self.server_id = server_id  # the server its worker runs on
+        self.gpu_index = gpu_index  # the server's GPU holding its share (None: CPU only)
         self.worker_id = worker_id or instance_id  # this worker's own (a replacement's differs)
         self.function_name = function_name
         self.config = config

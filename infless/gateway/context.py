@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from infless.config import Config
+from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
@@ -34,5 +35,6 @@ class GatewayContext:
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
     modelless: ModellessService  # registered models, their variants and applications
+    autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing

@@ -5,7 +5,9 @@ what a query's latency goal is checked against), and the configuration <b, c> th
 the most requests per core within the SLO (INFless's feasibility: t_exec <= SLO for b = 1,
 t_exec <= SLO/2 for larger batches), which gives the variant's saturation throughput per
 instance Q, its hardware cost per instance C (cores) and its cost per request C/Q; and Q
-where the variant runs slower than profiled (`sustained_qps`). Pure: no I/O.
+where the variant runs slower than profiled (`sustained_qps`). Cards judge the points
+measured on CPU cores only: a variant's GPU points price GPU instances (`latency`), the
+cores a card counts are what vertical scaling hands between variants. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ def feasible(batch_size: int, exec_ms: float, slo_ms: float) -> bool:
 
 def card_for(profile: VariantProfile, slo_ms: float) -> VariantCard | None:
     """The card of a ready, profiled variant (None: not ready, or nothing fits the SLO)."""
-    if profile.status != "ready" or profile.accuracy is None or not profile.latency:
+    latency = profile.cpu_latency
+    if profile.status != "ready" or profile.accuracy is None or not latency:
         return None
-    b1 = [p.measured_ms for p in profile.latency if p.batch_size == 1]
-    fits = [p for p in profile.latency if feasible(p.batch_size, p.measured_ms, slo_ms)]
+    b1 = [p.measured_ms for p in latency if p.batch_size == 1]
+    fits = [p for p in latency if feasible(p.batch_size, p.measured_ms, slo_ms)]
     if not b1 or not fits:
         return None
     best = max(fits, key=lambda p: (p.batch_size * 1000.0 / p.measured_ms / p.cpus, -p.cpus))
@@ -63,7 +66,7 @@ def card_for(profile: VariantProfile, slo_ms: float) -> VariantCard | None:
         qps=best.batch_size * 1000.0 / best.measured_ms,
         load_ms=profile.load_ms or 0.0,
         peak_memory_bytes=profile.peak_memory_bytes or 0,
-        points=tuple((p.batch_size, p.cpus, p.measured_ms) for p in profile.latency),
+        points=tuple((p.batch_size, p.cpus, p.measured_ms) for p in latency),
         slo_ms=slo_ms,
     )
 
@@ -73,11 +76,11 @@ def slo_problem(profile: VariantProfile, slo_ms: float) -> str | None:
     fits the SLO (naming its fastest batch-1 time); None when it has a card."""
     if profile.status != "ready":
         return None
-    if profile.accuracy is None or not profile.latency:
+    if profile.accuracy is None or not profile.cpu_latency:
         return "not profiled"
     if card_for(profile, slo_ms) is not None:
         return None
-    b1 = [p.measured_ms for p in profile.latency if p.batch_size == 1]
+    b1 = [p.measured_ms for p in profile.cpu_latency if p.batch_size == 1]
     if not b1:
         return f"batch 1 was not profiled (SLO {slo_ms:g} ms)"
     return (

@@ -3,6 +3,7 @@
     python -m infless.modelless.generate --package state/models/textcnn-69 --model textcnn-69 \\
         --out state/variants/textcnn-69 --generate 256 [--variants fp32,bf16,int8] \\
         [--validation FILE] [--metric cosine] [--max-batch 32] [--cpus 1,2] [--state-dir state]
+        [--gpu-shares 10,20,30,40,50,100] [--mps-pipe-dir DIR] [--gpu-uuid GPU-…]
 
 For every variant (`profiles.TRANSFORMS`; fp32 is always made, first: it is the reference)
 it writes a function package `OUT/<variant>/` (`variant_packages`), then profiles the variant
@@ -17,6 +18,9 @@ any way (an exception, a crash, the `--timeout-s`) is "failed" with a short mess
 stops the others, and the package of a variant that is not ready is removed. If fp32 fails,
 every variant fails with its error. With `--state-dir` holding operator profiles of the
 model (`infless profile`), the points get the operator predictor's figures (`predictions`).
+Where the profile child finds CUDA and `--gpu-shares` are given, each variant that runs on a
+GPU is also measured there, one process per share (`gpu_points`; under the MPS daemon of
+`--mps-pipe-dir`, else at 100 % only); without a GPU, or without shares, nothing changes.
 
 The last stdout line is the `GenerationResult` as JSON; progress goes to stderr. `generate()`
 is the same as a function. Worker side: the children import torch; this process only when
@@ -40,8 +44,9 @@ import numpy as np
 from infless.clock import perf_s
 from infless.errors import InflessError
 from infless.modelless.accuracy import METRICS, choose_metric, score
+from infless.modelless.gpu_points import GpuPlan, gpu_points
 from infless.modelless.predictions import with_predictions
-from infless.modelless.profile_child import ChildReport, child_main
+from infless.modelless.profile_child import ChildReport, batch_sizes, child_main
 from infless.modelless.profiles import TRANSFORMS, GenerationResult, VariantProfile
 from infless.modelless.validation import (
     DEFAULT_SEED,
@@ -80,10 +85,12 @@ def generate(
     state_dir: Path | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    gpu: GpuPlan | None = None,
     log: Log | None = None,
 ) -> GenerationResult:
     """Write and profile `model`'s variants of the fp32 package `package_dir` into
-    `out_dir/<variant>/` (see the module docstring); each child runs with `timeout_s`."""
+    `out_dir/<variant>/` (see the module docstring); each child runs with `timeout_s`;
+    `gpu`: the shares to measure variants at where the children find a GPU."""
     say = log or _stderr
     package_dir = package_dir.resolve()
     manifest = load_manifest(package_dir)
@@ -105,6 +112,7 @@ def generate(
     run = _Run(
         package_dir, manifest, out_dir.resolve(), model, source, labels,
         choose_metric(metric, labels, manifest), cores, max_batch, budget_s, timeout_s,
+        gpu if gpu is not None and gpu.shares_pct else None, say,
     )  # fmt: skip
     run.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(run.scratch, ignore_errors=True)
@@ -148,6 +156,8 @@ class _Run:
     max_batch: int
     budget_s: float
     timeout_s: float
+    gpu: GpuPlan | None
+    log: Log
 
     @property
     def scratch(self) -> Path:  # the children's first outputs, removed at the end
@@ -193,6 +203,11 @@ class _Run:
                 )
         if profile.status != "ready":
             remove(target)  # only servable variants stay in OUT
+        elif report.cuda and self.gpu is not None:
+            on_gpu, why = gpu_points(target, name, batch_sizes(self.max_batch), self.gpu, self.log)
+            profile = msgspec.structs.replace(
+                profile, latency=[*profile.latency, *on_gpu], gpu_error=why
+            )
         return profile, reference
 
 
@@ -213,9 +228,11 @@ def _summary(profile: VariantProfile) -> str:
     first = profile.latency[0] if profile.latency else None
     at = f"b{first.batch_size}/c{first.cpus} {first.measured_ms:.3f} ms" if first else "-"
     peak = (profile.peak_memory_bytes or 0) / 2**20
+    shares = sorted({p.gpu_pct for p in profile.latency if p.gpu_pct})
+    on_gpu = f", GPU at {'/'.join(map(str, shares))} %" if shares else ""
     return (
         f"{profile.name}: ready, {profile.metric} {profile.accuracy:.4f}, {at}, "
-        f"load {profile.load_ms or 0:.0f} ms, peak {peak:.0f} MiB"
+        f"load {profile.load_ms or 0:.0f} ms, peak {peak:.0f} MiB{on_gpu}"
     )
 
 
@@ -281,9 +298,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", type=Path, help="operator profiles for predictions")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="per point")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="per variant")
+    parser.add_argument("--gpu-shares", help="GPU shares in percent to measure variants at")
+    parser.add_argument("--mps-pipe-dir", help="the GPU's MPS daemon (without: 100 %% only)")
+    parser.add_argument("--gpu-uuid", help="the GPU (default: the first NVML reports)")
     parser.add_argument("--profile-one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--outputs", type=Path, help=argparse.SUPPRESS)
     return parser
+
+
+def _gpu_plan(args: argparse.Namespace) -> GpuPlan | None:
+    """The GPU step's settings (None: no shares given, the generation stays on CPUs)."""
+    shares = tuple(_ints(args.gpu_shares)) if args.gpu_shares else ()
+    if not shares:
+        return None
+    uuid = args.gpu_uuid
+    if uuid is None:
+        from infless.cluster.gpus import discover_gpus
+
+        devices = discover_gpus().devices
+        uuid = devices[0].uuid if devices else None
+    return GpuPlan(shares, uuid, args.mps_pipe_dir, timeout_s=args.timeout_s)
 
 
 def _ints(text: str) -> list[int]:
@@ -315,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             state_dir=args.state_dir,
             budget_s=args.budget_s,
             timeout_s=args.timeout_s,
+            gpu=_gpu_plan(args),
         )
     except (ValueError, OSError, InflessError) as exc:
         _stderr(f"error: {exc}")

@@ -3,10 +3,14 @@ profiles — so Algorithm 1 can plan a variant no instance has run yet (the meas
 predictor knows only what ran; the operator profiles know the fp32 graph at best).
 
 A variant function's model key is its package directory (`FunctionSpec.image`), which the
-profile records; the prediction is `VariantProfile.exec_ms` over the variant's capacity
-factor (`modelless.capacity`: profiles are timed on an idle core). GPU shares were not
-profiled: LookupError. Other keys go to the fallback. Reads the catalogue live, so a model
-registered later is known at once. Pure: no I/O.
+profile records; on cores the prediction is `VariantProfile.exec_ms` over the variant's
+capacity factor (`modelless.capacity`: profiles are timed on an idle core, and the factor
+is what contention for the host's cores leaves of that). On a GPU share it is the variant's
+GPU points as `VariantProfile.exec_ms` prices them, not divided by the factor (a GPU batch
+does not slow with the host's cores); a variant without GPU points raises LookupError with
+the reason, which the planner reports as unpriced. Other keys go to the fallback (the GPU
+profiles, then the operator profiles). Reads the catalogue live, so a model registered
+later is known at once. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ class CatalogPredictor:
             if self._fallback is None:
                 raise LookupError(f"no variant profile for {model_key!r}")
             return self._fallback.predict_latency_ms(model_key, batch_size, cpus, gpu_pct)
-        if gpu_pct > 0:
-            raise LookupError(f"{model_key!r}: variants are profiled on CPUs only")
         entry, profile = found
+        if gpu_pct > 0:
+            return profile.exec_ms(batch_size, cpus, gpu_pct)
         return profile.exec_ms(batch_size, cpus) / entry.capacity.factor(profile.name)

@@ -29,14 +29,14 @@ def with_predictions(
     """`predicted_ms` filled from the operator profiles in `state_dir` where it has them
     (module docstring); any trouble leaves them None."""
     try:
-        predicted = fp32_predictions(package_dir, manifest, state_dir, profiles[0].latency)
+        predicted = fp32_predictions(package_dir, manifest, state_dir, profiles[0].cpu_latency)
     except Exception as exc:  # a stale or foreign profile database must not stop generation
         log(f"no latency predictions: {type(exc).__name__}: {exc}")
         return profiles
     if not predicted:
         return profiles
     fp32 = profiles[0]
-    first = fp32.latency[0]
+    first = fp32.cpu_latency[0]
     result = []
     for profile in profiles:
         if profile.status != "ready" or not profile.latency:
@@ -46,6 +46,9 @@ def with_predictions(
         ratio = (own / first.measured_ms) if own and first.measured_ms > 0 else None
         points = []
         for point in profile.latency:
+            if point.gpu_pct:  # the operator profiles predict CPU cores only
+                points.append(point)
+                continue
             base = predicted.get((point.batch_size, point.cpus))
             value = None if base is None or ratio is None else base * ratio
             points.append(msgspec.structs.replace(point, predicted_ms=value))

@@ -9,7 +9,9 @@ through the model (its first output saved for the accuracy) and times the tensor
 each batch size (powers of two up to `--max-batch`) and core count (`torch.set_num_threads`):
 the median of the repetitions `profiler.operators.measure_threads` takes within `--budget-s`
 (at least 3), on the calling thread's CPU clock, inputs drawn from the signature (token ids
-below the smallest `nn.Embedding`'s size, as `profiler.service.measure_model_ms`).
+below the smallest `nn.Embedding`'s size, as `profiler.service.measure_model_ms`). Last, it
+says whether CUDA is available to it (`cuda`): the generator then measures the variant on
+the GPU too, in processes of their own (`gpu_points`).
 
 Whatever happens, the child's last stdout line is its `ChildReport` as JSON. Worker side: the
 functions import torch when they run, not this module.
@@ -45,6 +47,7 @@ class ChildReport(msgspec.Struct, frozen=True):
     peak_memory_bytes: int | None = None
     latency: list[LatencyPoint] = []
     samples: int = 0
+    cuda: bool = False  # a GPU is visible to this process (the variant is measured there too)
 
 
 def batch_sizes(max_batch: int) -> list[int]:
@@ -119,6 +122,7 @@ def profile_one(
         peak_memory_bytes=peak_rss_bytes(),
         latency=latency,
         samples=samples,
+        cuda=torch.cuda.is_available(),  # after the CPU timings: they run as on a CPU host
     )
 
 

@@ -7,7 +7,10 @@ worker after the weights are attached (`fp32`: none; `bf16`; `int8`: dynamic qua
 package of its own (its manifest names the transform; the weights are the same files, so
 the tensor store shares them). Its profile: accuracy on the registration's validation set,
 latency per <batch, cores> (measured, and the combined-operator predictor's figure where it
-has one), load time and peak memory.
+has one), load time and peak memory. Where the generator ran with a GPU, the points of the
+variants that run there (fp32, bf16, channels-last) at the GPU shares it measured too
+(`gpu_pct` > 0, host side on one core), priced over <b, g> as GPU profiles are
+(`scaling.gpu_profiles.GpuCurve`); `gpu_error` says why a variant has none.
 Pure data: no I/O, no torch.
 """
 
@@ -17,6 +20,8 @@ import itertools
 from typing import Literal
 
 import msgspec
+
+from infless.scaling.gpu_profiles import GpuCurve
 
 TRANSFORMS: tuple[str, ...] = ("fp32", "bf16", "int8", "channels-last", "torchscript", "compile")
 VariantStatus = Literal["ready", "failed", "not-applicable"]
@@ -28,8 +33,9 @@ Metric = Literal["top1-labels", "top1-agreement", "cosine"]
 class LatencyPoint(msgspec.Struct, frozen=True):
     batch_size: int
     cpus: int
-    measured_ms: float  # median of the timed forwards at this <b, c>
+    measured_ms: float  # median of the timed forwards at this <b, c, g>
     predicted_ms: float | None = None  # the predictor's figure (None: it has none)
+    gpu_pct: int = 0  # > 0: measured on that share of a GPU (cpus: the host side's cores)
 
 
 class VariantProfile(msgspec.Struct, frozen=True):
@@ -44,16 +50,26 @@ class VariantProfile(msgspec.Struct, frozen=True):
     latency: list[LatencyPoint] = []
     load_ms: float | None = None  # build + attach + transform + first forward, fresh process
     peak_memory_bytes: int | None = None  # the loading process's peak RSS
+    gpu_error: str = ""  # why it has no GPU points ("": measured, or no GPU was there)
 
-    def exec_ms(self, batch_size: float, cpus: int) -> float:
-        """t_exec at <batch_size, cpus>: the points at the nearest profiled core count (ties:
-        more cores), linear between profiled batch sizes, beyond the largest the last slope
-        (proportional when only one size was profiled). LookupError without points."""
-        counts = sorted({p.cpus for p in self.latency})
+    @property
+    def cpu_latency(self) -> list[LatencyPoint]:
+        """The points measured on CPU cores (what cards and CPU instances are judged by)."""
+        return [p for p in self.latency if p.gpu_pct == 0]
+
+    def exec_ms(self, batch_size: float, cpus: int, gpu_pct: int = 0) -> float:
+        """t_exec at <batch_size, cpus, gpu_pct>. On cores: the points at the nearest profiled
+        core count (ties: more cores), linear between profiled batch sizes, beyond the largest
+        the last slope (proportional when only one size was profiled). On a GPU share: the GPU
+        points as a `GpuCurve` prices them. LookupError without such points."""
+        if gpu_pct > 0:
+            return self._gpu_exec_ms(batch_size, gpu_pct)
+        cpu_points = self.cpu_latency
+        counts = sorted({p.cpus for p in cpu_points})
         if not counts:
             raise LookupError(f"variant {self.name!r} has no latency points")
         nearest = min(counts, key=lambda c: (abs(c - cpus), -c))
-        points = sorted((p.batch_size, p.measured_ms) for p in self.latency if p.cpus == nearest)
+        points = sorted((p.batch_size, p.measured_ms) for p in cpu_points if p.cpus == nearest)
         if batch_size <= points[0][0]:
             return points[0][1]
         for (b0, t0), (b1, t1) in itertools.pairwise(points):
@@ -64,8 +80,21 @@ class VariantProfile(msgspec.Struct, frozen=True):
         (b0, t0), (b1, t1) = points[-2], points[-1]
         return t1 + max(0.0, (t1 - t0) / (b1 - b0)) * (batch_size - b1)
 
+    def _gpu_exec_ms(self, batch_size: float, gpu_pct: int) -> float:
+        points = [(p.batch_size, p.gpu_pct, p.measured_ms) for p in self.latency if p.gpu_pct]
+        if not points:
+            why = self.gpu_error or "it was profiled where no GPU was visible"
+            raise LookupError(
+                f"variant {self.name!r} of {self.model} has no GPU latency points: {why}"
+            )
+        try:
+            return GpuCurve(points).exec_ms(batch_size, gpu_pct)
+        except LookupError as exc:
+            raise LookupError(f"variant {self.name!r} of {self.model} on a GPU: {exc}") from None
+
     def latency_ms(self, batch_size: int, cpus: int) -> float | None:
-        for point in self.latency:
+        """The measured time at <batch_size, cpus> on cores (None: not measured)."""
+        for point in self.cpu_latency:
             if point.batch_size == batch_size and point.cpus == cpus:
                 return point.measured_ms
         return None

@@ -1,10 +1,16 @@
 """`infless profile` and `infless predict`: fill the operator profile DB, print predicted tables.
 
     infless profile [NAMES...] [--quick] [--db PATH] [--max-threads N]
+    infless profile --gpu NAMES [--shares 10,20,30,50,100] [--mps-pipe-dir DIR] [--uuid GPU-…]
+        [--batch-sizes 1,2,4,8,16,32] [--rounds N] [--dtype fp32|bf16]
     infless predict NAME [--measure] [--speed-now] [--json] [--db PATH] [--max-threads N]
 
 NAMES are zoo model names or function package directories. `profile` without `--quick`
 covers every zoo model's operators plus those of NAMES; `--quick` only those of NAMES.
+`profile --gpu` measures each of NAMES whole on a GPU (the first NVML reports, or `--uuid`)
+at each share, one process per share (`profiler.gpu_profile`); shares below 100 % need the
+server's MPS daemon (`--mps-pipe-dir`), without it only 100 % is measured. The planner
+prices GPU shares from those rows (`scaling.gpu_profiles`).
 Torch is imported inside `run` only, so `infless --help` stays instant.
 """
 
@@ -59,6 +65,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
             help="measure profiled configurations again, keeping the faster figure (a second "
             "pass on a busy machine)",
         )
+        _configure_gpu(parser)
     else:
         parser.add_argument("name", metavar="NAME", help="a zoo model or a function package dir")
         parser.add_argument(
@@ -89,19 +96,60 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
-    from infless.profiler.allocator import keep_freed_memory
+def _configure_gpu(parser: argparse.ArgumentParser) -> None:
+    from infless.profiler.gpu_profile import DEFAULT_ROUNDS, DEFAULT_SHARES
 
-    keep_freed_memory()  # the allocator state profiles and measurements share (see allocator)
+    gpu = parser.add_argument_group("whole models on a GPU (--gpu)")
+    gpu.add_argument(
+        "--gpu", action="store_true", help="measure NAMES whole on a GPU at each share instead"
+    )
+    gpu.add_argument(
+        "--shares",
+        default=",".join(map(str, DEFAULT_SHARES)),
+        help="GPU shares in percent (default: 10,20,30,50,100; only 100 without MPS)",
+    )
+    gpu.add_argument("--mps-pipe-dir", help="the pipe directory of the GPU's MPS daemon")
+    gpu.add_argument("--uuid", help="the GPU (GPU-…; default: the first NVML reports)")
+    gpu.add_argument(
+        "--batch-sizes",
+        default=",".join(map(str, DEFAULT_BATCHES)),
+        help="comma-separated batch sizes (default: 1,2,4,8,16,32)",
+    )
+    gpu.add_argument(
+        "--key",
+        help="store the points under KEY, the function's image as the gateway names it (e.g. "
+        "sha256:… for an uploaded package; default: the model's name); one NAME only",
+    )
+    gpu.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="timed batches each")
+    gpu.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="the precision the function's GPU workers run at (the points do not record it; a "
+        "bf16 variant's package is bf16 already)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from infless.profiler.gpu_profile import GpuProfileFailed
+
+    gpu = args.command == "profile" and args.gpu
+    if not gpu:  # whole models on a GPU run in children: this process allocates nothing
+        from infless.profiler.allocator import keep_freed_memory
+
+        keep_freed_memory()  # the allocator state profiles and measurements share (see allocator)
+    command = f"{args.command} --gpu" if gpu else args.command
     try:
+        if gpu:
+            return _run_gpu_profile(args)
         if args.command == "profile":
             return _run_profile(args)
         return _run_predict(args)
     except InflessError as exc:
-        print(f"infless {args.command}: {exc.message}", file=sys.stderr)
+        print(f"infless {command}: {exc.message}", file=sys.stderr)
         return 2
-    except (ValueError, LookupError) as exc:
-        print(f"infless {args.command}: {exc}", file=sys.stderr)
+    except (ValueError, LookupError, GpuProfileFailed) as exc:
+        print(f"infless {command}: {exc}", file=sys.stderr)
         return 2
 
 
@@ -149,6 +197,43 @@ def _run_profile(args: argparse.Namespace) -> int:
     for failure in progress.failures:
         _log(f"failed: {failure}")
     return 1 if progress.failures else 0
+
+
+def _run_gpu_profile(args: argparse.Namespace) -> int:
+    from infless.cluster.gpus import discover_gpus
+    from infless.models.build import ensure_package
+    from infless.profiler.database import ProfileDatabase
+    from infless.profiler.gpu_profile import profile_gpu
+    from infless.profiler.prediction import default_db_path
+
+    if not args.names:
+        raise ValueError("--gpu measures NAMES: name at least one zoo model or package directory")
+    if args.key and len(set(args.names)) > 1:
+        raise ValueError(f"--key {args.key}: names the points of one model; NAMES has several")
+    shares = [int(s) for s in str(args.shares).split(",") if s.strip()]
+    batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
+    gpus = discover_gpus()
+    uuid = args.uuid or (gpus.devices[0].uuid if gpus.devices else None)
+    device = next((d for d in gpus.devices if d.uuid == uuid), None)
+    if args.uuid and gpus.devices and device is None:
+        known = ", ".join(f"{d.uuid} ({d.name})" for d in gpus.devices)
+        raise ValueError(f"--uuid {args.uuid}: NVML reports no such GPU; this server has {known}")
+    if not gpus.devices:
+        _log(f"NVML lists no GPU ({gpus.reason}): the child's own CUDA device name is used")
+    db_path = args.db or default_db_path(args.state_dir)
+    started = perf_s()
+    with ProfileDatabase(db_path) as db:
+        for name in dict.fromkeys(args.names):
+            package_dir = ensure_package(name, args.state_dir / "models")
+            rows = profile_gpu(
+                package_dir, shares, uuid, args.mps_pipe_dir, db,
+                model_key=args.key, batch_sizes=batch_sizes, rounds=args.rounds, dtype=args.dtype,
+                device_name=device.name if device is not None else None, log=_log,
+            )  # fmt: skip
+            measured = sorted({r.gpu_pct for r in rows})
+            _log(f"{name}: {len(rows)} points at {measured} % stored in {db_path}")
+    _log(f"done in {perf_s() - started:.0f} s")
+    return 0
 
 
 def _run_predict(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ Tables:
   calibration(name, value, measured_at)                   -- per-call overheads, in microseconds
   metaop_costs(meta_op, kind, fixed_us, per_item_us, ...) -- Optimus meta-operator costs per
                                                              operation type (transform.profile)
+  gpu_latency(device_name, model_key, batch_size, gpu_pct, -- a whole model measured on a GPU
+              cpus, exec_ms, measured_at)                   at a share (`profiler.gpu_profile`),
+                                                             device_name as NVML reports it
   meta(key, value)                                        -- schema version, reference kernel
 
 Owns storage only: it never measures and never imports torch. Writes commit per operator, so
@@ -23,14 +26,25 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from infless.profiler.graph import OpSignature
 
 # 3: times on the calling thread's CPU clock; 4: + profiles.ref_ms; 5: stride-1 1x1
-# convolutions run on oneDNN at every batch (`infless.models.kernels`)
-SCHEMA_VERSION = "5"
+# convolutions run on oneDNN at every batch (`infless.models.kernels`); 6: + gpu_latency
+SCHEMA_VERSION = "6"
+_GPU_LATENCY = """
+CREATE TABLE IF NOT EXISTS gpu_latency (
+    device_name TEXT NOT NULL,
+    model_key TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    gpu_pct INTEGER NOT NULL,
+    cpus INTEGER NOT NULL,
+    exec_ms REAL NOT NULL,
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (device_name, model_key, batch_size, gpu_pct, cpus)
+)"""
 MIGRATIONS = {  # from version: statements that bring it to the next one
     "3": ["ALTER TABLE profiles ADD COLUMN ref_ms REAL NOT NULL DEFAULT 0"],
     # measured on PyTorch's native kernel (one thread below batch 16, one small sample):
@@ -43,8 +57,10 @@ MIGRATIONS = {  # from version: statements that bring it to the next one
             AND json_extract(signature_json, '$.params') ->> '$.init.stride.tuple' = '[1,1]'
             AND json_extract(signature_json, '$.params') ->> '$.init.dilation.tuple' = '[1,1]')"""
     ],
+    "5": [_GPU_LATENCY],  # GPU profiles of whole models: a new table, nothing else changes
 }
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS operators (
     op_key TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -81,6 +97,9 @@ CREATE TABLE IF NOT EXISTS metaop_costs (
     PRIMARY KEY (meta_op, kind)
 );
 """
+    + _GPU_LATENCY
+    + ";\n"
+)
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
@@ -106,6 +125,21 @@ class ProfileRow:
 
 
 Config = tuple[int, int, int]  # (batch, cpus, gpu_pct)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLatencyRow:
+    """A whole model measured on a GPU: `model_key` at `batch_size` on `gpu_pct` % of a
+    `device_name` device (NVML's name: an H100's profile does not price an A10), its host
+    side on `cpus` cores, took `exec_ms` (the median of the timed rounds)."""
+
+    device_name: str
+    model_key: str
+    batch_size: int
+    gpu_pct: int
+    cpus: int
+    exec_ms: float
+    measured_at: float = 0.0
 
 
 class ProfileDatabase:
@@ -245,6 +279,38 @@ class ProfileDatabase:
             [(*row, measured_at) for row in rows],
         )
         self._conn.commit()
+
+    def add_gpu_latency(self, rows: Iterable[GpuLatencyRow]) -> None:
+        """Store measured GPU points (a point measured again replaces the old one) and commit."""
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO gpu_latency(device_name, model_key, batch_size, gpu_pct, "
+            "cpus, exec_ms, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [astuple(r) for r in rows],  # the fields are in the columns' order
+        )
+        self._conn.commit()
+
+    def gpu_latency(
+        self, device_names: Iterable[str] | None = None, model_keys: Iterable[str] | None = None
+    ) -> list[GpuLatencyRow]:
+        """The stored GPU points, of the given devices and models only when given."""
+        query = (
+            "SELECT device_name, model_key, batch_size, gpu_pct, cpus, exec_ms, measured_at "
+            "FROM gpu_latency"
+        )
+        clauses: list[str] = []
+        params: list[str] = []
+        for column, values in (("device_name", device_names), ("model_key", model_keys)):
+            if values is not None:
+                wanted = list(dict.fromkeys(values))
+                clauses.append(f"{column} IN ({', '.join('?' for _ in wanted)})")
+                params.extend(wanted)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += " ORDER BY device_name, model_key, gpu_pct, batch_size, cpus"
+        return [
+            GpuLatencyRow(str(d), str(m), int(b), int(g), int(c), float(t), float(at))
+            for d, m, b, g, c, t, at in self._conn.execute(query, params).fetchall()
+        ]
 
     def counts(self) -> tuple[int, int]:
         """(operators, profile rows) stored."""

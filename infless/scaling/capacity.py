@@ -13,6 +13,11 @@ affinity for it (clamped to (0, 1]), kept by position. `choices` returns the bes
 every fitting one of those, each with its affinity: O(buckets · log m + k) for k such servers,
 so the planner can weigh them without scanning the pool.
 
+GPU shares: an instance's share comes from one device (`place` takes the tightest that
+fits), so a server fits a share when one of its devices has that much free, never by the
+sum; each device's free share is kept within [0, its capacity] (no device is over-committed
+even by a view that says so).
+
 Mutable, but private to one `plan()` call: built from a `PoolView`, never shared or stored.
 Pure: no I/O, no clock.
 """
@@ -26,13 +31,23 @@ from collections.abc import Sequence
 from infless.scaling.view import ServerView
 
 
+def _free_shares(server: ServerView) -> list[int]:
+    """Each device's free share, within [0, its capacity]: a view that says more is free
+    than the device has (or less than nothing) must not let a device be over-committed."""
+    capacity = list(server.gpu_pct)
+    return [
+        max(0, min(free, capacity[d] if d < len(capacity) else 100))
+        for d, free in enumerate(server.free_gpu_pct)
+    ]
+
+
 class CapacityIndex:
     def __init__(self, servers: Sequence[ServerView], beta: float) -> None:
         self.beta = beta
         self.ids = [s.server_id for s in servers]
         self.cpu_capacity = [s.cpus for s in servers]
         self.free_cpus = [max(0, s.free_cpus) for s in servers]
-        self.free_gpu = [list(s.free_gpu_pct) for s in servers]
+        self.free_gpu = [_free_shares(s) for s in servers]
         self.has_gpus = any(s.gpu_pct for s in servers)
         self.max_cpus = max(self.cpu_capacity, default=0)
         self._buckets: dict[int, list[tuple[int, int]]] = {}

@@ -79,8 +79,10 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     release_headroom: float = 0.25  # release only while Σ r_up stays ≥ demand × (1 + this)
     rounding: Rounding = "paper"  # Equation 1 as printed; "reference" = INFless's Go code
     cpu_options: tuple[int, ...] = (1, 2, 4, 8, 16)  # core counts an instance may get
-    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50)  # GPU shares (only with GPUs)
-    cpu_core_gflops: float = 64.0  # β = cpu_core_gflops / gpu_pct_gflops (reference code)
+    # GPU shares an instance may get (only with GPUs); 100: the whole-GPU instance
+    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50, 100)
+    # β = cpu_core_gflops / gpu_pct_gflops (the reference code's figures; see `beta`)
+    cpu_core_gflops: float = 64.0
     gpu_pct_gflops: float = 142.0
     efficiency: Literal["served", "paper"] = "served"  # Equation 10's numerator (planner doc)
     min_fragment: float = 0.25  # Equation 10's denominator floor (reference code: ~0.001)
@@ -100,7 +102,13 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 
     @property
     def beta(self) -> float:
-        """Equation 10's β: how many GPU-percent units one CPU core is worth (FLOPS ratio)."""
+        """Equation 10's β: how many GPU-percent units one CPU core is worth (FLOPS ratio).
+
+        Resource units are u = β·c + g (GPU percent): with the reference's 64 GFLOPS per
+        core and 142 per GPU percent (a 14-TFLOPS GPU), a core weighs 0.45 % and 30 % of a
+        GPU weighs 66 cores. So at one batch size Equation 10 prefers a GPU share only where
+        it serves more than 2.2 cores' worth per percent; g > 0 wins mostly by making larger
+        batches feasible (Algorithm 1 tries the largest first) and where cores run out."""
         return self.cpu_core_gflops / self.gpu_pct_gflops
 
 

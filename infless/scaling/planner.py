@@ -9,7 +9,9 @@ capacity index so functions compete for the same servers):
    t_exec ≤ t_slo/2 and residual ≥ r_low for b > 1), then the configuration × server with the
    highest e_ij (Equation 10) and subtract its r_up; a batch size whose configurations fit no
    server falls through to the next (the paper's loop would spin); what no server can take is
-   reported as `unmet_rps`;
+   reported as `unmet_rps`, and the configurations no predictor could price (a GPU share of
+   a model nobody profiled on that GPU, say) as `unpriced`, one line per reason — never
+   dropped in silence; g > 0 is a configuration like any other where the view has GPUs;
 3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
    says so);
 4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the
@@ -78,7 +80,7 @@ class Knobs:
     rounding: Rounding = "paper"
     beta: float = 64.0 / 142.0
     cpu_options: tuple[int, ...] = (1, 2, 4, 8, 16)
-    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50)
+    gpu_options_pct: tuple[int, ...] = (10, 20, 30, 40, 50, 100)
     prefer_measured: bool = True
     downsize: bool = True
     downsize_ratio: float = 0.75
@@ -107,36 +109,63 @@ def knobs_from(cfg: ScalingConfig) -> Knobs:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """AvailableConfig's answer: the feasible <b, c, g> (largest b first) and, one line per
+    reason, the configurations no predictor could price ("b8/c1/g30: no GPU profile of …";
+    "b8/c1/g30 and 11 more: …" when several share it). Over the SLO is infeasible, not
+    unpriced."""
+
+    feasible: tuple[Candidate, ...]
+    unpriced: tuple[str, ...] = ()
+
+
+def config_label(config: InstanceConfig) -> str:
+    return f"b{config.batch_size}/c{config.cpus}/g{config.gpu_pct}"
+
+
 def candidates(
     function: FunctionView,
     predictor: LatencyPredictor,
     knobs: Knobs,
     max_cpus: int,
     has_gpus: bool,
-) -> tuple[Candidate, ...]:
-    """AvailableConfig without the residual test: every feasible <b, c, g>, largest b first."""
+) -> Candidates:
+    """AvailableConfig without the residual test: every feasible <b, c, g>, largest b first,
+    and what could not be priced."""
     batches = powers_of_two_up_to(max(1, function.max_batch)) if knobs.allow_batching else [1]
     cpu_options = [c for c in knobs.cpu_options if c <= max_cpus]
     gpu_options = [0, *knobs.gpu_options_pct] if has_gpus else [0]
     found: list[Candidate] = []
+    unpriced: dict[str, list[InstanceConfig]] = {}  # reason → the configs it left unpriced
     for b in sorted(batches, reverse=True):
         of_batch: list[Candidate] = []
         for c in cpu_options:
             for g in gpu_options:
+                config = InstanceConfig(b, c, g)
                 try:
                     exec_ms = predictor.predict_latency_ms(function.model_key, b, c, g)
-                except (LookupError, ValueError):
+                except (LookupError, ValueError) as exc:
+                    unpriced.setdefault(str(exc) or type(exc).__name__, []).append(config)
                     continue
                 if not math.isfinite(exec_ms) or exec_ms <= 0:
-                    continue
+                    continue  # the predictor's "infeasible" (e.g. the tables' 9999)
                 bounds = rate_bounds(b, exec_ms, function.slo_ms, knobs.rounding)
                 if bounds.feasible:
                     units = knobs.beta * c + g
-                    of_batch.append(Candidate(InstanceConfig(b, c, g), bounds, units))
+                    of_batch.append(Candidate(config, bounds, units))
         if knobs.max_throughput_only and of_batch:
             of_batch = [max(of_batch, key=lambda k: (k.bounds.r_up_rps, -k.units))]
         found.extend(of_batch)
-    return tuple(found)
+    return Candidates(tuple(found), tuple(_reported(unpriced)))
+
+
+def _reported(unpriced: dict[str, list[InstanceConfig]]) -> list[str]:
+    lines = []
+    for reason, configs in unpriced.items():
+        more = f" and {len(configs) - 1} more" if len(configs) > 1 else ""
+        lines.append(f"{config_label(configs[0])}{more}: {reason}")
+    return lines
 
 
 @dataclass(slots=True)
@@ -238,7 +267,8 @@ def plan_function(
     """Steps 1–5 of the module docstring for one function."""
     demand_rps = max(0.0, demand_rps)
     target_rps = demand_rps * (1.0 + knobs.headroom)
-    cands = candidates(function, predictor, knobs, index.max_cpus, index.has_gpus)
+    found = candidates(function, predictor, knobs, index.max_cpus, index.has_gpus)
+    cands = found.feasible
     live = [
         i for i in function.instances if i.state in (InstanceState.STARTING, InstanceState.READY)
     ]
@@ -318,6 +348,7 @@ def plan_function(
         unmet_rps=unmet,
         starts=len(placed),
         stops=len(stops),
+        unpriced=found.unpriced,
     )
     return actions, decision
 

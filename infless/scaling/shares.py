@@ -126,15 +126,19 @@ def choose_releases(
 
     sum_w = sum(weight(i) for i in kept)
     while sum_w > demand_rps + _EPS and len(kept) > min_keep:
-        best: tuple[bool, float, float, str] | None = None
+        best: tuple[bool, bool, float, float, str] | None = None
         best_index = -1
         for index, candidate in enumerate(kept):
             if not candidate.releasable:
                 continue
             if sum_up - candidate.r_up_rps + _EPS < cover:
                 continue  # would break cover
+            # one that can serve nothing (r_up 0: unpriced, or over its SLO) goes first, so
+            # `min_keep` never keeps it in place of one that serves
+            serves = candidate.r_up_rps > _EPS
             underfed = sum_low - candidate.r_low_rps > demand_rps + _EPS
-            key = (underfed, candidate.release_rank, -candidate.r_up_rps, candidate.instance_id)
+            key = (serves, underfed, candidate.release_rank, -candidate.r_up_rps,
+                   candidate.instance_id)  # fmt: skip
             if best is None or key < best:
                 best, best_index = key, index
         if best is None:

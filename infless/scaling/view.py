@@ -144,6 +144,9 @@ class FunctionDecision:
     unmet_rps: float  # demand no capacity could be found for
     starts: int = 0
     stops: int = 0
+    # configurations no predictor could price, one per reason ("b8/c1/g30: no GPU profile
+    # of resnet-50 on …"): never dropped in silence (priced but over the SLO is not here)
+    unpriced: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

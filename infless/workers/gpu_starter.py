@@ -297,6 +297,14 @@ class GpuStarter(LayeredStarter):
         await self._sharing.stop()
 
     # -- reading -------------------------------------------------------------------------
+    def profile_target(self) -> tuple[str, str | None] | None:
+        """Where profiles of this server's GPUs are measured: the first GPU's uuid and its
+        MPS daemon's pipe directory (None: time-sliced); None before `start`."""
+        if not self.slots:
+            return None
+        slot = self.slots[min(self.slots)]
+        return slot.device.uuid, slot.pipe_dir
+
     def describe(self, instance_id: str) -> dict[str, object]:
         described = self.inner.describe(instance_id)
         known = self._instances.get(instance_id)

@@ -141,3 +141,12 @@ def test_every_share_stays_within_its_bounds(
         )
     if decision.regime is Regime.ABOVE:
         assert decision.residual_rps == pytest.approx(demand_rps - decision.r_max_rps)
+
+
+def test_an_instance_that_serves_nothing_is_released_before_one_that_serves() -> None:
+    """Kept to keep one warm, an instance with [0, 0] (unpriced or over its SLO) would serve
+    nothing: the one released is it."""
+    dead, live = ShareInput("dead", 0.0, 0.0), ShareInput("live", 1.0, 1.0)
+    decision = dispatch_shares([dead, live], 0.0, alpha=0.0, min_keep=1)
+    assert decision.release == ("dead",)
+    assert [s.instance_id for s in decision.shares] == ["live"]
