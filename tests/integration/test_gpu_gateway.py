@@ -143,3 +143,39 @@ def test_without_mps_the_gpu_is_time_sliced_and_says_why(tmp_path: Path) -> None
         assert device["sharing"]["mode"] == "time-sliced"
         assert "no-such-mps-control" in device["sharing"]["reason"]
         assert len(answer(gw, "digits-gpu")) == 10
+
+
+def test_the_planner_chooses_a_gpu_share_from_a_gpu_profile(tmp_path: Path) -> None:
+    from infless.cluster.fake_gpus import FAKE_NAME
+    from infless.profiler.database import GpuLatencyRow, ProfileDatabase
+
+    # a GPU profile of the model on this (fake) device: 2 ms a batch at any measured share,
+    # far inside an SLO no CPU configuration meets (5 ms against tens of ms on a core)
+    state = tmp_path / "state"
+    state.mkdir()
+    rows = [
+        GpuLatencyRow(FAKE_NAME, "bert-small", b, g, 1, 2.0 + 0.1 * b)
+        for b in (1, 2, 4, 8)
+        for g in (10, 20, 30, 50, 100)
+    ]
+    with ProfileDatabase(state / "profiles.sqlite") as db:
+        db.add_gpu_latency(rows)
+    functions = [{"name": "bert", "image": "bert-small", "slo_ms": 5, "max_batch": 8, "gpu_pct": 0}]
+    sections = {
+        **gpu_sections(str(FAKE_MPS)),
+        "scaling": {"policy": "infless", "tick_s": 0.5},
+    }
+    tokens = json.dumps({"inputs": {"input_ids": [101] * 64, "attention_mask": [1] * 64}})
+    with start_gateway(tmp_path, functions, sections, state_dir=state) as gw:
+        gw.wait_ready("bert")  # its first instance: CPU cores only, as the function says
+
+        def planned_on_gpu() -> bool:
+            for _ in range(20):  # demand, whatever is answered (most get 429: SLO 5 ms)
+                gw.request("POST", "/function/bert", raw=tokens.encode(), timeout_s=30)
+            return any(i["gpuPct"] > 0 for i in gw.instances("bert"))
+
+        wait_for(planned_on_gpu, "an instance with a GPU share", timeout_s=120.0)
+        on_gpu = next(i for i in gw.instances("bert") if i["gpuPct"] > 0)
+        assert on_gpu["gpuPct"] in {10, 20, 30, 50, 100}
+        planner = gw.json("GET", "/system/function/bert")["planner"]
+        assert not any("no GPU profile" in reason for reason in planner["unpriced"])
