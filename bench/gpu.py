@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.gpu_serving import stage_profile, stage_throughput
 from bench.gpu_stack import (
     boot_and_answer,
     device_memory_used_bytes,
@@ -188,6 +189,8 @@ async def stage_memory(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 STAGES: dict[str, Callable[[argparse.Namespace, Path], Any]] = {
     "start": stage_start,
     "memory": stage_memory,
+    "profile": stage_profile,
+    "throughput": stage_throughput,
 }
 
 
@@ -199,9 +202,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and steps")
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--fresh-starts", type=int, default=2)
+    parser.add_argument("--models", default="resnet-50,bert-base", help="profiled and served")
+    parser.add_argument("--slo-ms", type=float, default=50.0)
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--step-s", type=float, default=6.0)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--max-requests", type=int, default=100_000, help="per step")
+    parser.add_argument("--profile-rounds", type=int, default=10)
+    parser.add_argument(
+        "--ladder", default="0.5,0.75,1,1.25,1.5,1.75,2,2.5,3",
+        help="step rates as multiples of one whole-GPU instance's profiled capacity",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fallback-rps", type=float, default=50.0, help="the ladder's unit without profiles"
+    )
     args = parser.parse_args(argv)
+    args.models = args.models.split(",")
+    args.ladder = [float(f) for f in args.ladder.split(",")]
     if args.quick:
-        args.starts, args.fresh_starts = 3, 1
+        args.starts, args.fresh_starts, args.step_s, args.profile_rounds = 3, 1, 4.0, 5
     args.out.mkdir(parents=True, exist_ok=True)
     build_models("resnet-50", "resnet-18", "bert-base")
     figures: dict[str, Any] = {"bench": "gpu", "fake": args.fake}
