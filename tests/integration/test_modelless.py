@@ -171,11 +171,14 @@ def test_malformed_goals_and_unknown_apps_get_400(
 def test_v2_parameters_carry_goals_and_the_answer_names_the_variant(
     gateway: GatewayProcess, registered: dict[str, Any]
 ) -> None:
-    fastest = min(ready(registered).values(), key=b1_ms)
+    # a bound only the fastest variant at batch 1 meets (halfway to the runner-up: two
+    # variants may measure within a percent of each other)
+    fastest, runner_up = sorted(ready(registered).values(), key=b1_ms)[:2]
+    bound = (b1_ms(fastest) + b1_ms(runner_up)) / 2
     request: dict[str, Any] = {
         "inputs": [{"name": "tokens", "datatype": "INT64", "shape": [1, 69],
                     "data": list(range(69))}],
-        "parameters": {"latency_ms": b1_ms(fastest) * 1.01},
+        "parameters": {"latency_ms": bound},
     }  # fmt: skip
     meta = gateway.json("GET", "/v2/models/tc--fp32")
     request["inputs"][0]["name"] = meta["inputs"][0]["name"]
