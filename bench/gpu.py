@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args.ladder = [float(f) for f in args.ladder.split(",")]
     if args.quick:
         args.starts, args.fresh_starts, args.step_s, args.profile_rounds = 3, 1, 4.0, 5
+        args.warmup_s = 2.0
     args.out.mkdir(parents=True, exist_ok=True)
     build_models("resnet-50", "resnet-18", "bert-base")
     figures: dict[str, Any] = {"bench": "gpu", "fake": args.fake}

@@ -27,9 +27,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute
 python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
 "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tee -a "$out/gpu.txt"
 
-timeout 210 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$out/tests.log"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$out/tests.log"
 tests_rc=${PIPESTATUS[0]}
-timeout 300 python3 -m bench.gpu --out "$out" 2>&1 | tee "$out/bench.log"
+timeout 320 python3 -m bench.gpu --quick --out "$out" 2>&1 | tee "$out/bench.log"
 bench_rc=${PIPESTATUS[0]}
 
 python3 - "$out" "$tests_rc" "$bench_rc" <<'PY'

@@ -179,3 +179,23 @@ def test_the_planner_chooses_a_gpu_share_from_a_gpu_profile(tmp_path: Path) -> N
         assert on_gpu["gpuPct"] in {10, 20, 30, 50, 100}
         planner = gw.json("GET", "/system/function/bert")["planner"]
         assert not any("no GPU profile" in reason for reason in planner["unpriced"])
+
+
+def test_a_gpu_worker_that_dies_leaks_nothing_in_the_tier(tmp_path: Path) -> None:
+    with start_gateway(tmp_path, FUNCTIONS[:1], gpu_sections(str(FAKE_MPS))) as gw:
+        (before,) = gw.wait_ready("digits-gpu")
+        os.kill(before["pid"], signal.SIGKILL)
+
+        def holders() -> list[list[str]]:
+            models = server(gw)["gpuTier"]["devices"][0]["models"]
+            return [m["holders"] for m in models]
+
+        def replaced_and_released() -> bool:
+            ready = [i for i in gw.instances("digits-gpu") if i["state"] == "ready"]
+            if not ready or ready[0]["pid"] == before["pid"]:
+                return False
+            # the replacement worker (`<instance>-r1`) holds the copy; the dead one, nothing
+            return holders() == [[f"{before['id']}-r1"]]
+
+        wait_for(replaced_and_released, "the replacement, alone holding the copy")
+        assert len(answer(gw, "digits-gpu")) == 10
