@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from infless.scaling.predictors import LatencyPredictor
+from infless.scaling.predictors import LatencyPredictor, interpolate
 
 
 class GpuMeasurement(Protocol):
@@ -99,20 +99,10 @@ class GpuCurve:
         return t0 + weight * (t1 - t0)
 
     def _at(self, gpu_pct: int, batch_size: float) -> float:
-        points = self._curves[gpu_pct]
-        batches = [b for b, _ in points]
-        index = bisect.bisect_left(batches, batch_size)
-        if index < len(points) and batches[index] == batch_size:
-            return points[index][1]
-        if index == 0:
-            return points[0][1]
-        if index == len(points):
-            raise LookupError(
-                f"batch {batch_size:g} is beyond the largest profiled at {gpu_pct} % "
-                f"({batches[-1]})"
-            )
-        (b0, t0), (b1, t1) = points[index - 1], points[index]
-        return t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0)
+        try:
+            return interpolate(self._curves[gpu_pct], batch_size)
+        except LookupError as exc:
+            raise LookupError(f"{exc} at {gpu_pct} %") from None
 
 
 class GpuProfilePredictor:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -74,19 +74,25 @@ class TablePredictor:
             raise LookupError(
                 f"no measured latency for {model_key!r} at {cpus} cores, {gpu_pct}% GPU"
             )
-        batches = [b for b, _ in points]
-        index = bisect.bisect_left(batches, batch_size)
-        if index < len(points) and batches[index] == batch_size:
-            return points[index][1]
-        if index == 0:
-            return points[0][1]
-        if index == len(points):
-            raise LookupError(
-                f"{model_key!r}: batch {batch_size} is beyond the largest measured "
-                f"({batches[-1]}) at {cpus} cores, {gpu_pct}% GPU"
-            )
-        (b0, t0), (b1, t1) = points[index - 1], points[index]
-        return t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0)
+        try:
+            return interpolate(points, batch_size)
+        except LookupError as exc:
+            raise LookupError(f"{model_key!r} at {cpus} cores, {gpu_pct}% GPU: {exc}") from None
+
+
+def interpolate(points: Sequence[tuple[int, float]], batch_size: float) -> float:
+    """t_exec at `batch_size` from (batch, ms) points sorted by batch: a measured point, the
+    smallest's below it, linear between two; `LookupError` beyond the largest."""
+    batches = [b for b, _ in points]
+    index = bisect.bisect_left(batches, batch_size)
+    if index < len(points) and batches[index] == batch_size:
+        return points[index][1]
+    if index == 0:
+        return points[0][1]
+    if index == len(points):
+        raise LookupError(f"batch {batch_size:g} is beyond the largest measured ({batches[-1]})")
+    (b0, t0), (b1, t1) = points[index - 1], points[index]
+    return t0 + (t1 - t0) * (batch_size - b0) / (b1 - b0)
 
 
 @dataclass(frozen=True, slots=True)

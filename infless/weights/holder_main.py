@@ -34,34 +34,9 @@ from infless.weights import holder_protocol as h
 from infless.weights.gpu_fake import FakeDevice, map_host
 from infless.weights.gpu_tier import GpuDevice, GpuTier, GpuTierFull, plan_layout
 from infless.weights.stored import StoredTensor
+from infless.workers.channel import BlockingChannel
 
 log = logging.getLogger("infless.weights.holder")
-
-
-class _Channel:
-    """Blocking frame I/O on the holder's end of the socketpair."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def _recv_exact(self, size: int) -> bytes | None:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                return None
-            chunks += chunk
-        return bytes(chunks)
-
-    def receive(self) -> h.ToHolder | None:
-        header = self._recv_exact(h.FRAME_HEADER.size)
-        if header is None:
-            return None
-        body = self._recv_exact(h.frame_length(header))
-        return None if body is None else h.decode_to_holder(body)
-
-    def send(self, message: h.FromHolder) -> None:
-        self._sock.sendall(h.encode_frame(message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +150,9 @@ class Holder:
 def serve(sock: socket.socket) -> None:
     """Hold the tier for the gateway on `sock` until `Stop` or EOF; free everything then."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway owns shutdown
-    channel = _Channel(sock)
+    channel: BlockingChannel[h.ToHolder, h.FromHolder] = BlockingChannel(
+        sock, h.decode_to_holder, h.encode_frame
+    )
     start = channel.receive()
     if not isinstance(start, h.HolderStart):
         return

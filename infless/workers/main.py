@@ -41,38 +41,19 @@ import numpy as np
 from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
+from infless.workers.channel import BlockingChannel
 from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
 from infless.workers.tcp import accept_gateway, exit_with
+
+_Channel = BlockingChannel[p.ToWorker, p.FromWorker]
 
 if TYPE_CHECKING:
     from infless.workers.gpu_session import GpuSession
 
 
-class _Channel:
-    """Blocking frame I/O on the worker's end of the socketpair."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def _recv_exact(self, size: int) -> bytes | None:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                return None
-            chunks += chunk
-        return bytes(chunks)
-
-    def receive(self) -> p.ToWorker | None:
-        header = self._recv_exact(p.FRAME_HEADER.size)
-        if header is None:
-            return None
-        body = self._recv_exact(p.frame_length(header))
-        return None if body is None else p.decode_to_worker(body)
-
-    def send(self, message: p.FromWorker) -> None:
-        self._sock.sendall(p.encode_frame(message))
+def _channel(sock: socket.socket) -> _Channel:
+    return BlockingChannel(sock, p.decode_to_worker, p.encode_frame)
 
 
 class _Template:
@@ -183,7 +164,7 @@ def prepare_template(sock: socket.socket) -> bool:
     loop that follows still forks from a single-threaded process.
     """
     global _template  # noqa: PLW0603 - set once per template process, before any fork
-    channel = _Channel(sock)
+    channel = _channel(sock)
     request = channel.receive()
     if not isinstance(request, p.LoadModel):
         return False
@@ -231,7 +212,7 @@ def _run(model: LoadedModel, message: p.RunBatch | p.RunRequests) -> p.FromWorke
 def serve(sock: socket.socket) -> None:
     """Serve one instance on `sock` until Shutdown or EOF. Never raises for a bad batch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway owns shutdown
-    channel = _Channel(sock)
+    channel = _channel(sock)
     first = channel.receive()
     device = _device_session(first)
     if device is not None:
@@ -253,7 +234,7 @@ def serve(sock: socket.socket) -> None:
             if conn is None:
                 return
             exit_with(sock)
-            channel = _Channel(conn)
+            channel = _channel(conn)
         elif isinstance(message, p.Unload) and device is not None:
             model = None  # the session drops the rest: the device memory goes back
             channel.send(device.unload())
