@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.harness import BENCH_MODELS, build_models
 from bench.harness import gateway as start_gateway
-from bench.slo import HEADER, _config_sections, _rate_list, _row, run_step, summarize
+from bench.steps import HEADER, config_sections, rate_list, row, run_step, summarize
 from infless.clock import RealClock, perf_s
 from infless.config import Config, with_overrides
 from infless.nodes.agent import NodeAgent
@@ -116,7 +116,7 @@ async def per_batch(batches: int, work: Path) -> dict[str, Any]:
 
 
 def per_request(mode: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    extra = _config_sections()
+    extra = config_sections()
     if mode == "cluster":
         cores = len(os.sched_getaffinity(0))
         extra += f'\n[cluster]\nbackend = "ray"\naddress = "local:1"\nlocal_cpus = {cores}\n'
@@ -139,7 +139,7 @@ def per_request(mode: str, args: argparse.Namespace, work: Path) -> dict[str, An
         for rate in args.rates:
             step = run_step(gw, "text", SLO_MS, rate, "json", args, work / f"{mode}-{rate}")
             steps.append(step)
-            print(_row(step, SLO_MS), flush=True)
+            print(row(step, SLO_MS), flush=True)
             if not step.kept_up:
                 break
     return {
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=3000)
     parser.add_argument("--step-s", type=float, default=8.0)
     parser.add_argument("--low-rps", type=float, default=100.0)
-    parser.add_argument("--rates", type=_rate_list, default=RATES)
+    parser.add_argument("--rates", type=rate_list, default=RATES)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-requests", type=int, default=100_000)
     parser.add_argument("--skip-gateway", action="store_true", help="per-batch figures only")

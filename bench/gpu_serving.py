@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import BENCH_MODELS, gateway
-from bench.slo import Step, run_step
+from bench.steps import Step, run_step
 from infless.clock import RealClock
 from infless.cluster.config import GpuConfig
 from infless.cluster.gpus import inventory_for

@@ -1,34 +1,31 @@
-"""Does infless hold the SLO under load? Open-loop Poisson steps against one function, rising
-until the platform cannot keep up; per step the latency the client saw and what it cost.
+"""Does infless hold the SLO on this machine today? Every rate as a fraction of what the
+machine can do without infless, measured in the same run.
 
-As a user would measure it on this machine: a fresh gateway with the shipped `config.toml`
-settings and one function (no other tuning), the client (`infless loadgen synthetic`, a
-separate process on the same cores) sending one sample per request, open-loop Poisson for
-`--step-s` seconds at each rate of the ladder, in turn. Functions (`--functions`):
+As a user would measure it: a fresh gateway with the shipped `config.toml` settings and one
+function, and the load generator (`loadgen synthetic`, a separate process on the same cores)
+sending one sample per request, open loop. Functions (`--functions`): `text`, the small
+TextCNN (`textcnn-64`), SLO 50 ms; `vision`, ResNet-20 on 3×32×32 (`resnet-20-cifar`), SLO
+200 ms; JSON bodies and/or raw tensor bytes (`--formats`).
 
-- `text`: the classic small TextCNN (`textcnn-64`: 64 token ids, vocabulary 5000, 128-d
-  embeddings, filters 3/4/5 × 100), SLO 50 ms;
-- `vision`: ResNet-20 on 3×32×32 images (`resnet-20-cifar`), SLO 200 ms.
-
-Each with JSON bodies and with the compact format (`--formats json raw`: raw little-endian
-tensor bytes). A step "keeps up" when the achieved rate (answers per second, 200s) is at
-least 97 % of the offered rate; the ladder stops at the first step that does not. Per step:
-offered and achieved rate, p50/p99 (of 200s, client-measured), SLO violations (answers later
-than the SLO), 429s (every one must carry Retry-After), other errors, CPU per request of the
-gateway's process tree (gateway + workers + zygote + templates) and of the client, and the
-instances with their <b, c> at the end of the step. The figure: the highest offered rate
-whose step kept up with p99 <= SLO — and whether every step that kept up held the SLO.
-
-Between the comparison baselines of the issue (other systems hold the SLO up to 480–800
-req/s here) and the targets (>= 2,000 req/s text, >= 1,500 req/s vision with p99 <= SLO).
-
-`--overload`: the shipped `textcnn-69` function (SLO 50 ms, max batch 8) at 2,000 req/s
-— about ten times what one instance serves — for one step: the admitted requests' p50/p99,
-the refusals (each must be a 429 with Retry-After), requests lost (no answer), and the
-gateway's memory before and after.
+1. **The in-process limit** (`bench.slo_limit`): the model's forward in this process, every
+   batch size, 1 thread and all cores; the limit is the best items/s with all cores. Every
+   rate below is also given as a fraction of it.
+2. **Ladder**: Poisson steps of `--step-s` at rising fractions of the limit (`--fractions`),
+   after a warm-up step; a step passes when it kept up (≥ 97 % of offered), its p99 is
+   within the SLO and **nothing failed — a 429 fails the step**. The figure: the highest
+   passing fraction (the ladder stops at the first failure). Per step, the server's CPU per
+   request (gateway + workers) against the model's own in-process CPU per item at the batch
+   sizes the answers came in with the instances' threads.
+3. **Step from idle** (`--idle-step`): a fresh gateway, idle, then Poisson at half the
+   ladder's maximum: refusals after the first second (goal: none) and p99.
+4. **Slow ramp** (`--ramp-s`): from 5 % of the limit to the ladder's maximum: any error.
+5. **Overload** (`--overload`): ten times the ladder's maximum (capped by
+   `--overload-cap-rps`): the admitted requests' p99 and the goodput (answers within the SLO
+   per second) as a fraction of the ladder's maximum (goal ≥ 0.8); every refusal a 429 with
+   Retry-After, nothing lost.
 
     .venv/bin/python -m bench.slo [--functions text vision] [--formats json raw]
-        [--step-s 15] [--text-rates 500,1000,...] [--vision-rates 300,600,...]
+        [--step-s 10] [--fractions 0.1,0.2,...] [--idle-step] [--ramp-s 40] [--overload]
 
 Prints a table per run and ends with one JSON line. Everything targets 127.0.0.1, bounded in
 requests (`--max-requests` per step) and time.
@@ -38,232 +35,162 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
-import tomllib
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from bench.harness import REPO_ROOT, Gateway, build_models, gateway
+from bench.harness import build_models, gateway
+from bench.slo_limit import ModelCosts, measure
+from bench.steps import (
+    HEADER,
+    Step,
+    config_sections,
+    rate_list,
+    records,
+    row,
+    run_load,
+    run_step,
+    shape_args,
+)
 
 FUNCTIONS = {
     "text": ("textcnn-64", 50.0),
     "vision": ("resnet-20-cifar", 200.0),
 }
-DEFAULT_RATES = {
-    "text": (500, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 5000),
-    "vision": (300, 600, 900, 1200, 1500, 1800, 2100, 2500),
-}
-KEEP_UP = 0.97
+DEFAULT_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-@dataclass
-class Step:
-    offered_rps: float
-    achieved_rps: float
-    p50_ms: float
-    p99_ms: float
-    answered: int
-    slo_violations: int
-    rejected_429: int
-    missing_retry_after: int
-    other_errors: int
-    server_cpu_us_per_request: float
-    client_cpu_us_per_request: float
-    instances: list[str]
-
-    @property
-    def kept_up(self) -> bool:
-        return self.achieved_rps >= KEEP_UP * self.offered_rps
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and everything below it, the exited ones included (a
-    reaped worker's time moves into its parent's children counters)."""
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for process in tree:
-        try:
-            t = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
-
-
-def _config_sections() -> str:
-    """The shipped config.toml's settings, less what the bench sets itself."""
-    shipped = tomllib.loads((REPO_ROOT / "config.toml").read_text(encoding="utf-8"))
-    lines: list[str] = []
-    for section, values in shipped.items():
-        if section in {"gateway", "state", "models", "functions"}:
-            continue
-        tables = {k: v for k, v in values.items() if isinstance(v, dict)}
-        lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if k not in tables]
-        for name, table in tables.items():
-            lines.append(f"[{section}.{name}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    return "\n".join(lines)
-
-
-def _records(out: Path) -> list[dict[str, str]]:
-    import csv
-
-    with (out / "records.csv").open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def run_step(
-    gw: Gateway, name: str, slo_ms: float, rate: float, fmt: str, args: argparse.Namespace,
-    out: Path,
-) -> Step:  # fmt: skip
-    command = [
-        sys.executable, "-m", "loadgen", "synthetic", "--gateway", gw.url, "--functions", name,
-        "--shape", "poisson", "--rate-rps", str(rate), "--duration-s", str(args.step_s),
-        "--max-requests", str(args.max_requests), "--seed", str(int(rate)), "--no-progress",
-        "--out", str(out),
-    ]  # fmt: skip
-    if fmt != "json":
-        command += ["--format", fmt]
-    server_before = _tree_cpu_s(gw.process.pid)
-    client = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    client_cpu = 0.0
-    handle = psutil.Process(client.pid)
-    while client.poll() is None:
-        try:
-            times = handle.cpu_times()
-            client_cpu = times.user + times.system + times.children_user + times.children_system
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.2)
-    _, stderr = client.communicate()
-    if client.returncode != 0:
-        raise RuntimeError(f"loadgen failed: {stderr.decode(errors='replace')[-2000:]}")
-    server_cpu = _tree_cpu_s(gw.process.pid) - server_before
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))["overall"]
-    rows = _records(out)
-    answered = summary["ok"]
-    rejected = [r for r in rows if r.get("status") == "429"]
-    without_retry_after = [r for r in rejected if not r.get("retry_after_s")]
-    latency = summary["latency"]
-    instances = gw.get("/system/instances")
-    return Step(
-        offered_rps=summary["offered_rps"],
-        achieved_rps=summary["achieved_rps"],
-        p50_ms=latency["p50_ms"] or 0.0,
-        p99_ms=latency["p99_ms"] or 0.0,
-        answered=answered,
-        slo_violations=summary["slo_violations"],
-        rejected_429=len(rejected),
-        missing_retry_after=len(without_retry_after),
-        other_errors=summary["errors"] - len(rejected),
-        server_cpu_us_per_request=server_cpu / max(1, summary["requests"]) * 1e6,
-        client_cpu_us_per_request=client_cpu / max(1, summary["requests"]) * 1e6,
-        instances=sorted(
-            f"b{i['batchSize']}/c{i['cpus']}" for i in instances if i["function"] == name
-        ),
-    )
-
-
-def run_ladder(kind: str, fmt: str, args: argparse.Namespace, work: Path) -> list[Step]:
+def functions_toml(kind: str, args: argparse.Namespace) -> str:
     image, slo_ms = FUNCTIONS[kind]
-    rates = args.text_rates if kind == "text" else args.vision_rates
-    functions = (
+    return (
         f'[[functions]]\nname = "{kind}"\nimage = "{image}"\nslo_ms = {slo_ms}\n'
         f"max_batch = {args.max_batch}\ninstances = 1\n"
     )
-    steps: list[Step] = []
-    with gateway(work / f"{kind}-{fmt}", functions, _config_sections()) as gw:
+
+
+def model_cpu_us(step: Step, costs: ModelCosts, instances: list[dict[str, Any]]) -> float:
+    """The model's own CPU per request in this step: the in-process cost per item at each
+    answer's batch size, with the threads of the instances that served (their mean)."""
+    served = [i for i in instances if i["served"]]
+    threads = round(sum(i["cpus"] for i in served) / len(served)) if served else 1
+    answers = sum(step.batch_sizes.values())
+    if not answers:
+        return 0.0
+    total = sum(n * costs.cost_us(b, threads) for b, n in step.batch_sizes.items())
+    return total / answers
+
+
+def ladder(
+    kind: str, fmt: str, costs: ModelCosts, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    _, slo_ms = FUNCTIONS[kind]
+    limit = costs.limit_items_per_s
+    steps: list[dict[str, Any]] = []
+    passing = 0.0
+    with gateway(work / f"{kind}-{fmt}", functions_toml(kind, args), config_sections()) as gw:
         gw.wait_ready(kind)
-        run_step(gw, kind, slo_ms, rates[0], fmt, _warmup(args), work / f"{kind}-{fmt}-warm")
-        for rate in rates:
-            step = run_step(gw, kind, slo_ms, rate, fmt, args, work / f"{kind}-{fmt}-{rate}")
-            steps.append(step)
-            print(_row(step, slo_ms), flush=True)
-            if not step.kept_up:
+        warm = argparse.Namespace(**{**vars(args), "step_s": args.warmup_s})
+        run_step(gw, kind, slo_ms, limit * args.fractions[0], fmt, warm, work / f"{kind}-w")
+        for fraction in args.fractions:
+            out = work / f"{kind}-{fmt}-{fraction}"
+            step = run_step(gw, kind, slo_ms, limit * fraction, fmt, args, out)
+            model = model_cpu_us(step, costs, gw.get("/system/instances"))
+            ratio = step.server_cpu_us_per_request / model if model else 0.0
+            print(f"{row(step, slo_ms)}  {fraction:.2f} of the limit, server CPU "
+                  f"{ratio:.2f}x the model's", flush=True)  # fmt: skip
+            steps.append({**step.describe(), "fraction": fraction,
+                          "model_cpu_us_per_request": round(model, 1),
+                          "server_cpu_over_model": round(ratio, 2)})  # fmt: skip
+            if not step.passed:
                 break
-    return steps
+            passing = fraction
+    return {"max_fraction_at_slo": passing, "max_rps_at_slo": round(passing * limit),
+            "steps": steps}  # fmt: skip
 
 
-def _warmup(args: argparse.Namespace) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "step_s": args.warmup_s})
+def step_from_idle(
+    kind: str, fmt: str, rate: float, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """A fresh gateway, idle, then `rate` at once: refusals in the first second and after."""
+    _, slo_ms = FUNCTIONS[kind]
+    out = work / f"{kind}-{fmt}-idle-step"
+    with gateway(work / f"{kind}-{fmt}-idle", functions_toml(kind, args), config_sections()) as gw:
+        gw.wait_ready(kind)
+        time.sleep(args.idle_s)
+        step = run_step(gw, kind, slo_ms, rate, fmt, args, out)
+    rows = records(out)
+    late = [r for r in rows if float(r["sent_s"]) >= 1.0]
+    refused_after = sum(1 for r in late if r["status"] != "200")
+    latencies = sorted(float(r["latency_ms"]) for r in late if r["status"] == "200")
+    p99 = latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0
+    print(f"step from idle to {rate:.0f} req/s: {step.errors} failed in all, "
+          f"{refused_after} after the first second; p99 after it {p99:.1f} ms "
+          f"(SLO {slo_ms:g})")  # fmt: skip
+    return {**step.describe(), "rate_rps": round(rate), "failed_after_first_s": refused_after,
+            "p99_after_first_s_ms": round(p99, 1)}  # fmt: skip
 
 
-HEADER = (
-    f"{'offered':>8} {'achieved':>9} {'p50 ms':>7} {'p99 ms':>7} {'late':>6} {'429':>6} "
-    f"{'errors':>6} {'srv us/r':>8} {'cli us/r':>8}  instances"
-)
+def ramp(
+    kind: str, fmt: str, start: float, end: float, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    _, slo_ms = FUNCTIONS[kind]
+    with gateway(work / f"{kind}-{fmt}-ramp", functions_toml(kind, args), config_sections()) as gw:
+        gw.wait_ready(kind)
+        shape = shape_args(end, args.ramp_s, ramp_from_rps=start)
+        step = run_load(gw, kind, slo_ms, shape, fmt, args, work / f"{kind}-{fmt}-ramp-run")
+    print(f"ramp {start:.0f} -> {end:.0f} req/s over {args.ramp_s:g} s: {step.errors} failed, "
+          f"p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g})")  # fmt: skip
+    return {**step.describe(), "from_rps": round(start), "to_rps": round(end)}
 
 
-def _row(step: Step, slo_ms: float) -> str:
-    mark = "" if step.p99_ms <= slo_ms else "  p99 > SLO"
-    if not step.kept_up:
-        mark += "  (not kept up)"
-    return (
-        f"{step.offered_rps:8.0f} {step.achieved_rps:9.0f} {step.p50_ms:7.1f} "
-        f"{step.p99_ms:7.1f} {step.slo_violations:6d} {step.rejected_429:6d} "
-        f"{step.other_errors:6d} {step.server_cpu_us_per_request:8.0f} "
-        f"{step.client_cpu_us_per_request:8.0f}  {' '.join(step.instances)}{mark}"
-    )
-
-
-def summarize(steps: list[Step], slo_ms: float) -> dict[str, Any]:
-    kept = [s for s in steps if s.kept_up]
-    holding = [s for s in kept if s.p99_ms <= slo_ms]
-    return {
-        "max_rps_within_slo": max((s.offered_rps for s in holding), default=0.0),
-        "p99_within_slo_at_every_kept_up_step": len(holding) == len(kept),
-        "steps": [asdict(s) | {"kept_up": s.kept_up} for s in steps],
-    }
-
-
-def run_overload(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    functions = (
-        '[[functions]]\nname = "textcnn-69"\nimage = "textcnn-69"\nslo_ms = 50\n'
-        "max_batch = 8\ninstances = 1\n"
-    )
-    with gateway(work / "overload", functions, _config_sections()) as gw:
-        gw.wait_ready("textcnn-69")
-        rss_before = psutil.Process(gw.process.pid).memory_info().rss
-        step = run_step(gw, "textcnn-69", 50.0, args.overload_rps, "json", args, work / "ol")
-        rss_after = psutil.Process(gw.process.pid).memory_info().rss
-        rows = _records(work / "ol")
+def overload(
+    kind: str, fmt: str, max_rps: float, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    _, slo_ms = FUNCTIONS[kind]
+    rate = min(10 * max_rps, args.overload_cap_rps)
+    out = work / f"{kind}-{fmt}-overload"
+    with gateway(work / f"{kind}-{fmt}-ol", functions_toml(kind, args), config_sections()) as gw:
+        gw.wait_ready(kind)
+        step = run_step(gw, kind, slo_ms, rate, fmt, args, out)
+    rows = records(out)
     lost = sum(1 for r in rows if r["status"] not in ("200", "429"))
-    figures = asdict(step) | {
-        "lost": lost,
-        "refused_share": step.rejected_429 / max(1, len(rows)),
-        "gateway_rss_mib_before": rss_before / 2**20,
-        "gateway_rss_mib_after": rss_after / 2**20,
-    }
-    print(
-        f"\noverload: textcnn-69 (SLO 50 ms) at {step.offered_rps:.0f} req/s offered: "
-        f"{step.answered} admitted, p50 {step.p50_ms:.1f} ms, p99 {step.p99_ms:.1f} ms; "
-        f"{step.rejected_429} refused (429; {step.missing_retry_after} without Retry-After), "
-        f"{lost} lost; gateway RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB"
-    )
+    good = sum(1 for r in rows if r["status"] == "200" and float(r["latency_ms"]) <= slo_ms)
+    goodput = good / args.step_s
+    figures = {**step.describe(), "offered_x_max": round(rate / max(1.0, max_rps), 1),
+               "lost": lost, "goodput_rps": round(goodput),
+               "goodput_over_max": round(goodput / max(1.0, max_rps), 2)}  # fmt: skip
+    print(f"overload: {step.offered_rps:.0f} req/s offered ({figures['offered_x_max']}x the "
+          f"max at SLO): admitted p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g}), goodput "
+          f"{goodput:.0f} req/s = {figures['goodput_over_max']} of the max, "
+          f"{step.rejected_429} refused ({step.missing_retry_after} without Retry-After), "
+          f"{lost} lost")  # fmt: skip
     return figures
 
 
-def _rate_list(text: str) -> tuple[float, ...]:
-    return tuple(float(v) for v in text.split(",") if v.strip())
+def run_function(
+    kind: str, args: argparse.Namespace, costs: ModelCosts, work: Path
+) -> dict[str, Any]:
+    image, slo_ms = FUNCTIONS[kind]
+    limit = costs.limit_items_per_s
+    print(f"\n{kind} ({image}, SLO {slo_ms:g} ms): in-process limit {limit:.0f} items/s "
+          f"(batch {costs.limit_batch}, {costs.threads} threads)", flush=True)  # fmt: skip
+    figures: dict[str, Any] = {"in_process": costs.describe()}
+    for fmt in args.formats:
+        print(f"{fmt} bodies\n{HEADER}", flush=True)
+        result = ladder(kind, fmt, costs, args, work)
+        print(f"max at SLO with no error: {result['max_fraction_at_slo']:.2f} of the limit "
+              f"({result['max_rps_at_slo']} req/s)")  # fmt: skip
+        max_rps = float(result["max_rps_at_slo"]) or limit * args.fractions[0]
+        if args.idle_step:
+            result["idle_step"] = step_from_idle(kind, fmt, max_rps / 2, args, work)
+        if args.ramp_s > 0:
+            result["ramp"] = ramp(kind, fmt, 0.05 * limit, max_rps, args, work)
+        if args.overload:
+            result["overload"] = overload(kind, fmt, max_rps, args, work)
+        figures[fmt] = result
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,34 +201,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--formats", nargs="+", choices=["json", "msgpack", "raw"], default=["json", "raw"]
     )
-    parser.add_argument("--step-s", type=float, default=15.0)
+    parser.add_argument("--step-s", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=5.0)
     parser.add_argument("--max-batch", type=int, default=32)
-    parser.add_argument("--max-requests", type=int, default=200_000)
-    parser.add_argument("--text-rates", type=_rate_list, default=DEFAULT_RATES["text"])
-    parser.add_argument("--vision-rates", type=_rate_list, default=DEFAULT_RATES["vision"])
-    parser.add_argument("--overload", action="store_true", help="also the 10x overload step")
-    parser.add_argument("--overload-rps", type=float, default=2000.0)
+    parser.add_argument("--max-requests", type=int, default=400_000)
+    parser.add_argument("--fractions", type=rate_list, default=DEFAULT_FRACTIONS)
+    parser.add_argument("--idle-step", action="store_true", help="a step from idle, too")
+    parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--ramp-s", type=float, default=0.0, help="a slow ramp this long")
+    parser.add_argument("--overload", action="store_true", help="10x the max at SLO, too")
+    parser.add_argument("--overload-cap-rps", type=float, default=20_000.0)
+    parser.add_argument("--limit-s", type=float, default=1.0, help="per in-process cell")
     args = parser.parse_args(argv)
-    build_models(*(FUNCTIONS[k][0] for k in args.functions), "textcnn-69")
+    build_models(*(FUNCTIONS[k][0] for k in args.functions))
     figures: dict[str, Any] = {"bench": "slo", "step_s": args.step_s}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.functions:
-            image, slo_ms = FUNCTIONS[kind]
-            for fmt in args.formats:
-                print(f"\n{kind} ({image}, SLO {slo_ms:g} ms), {fmt} bodies\n{HEADER}", flush=True)
-                steps = run_ladder(kind, fmt, args, Path(tmp))
-                figures[f"{kind}_{fmt}"] = summarize(steps, slo_ms)
-                result = figures[f"{kind}_{fmt}"]
-                print(
-                    f"max rate with p99 <= SLO: {result['max_rps_within_slo']:.0f} req/s; "
-                    f"p99 within the SLO at every step kept up: "
-                    f"{result['p99_within_slo_at_every_kept_up_step']}"
-                )
-        if args.overload:
-            figures["overload"] = run_overload(args, Path(tmp))
+            costs = measure(FUNCTIONS[kind][0], args.limit_s)
+            figures[kind] = run_function(kind, args, costs, Path(tmp))
+    figures["summary"] = summary(figures, args)
     print(json.dumps(figures))
     return 0
+
+
+def summary(figures: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The fractions of the limit held at the SLO, per function and format."""
+    return {
+        f"{kind}_{fmt}": figures[kind][fmt]["max_fraction_at_slo"]
+        for kind in args.functions
+        for fmt in args.formats
+    }
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
 from infless.gateway import routes
+from infless.gateway.auth import AuthSettings, load_auth
 from infless.gateway.context import GatewayContext
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
@@ -57,6 +58,7 @@ from infless.workers.starting import InstanceStarter
 log = logging.getLogger(__name__)
 
 PLATFORM_KEY = web.AppKey("platform", object)
+AUTH_KEY = web.AppKey("auth", AuthSettings)  # the fast path checks invoke tokens too
 REGISTRY_FILE = "registry.sqlite"
 SECRETS_DIR = "secrets"
 STRUCTURES_DIR = "structures"  # packages' model structures (control.structures)
@@ -241,11 +243,13 @@ def create_app(
     config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
 ) -> web.Application:
     platform = build_platform(config, clock, starter)
+    auth = load_auth(config)
     app = web.Application(
         client_max_size=config.gateway.max_body_bytes,
-        middlewares=routes.middlewares(config),
+        middlewares=routes.middlewares(config, auth),
     )
     app[PLATFORM_KEY] = platform
+    app[AUTH_KEY] = auth
     routes.install(app, platform.gateway_context())
 
     async def startup(_: web.Application) -> None:

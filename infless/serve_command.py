@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -46,8 +48,10 @@ async def _serve(args: argparse.Namespace) -> int:
     import msgspec
     from aiohttp import web
 
-    from infless.app import create_app
+    from infless.app import AUTH_KEY, PLATFORM_KEY, Platform, create_app
     from infless.config import load_config, with_overrides
+    from infless.gateway.fastpath import FastPath, FastPathConfig
+    from infless.gateway.invoke import Invoker
 
     config = load_config(args.config)
     gateway: dict[str, object] = {}
@@ -76,20 +80,33 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(config)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, config.gateway.host, config.gateway.port, backlog=1024)
-    await site.start()
-    server = getattr(site, "_server", None)
-    sockets = getattr(server, "sockets", None) or []
-    port = sockets[0].getsockname()[1] if sockets else config.gateway.port
+    # the application listens on an internal socket; the listening one is the fast path's,
+    # which answers invokes itself and passes every other request on (`gateway.fastpath`)
+    private = Path(tempfile.mkdtemp(prefix="infless-gateway-"))  # mode 0700: ours alone
+    upstream = str(private / "app.sock")
+    await web.UnixSite(runner, upstream).start()
+    platform = app[PLATFORM_KEY]
+    assert isinstance(platform, Platform)
+    fast = FastPath(
+        Invoker(platform.frontend),
+        FastPathConfig(upstream, config.gateway.max_body_bytes, app[AUTH_KEY]),
+        platform.clock,
+    )
+    fast.start()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(fast, config.gateway.host, config.gateway.port, backlog=1024)
+    port = server.sockets[0].getsockname()[1] if server.sockets else config.gateway.port
     # A machine-readable line for scripts and tests (readiness is /healthz, not this line).
     print(f"infless gateway listening on http://{config.gateway.host}:{port}", flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     logging.getLogger(__name__).info("shutting down: draining instances")
-    await runner.cleanup()
+    server.close()  # no new connections; those open are answered, then closed
+    await runner.cleanup()  # drains every instance: what was admitted is answered
+    fast.close_idle()
+    shutil.rmtree(private, ignore_errors=True)
     return 0
 
 

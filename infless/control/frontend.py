@@ -183,19 +183,52 @@ class FunctionFrontend:
             outcomes = await run_samples(function.router, samples, self.timeout_s, budget_s)
         finally:
             activity.finish(self._clock.now())
+        self._served(call, outcomes)
+        return outcomes
+
+    def admit(self, call: Call, sample: Sample) -> Pending:
+        """One sample admitted without awaiting it (`answered` or `abandoned` follows): the
+        callback form of `run` for one sample, for a server that answers from the future's
+        done callback. Raises what `run` would raise at admission (429)."""
+        function = call.function
+        assert function is not None, "bind the call to its function first"
+        function.activity.arrive(self._clock.now())
+        try:
+            return function.router.submit(sample, self.budget_s(function))
+        except BaseException:
+            function.activity.finish(self._clock.now())
+            raise
+
+    def answered(self, call: Call, pending: Pending) -> Outcome:
+        """The admitted sample's outcome (its future is done), or the error it failed with."""
+        function = call.function
+        assert function is not None, "bind the call to its function first"
+        function.activity.finish(self._clock.now())
+        outcome = pending.future.result()  # raises the sample's failure
+        self._served(call, [outcome])
+        return outcome
+
+    def abandoned(self, call: Call, pending: Pending) -> None:
+        """An admitted sample nobody waits for any more (timed out, client gone)."""
+        function = call.function
+        assert function is not None, "bind the call to its function first"
+        function.activity.finish(self._clock.now())
+        _settle([pending], function.router)
+
+    def _served(self, call: Call, outcomes: list[Outcome]) -> None:
         call.outcomes = outcomes
         observer = self._observer
+        assert call.function is not None
         for o in outcomes:
             cold = o.cold_start_ms > 0
             observer.served(
-                function.name,
+                call.function.name,
                 o.batch_size,
                 o.queue_ms,
                 o.exec_ms,
                 cold,
                 o.cold_start_ms if cold else None,
             )
-        return outcomes
 
     def close(self, call: Call, status: int) -> float:
         """The call is answered with `status`; returns its duration in seconds."""

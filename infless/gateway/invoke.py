@@ -6,25 +6,29 @@ body's `Content-Type` picks the format: `application/msgpack` and
 `application/octet-stream` (raw tensor bytes) are the compact ones (`compact`), anything else
 is JSON (`codec`); the answer comes back in the request's format. Everything between
 (lookup, admission, counting, activity, timeout, metrics) is the function frontend's
-(`control.frontend`); this module only speaks HTTP around it. Errors become JSON with their
-status.
+(`control.frontend`); this module only turns a request into an `Answer` (`Invoker`), which
+the fast path (`gateway.fastpath`) or aiohttp's route (`InvokeHandler`) writes. Errors
+become JSON with their status.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+import orjson
 from aiohttp import web
 
 from infless.clock import wall_ns
-from infless.control.frontend import FunctionFrontend
-from infless.dataplane.request import Array, Outcome, Sample
-from infless.errors import InflessError, PayloadTooLarge
+from infless.control.frontend import Call, FunctionFrontend
+from infless.control.functions import DeployedFunction
+from infless.dataplane.request import Array, Outcome, Pending, Sample
+from infless.errors import GatewayTimeout, InflessError, PayloadTooLarge
 from infless.gateway import compact
 from infless.gateway.codec import decode_inputs, encode_outputs
-from infless.gateway.errors import error_response
 from infless.types import TensorSpec
 from infless.workers.protocol import RawRequest
 
@@ -50,18 +54,6 @@ def decode_sample(
     if fmt == compact.RAW:
         return compact.decode_raw(body, headers, specs)
     return decode_inputs(body, specs)
-
-
-def encode_answer(outputs: Mapping[str, Array], fmt: str) -> web.Response:
-    if fmt == compact.RAW and len(outputs) == 1:
-        (value,) = outputs.values()
-        return web.Response(
-            body=compact.encode_raw(value), content_type=compact.RAW,
-            headers=compact.raw_headers(value),
-        )  # fmt: skip
-    if fmt != JSON:
-        return web.Response(body=compact.encode_msgpack(outputs), content_type=compact.MSGPACK)
-    return web.Response(body=encode_outputs(outputs), content_type=JSON)
 
 
 def timing_headers(outcome: Outcome) -> dict[str, str]:
@@ -90,48 +82,173 @@ class CallIds:
         return f"{self._prefix}-{next(self._counter):x}"
 
 
-class InvokeHandler:
+@dataclass(slots=True)
+class Answer:
+    """One invoke's HTTP answer, whichever server writes it (aiohttp's route, the fast path)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: dict[str, str]
+
+
+def error_answer(error: InflessError) -> Answer:
+    headers = {}
+    if error.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    return Answer(error.status, orjson.dumps(error.to_json()), JSON, headers)
+
+
+def outputs_answer(outputs: Mapping[str, Array], fmt: str) -> Answer:
+    if fmt == compact.RAW and len(outputs) == 1:
+        (value,) = outputs.values()
+        return Answer(200, compact.encode_raw(value), compact.RAW, compact.raw_headers(value))
+    if fmt != JSON:
+        return Answer(200, compact.encode_msgpack(outputs), compact.MSGPACK, {})
+    return Answer(200, encode_outputs(outputs), JSON, {})
+
+
+@dataclass(slots=True)
+class Started:
+    """An invoke admitted and on its way (`Invoker.start`): what finishing it needs."""
+
+    call: Call
+    pending: Pending
+    fmt: str
+    call_id: str
+    start_ns: int
+
+
+class Invoker:
+    """`/function/{name}`: one sample in, its answer out, through the function frontend —
+    awaited (`invoke`), or started and finished from the sample's done callback (`start`,
+    `finish`: no task, no coroutine per request)."""
+
     def __init__(self, frontend: FunctionFrontend) -> None:
-        self._frontend = frontend
+        self.frontend = frontend
         self._call_ids = CallIds()
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
+    def _admit(
+        self, call: Call, content_length: int | None, headers: Mapping[str, str]
+    ) -> DeployedFunction:
+        """The call's function, the call counted, its body length checked, and refused
+        (429) at once when no instance could answer it in time."""
+        function = self.frontend.bind(call, content_length, headers)
+        self.frontend.check_room(call)
+        return function
+
+    async def invoke(
+        self,
+        name: str,
+        content_length: int | None,
+        headers: Mapping[str, str],
+        read_body: Callable[[], Awaitable[bytes]],
+    ) -> Answer:
+        """The answer to one invoke; `headers` is read case-insensitively, `read_body` is
+        awaited only once the call is admitted (a refusal costs no decoding)."""
         start_ns = wall_ns()
-        call_id = request.headers.get("X-Call-Id") or self._call_ids.next()
-        frontend = self._frontend
-        call = frontend.open(request.match_info["name"])
+        call_id = headers.get("X-Call-Id") or self._call_ids.next()
+        call = self.frontend.open(name)
         try:
-            function = frontend.bind(call, request.content_length, request.headers)
-            frontend.check_room(call)
-            content_type = request.headers.get("Content-Type")
+            function = self._admit(call, content_length, headers)
+            content_type = headers.get("Content-Type")
             fmt = body_format(content_type)
-            body = await request.read()
-            sample: Sample
-            if function.manifest.handler is not None:  # the body as it came, for the handler
-                sample = RawRequest(body, content_type or "application/octet-stream")
-            else:
-                sample = decode_sample(body, fmt, request.headers, function.input_specs)
-            (outcome,) = await frontend.run(call, [sample])
+            sample = _sample(function, await read_body(), fmt, content_type, headers)
+            (outcome,) = await self.frontend.run(call, [sample])
         except InflessError as error:
-            response = error_response(error)
-        except web.HTTPRequestEntityTooLarge:
-            limit = frontend.max_body_bytes
-            response = error_response(
-                PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}")
-            )
+            answer = error_answer(error)
         else:
-            answer = outcome.answer
-            if answer is not None:
-                response = web.Response(
-                    status=answer.status, body=answer.body, content_type=answer.content_type
-                )
-            else:
-                response = encode_answer(outcome.outputs, fmt)
-            response.headers.update(timing_headers(outcome))
-            if call.variant is not None:
-                response.headers["X-Infless-Variant"] = call.variant
-        duration_s = frontend.close(call, response.status)
-        response.headers["X-Call-Id"] = call_id
-        response.headers["X-Start-Time"] = str(start_ns)
-        response.headers["X-Duration-Seconds"] = f"{duration_s:.6f}"
-        return response
+            answer = _outcome_answer(outcome, fmt, call.variant)
+        return self._close(call, answer, call_id, start_ns)
+
+    def start(self, name: str, headers: Mapping[str, str], body: bytes) -> Answer | Started:
+        """Admit one invoke whose body is at hand: its answer at once (a refusal, an error),
+        or the admitted call (`finish` it once its pending sample is done)."""
+        start_ns = wall_ns()
+        call_id = headers.get("X-Call-Id") or self._call_ids.next()
+        call = self.frontend.open(name)
+        try:
+            function = self._admit(call, len(body), headers)
+            content_type = headers.get("Content-Type")
+            fmt = body_format(content_type)
+            sample = _sample(function, body, fmt, content_type, headers)
+            pending = self.frontend.admit(call, sample)
+        except InflessError as error:
+            return self._close(call, error_answer(error), call_id, start_ns)
+        return Started(call, pending, fmt, call_id, start_ns)
+
+    def finish(self, started: Started) -> Answer:
+        """The answer of a started invoke whose sample is done."""
+        try:
+            outcome = self.frontend.answered(started.call, started.pending)
+        except InflessError as error:
+            answer = error_answer(error)
+        else:
+            answer = _outcome_answer(outcome, started.fmt, started.call.variant)
+        return self._close(started.call, answer, started.call_id, started.start_ns)
+
+    def expire(self, started: Started) -> Answer:
+        """A started invoke that took longer than the gateway waits: 504, its sample let go."""
+        self.frontend.abandoned(started.call, started.pending)
+        name = started.call.name
+        error = GatewayTimeout(
+            f"function {name!r} did not answer within {self.frontend.timeout_s:g} s"
+        )
+        return self._close(started.call, error_answer(error), started.call_id, started.start_ns)
+
+    def abandon(self, started: Started) -> None:
+        """The client left before its answer: let the sample go."""
+        self.frontend.abandoned(started.call, started.pending)
+        self.frontend.close(started.call, 499)
+
+    def _close(self, call: Call, answer: Answer, call_id: str, start_ns: int) -> Answer:
+        duration_s = self.frontend.close(call, answer.status)
+        answer.headers["X-Call-Id"] = call_id
+        answer.headers["X-Start-Time"] = str(start_ns)
+        answer.headers["X-Duration-Seconds"] = f"{duration_s:.6f}"
+        return answer
+
+
+def _sample(
+    function: DeployedFunction, body: bytes, fmt: str, content_type: str | None,
+    headers: Mapping[str, str],
+) -> Sample:  # fmt: skip
+    if function.manifest.handler is not None:  # the body as it came, for the handler
+        return RawRequest(body, content_type or "application/octet-stream")
+    return decode_sample(body, fmt, headers, function.input_specs)
+
+
+def _outcome_answer(outcome: Outcome, fmt: str, variant: str | None) -> Answer:
+    handled = outcome.answer
+    if handled is not None:
+        answer = Answer(handled.status, handled.body, handled.content_type, {})
+    else:
+        answer = outputs_answer(outcome.outputs, fmt)
+    answer.headers.update(timing_headers(outcome))
+    if variant is not None:
+        answer.headers["X-Infless-Variant"] = variant
+    return answer
+
+
+class InvokeHandler:
+    """The aiohttp route around `Invoker` (requests the fast path passes on)."""
+
+    def __init__(self, frontend: FunctionFrontend) -> None:
+        self._invoker = Invoker(frontend)
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        limit = self._invoker.frontend.max_body_bytes
+
+        async def read_body() -> bytes:
+            try:
+                return await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}") from None
+
+        answer = await self._invoker.invoke(
+            request.match_info["name"], request.content_length, request.headers, read_body
+        )
+        return web.Response(
+            status=answer.status, body=answer.body, content_type=answer.content_type,
+            headers=answer.headers,
+        )  # fmt: skip

@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from infless.config import Config
-from infless.gateway.auth import auth_middleware, load_auth
+from infless.gateway.auth import AuthSettings, auth_middleware, load_auth
 from infless.gateway.context import GatewayContext
 from infless.gateway.errors import json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
@@ -37,15 +37,15 @@ from infless.packaging.archive import Limits
 LOGGER_NAME = "infless"  # gateway log records about instances land in the function logs
 
 
-def auth_middlewares(config: Config) -> list[Any]:
+def auth_middlewares(config: Config, settings: AuthSettings | None = None) -> list[Any]:
     """The auth middleware when basic auth or an invoke token is configured, else none."""
-    settings = load_auth(config)
+    settings = settings if settings is not None else load_auth(config)
     return [auth_middleware(settings)] if settings.enabled else []
 
 
-def middlewares(config: Config) -> list[Any]:
+def middlewares(config: Config, settings: AuthSettings | None = None) -> list[Any]:
     """Auth (when configured), then V2's JSON errors for unknown `/v2/...` routes."""
-    return [*auth_middlewares(config), v2_json_errors]
+    return [*auth_middlewares(config, settings), v2_json_errors]
 
 
 def route_table(ctx: GatewayContext) -> list[web.RouteDef]:

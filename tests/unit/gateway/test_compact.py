@@ -9,7 +9,7 @@ import pytest
 
 from infless.errors import InputMismatch, MalformedBody
 from infless.gateway import compact
-from infless.gateway.invoke import body_format, decode_sample, encode_answer
+from infless.gateway.invoke import body_format, decode_sample, outputs_answer
 from infless.types import TensorSpec
 
 IMAGE = (TensorSpec("image", "float32", (3, 4, 4)),)
@@ -92,12 +92,12 @@ def test_msgpack_errors_name_what_is_wrong() -> None:
 
 def test_answers_come_back_in_the_request_format() -> None:
     probabilities = np.array([0.25, 0.75], dtype=np.float32)
-    raw = encode_answer({"probabilities": probabilities}, compact.RAW)
+    raw = outputs_answer({"probabilities": probabilities}, compact.RAW)
     assert raw.content_type == compact.RAW
     assert raw.headers[compact.SHAPE_HEADER] == "2"
     assert isinstance(raw.body, bytes)
     assert np.frombuffer(raw.body, dtype="<f4").tolist() == [0.25, 0.75]
-    packed = encode_answer({"a": probabilities, "b": probabilities[:1]}, compact.RAW)
+    packed = outputs_answer({"a": probabilities, "b": probabilities[:1]}, compact.RAW)
     assert packed.content_type == compact.MSGPACK  # several outputs: msgpack
     assert isinstance(packed.body, bytes)
     document = msgspec.msgpack.decode(packed.body)

@@ -1,0 +1,436 @@
+"""The gateway's listening socket: invokes answered on a lean HTTP/1.1 path, everything else
+passed to the aiohttp application.
+
+aiohttp costs tens of microseconds of CPU per request before a handler runs (its protocol,
+request and response objects, routing, middlewares) — as much again as infless's own work
+on an invoke. So the listening socket speaks HTTP/1.1 itself, with `httptools` (the C parser
+aiohttp's client and uvicorn use): `POST /function/{name}` is parsed, authenticated (the
+invoke token, when set), answered by `gateway.invoke.Invoker` and written as one buffer.
+Any other request — management routes, metrics, the Open Inference Protocol, other
+methods, a `/function/{name}/...` sub-path — is forwarded to the aiohttp application on an
+internal unix socket with `Connection: close`, and its response piped back as it comes
+(streamed responses and protocol upgrades included), so those routes behave exactly as
+aiohttp serves them. Keep-alive and pipelining are honoured (answers in request order),
+`Expect: 100-continue` is answered, a body over `gateway.max_body_bytes` gets 413 and a
+malformed request 400, each as JSON; the connection closes after an error it cannot resync.
+Gateway side: never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import cast
+
+import httptools
+import orjson
+
+from infless.clock import Clock
+from infless.dataplane.request import Outcome
+from infless.errors import PayloadTooLarge, Unauthorized
+from infless.gateway.auth import REALM, AuthSettings, basic_ok, bearer_ok
+from infless.gateway.invoke import JSON, Answer, Invoker, Started, error_answer
+
+log = logging.getLogger(__name__)
+
+INVOKE_PREFIX = b"/function/"
+MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
+SWEEP_S = 0.5  # how often invokes are checked against the gateway's request timeout
+_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+
+class LowerHeaders(dict[str, str]):
+    """Request headers by lower-case name, read case-insensitively (as aiohttp's are)."""
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
+
+
+@dataclass(slots=True)
+class Request:
+    method: bytes
+    url: bytes
+    headers: LowerHeaders
+    raw_headers: list[tuple[bytes, bytes]]
+    body: bytearray = field(default_factory=bytearray)
+    keep_alive: bool = True
+    version: str = "1.1"
+    too_large: bool = False
+
+
+def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
+    """An answer as the bytes of an HTTP/1.1 response."""
+    reason = _REASONS.get(answer.status, b"Unknown")
+    head = [
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+        % (answer.status, reason, answer.content_type.encode(), len(answer.body))
+    ]
+    for name, value in answer.headers.items():
+        head.append(f"{name}: {value}\r\n".encode("latin-1"))
+    if not keep_alive:
+        head.append(b"Connection: close\r\n")
+    head.append(b"\r\n")
+    return b"".join(head) + answer.body
+
+
+def json_error(status: int, message: str, code: str) -> Answer:
+    return Answer(status, orjson.dumps({"error": message, "code": code}), JSON, {})
+
+
+@dataclass(frozen=True, slots=True)
+class FastPathConfig:
+    upstream: str  # the aiohttp application's unix socket
+    max_body_bytes: int
+    auth: AuthSettings = field(default_factory=AuthSettings)
+
+
+class FastPath:
+    """The protocol factory for the listening socket, its open connections, and the sweep
+    that answers 504 to an invoke waiting longer than `gateway.request_timeout_s` (one
+    timer for all of them, not one per request)."""
+
+    def __init__(self, invoker: Invoker, config: FastPathConfig, clock: Clock) -> None:
+        self.invoker = invoker
+        self.config = config
+        self.clock = clock
+        self.connections: set[Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def __call__(self) -> Connection:
+        return Connection(self)
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="fastpath")
+
+    async def _sweep(self) -> None:
+        timeout_s = self.invoker.frontend.timeout_s
+        while True:
+            await self.clock.sleep_until(self.clock.now() + SWEEP_S)
+            late = self.clock.now() - timeout_s
+            for connection in list(self.connections):
+                connection.expire_before(late)
+
+    def close_idle(self) -> None:
+        """Close every connection with nothing in flight (the gateway is stopping)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for connection in list(self.connections):
+            connection.close_when_idle()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parse, answer invokes in order, forward the rest."""
+
+    def __init__(self, server: FastPath) -> None:
+        self._server = server
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._current: Request | None = None
+        self._url = bytearray()
+        self._queue: deque[Request] = deque()
+        self._worker: asyncio.Task[None] | None = None  # a forwarded request, or an upgrade
+        self._started: Started | None = None  # the invoke being answered
+        self._started_s = 0.0
+        self._keep_alive = True
+        self._paused = False
+        self._closing = False
+        self._upgraded: asyncio.StreamWriter | None = None
+        self._held: bytearray | None = None  # bytes after an upgrade, before the splice
+        self._writable = asyncio.Event()  # cleared while the client's buffer is full
+        self._writable.set()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._closing = True
+        self._writable.set()
+        if self._worker is not None:
+            self._worker.cancel()
+        started, self._started = self._started, None
+        if started is not None:  # its client left: the sample is let go
+            self._server.invoker.abandon(started)
+        if self._upgraded is not None:
+            self._upgraded.close()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self._upgraded is not None:  # a spliced upgrade: bytes go through as they are
+            self._upgraded.write(data)
+            return
+        if self._held is not None:  # an upgrade is being forwarded: hold them until spliced
+            self._held += data
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self._upgrade(data[upgrade.args[0] :] if upgrade.args else b"")
+        except httptools.HttpParserError as exc:
+            self._fail(json_error(400, f"malformed HTTP request: {exc}", "bad_request"))
+
+    # -- httptools callbacks -------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = bytearray()
+        self._current = Request(b"", b"", LowerHeaders(), [])
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        request = self._current
+        assert request is not None
+        request.raw_headers.append((name, value))
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        request.headers[key] = f"{request.headers[key]}, {text}" if key in request.headers else text
+
+    def on_headers_complete(self) -> None:
+        request = self._current
+        assert request is not None
+        request.method = self._parser.get_method()
+        request.url = bytes(self._url)
+        request.version = self._parser.get_http_version()
+        length = request.headers.get("content-length")
+        if (
+            length is not None
+            and length.isdigit()
+            and int(length) > self._server.config.max_body_bytes
+        ):
+            request.too_large = True
+        elif (request.headers.get("expect") or "").lower() == "100-continue":
+            assert self._transport is not None
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        request = self._current
+        assert request is not None
+        if request.too_large:
+            return
+        request.body += body
+        if len(request.body) > self._server.config.max_body_bytes:
+            request.too_large = True
+            request.body = bytearray()
+
+    def on_message_complete(self) -> None:
+        request = self._current
+        assert request is not None
+        request.keep_alive = self._parser.should_keep_alive()
+        self._current = None
+        self._queue.append(request)
+        if len(self._queue) >= MAX_PIPELINED and self._transport is not None:
+            self._transport.pause_reading()
+            self._paused = True
+        self._next()
+
+    # -- answering -----------------------------------------------------------------------
+    def _busy(self) -> bool:
+        return self._started is not None or (self._worker is not None and not self._worker.done())
+
+    def _next(self) -> None:
+        """Answer the parsed requests in order (HTTP/1.1: one after the other): errors and
+        refusals at once, invokes when their sample is done, the rest forwarded."""
+        while self._queue and not self._closing and not self._busy():
+            request = self._queue.popleft()
+            if self._paused and self._transport is not None:
+                self._transport.resume_reading()
+                self._paused = False
+            name = self._invoke_name(request)
+            if name is None:
+                self._worker = asyncio.get_running_loop().create_task(self._forward_next(request))
+                return
+            answer = self._refusal(request)
+            if answer is None:
+                started = self._server.invoker.start(name, request.headers, bytes(request.body))
+                if isinstance(started, Started):
+                    self._started, self._keep_alive = started, request.keep_alive
+                    self._started_s = self._server.clock.now()
+                    started.pending.future.add_done_callback(self._done)
+                    return
+                answer = started
+            if not self._write(answer, request.keep_alive and not request.too_large):
+                return
+
+    def _refusal(self, request: Request) -> Answer | None:
+        """A body too large (413) or a missing invoke token (401), before anything else."""
+        if request.too_large:
+            limit = self._server.config.max_body_bytes
+            return error_answer(PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}"))
+        if not self._authorized(request.headers):
+            answer = error_answer(Unauthorized("invalid credentials"))
+            answer.headers["WWW-Authenticate"] = f"Bearer {REALM}"
+            return answer
+        return None
+
+    def _done(self, future: asyncio.Future[Outcome]) -> None:
+        """The invoke's sample is done: its answer goes out, then the next request."""
+        started, self._started = self._started, None
+        if started is None or future is not started.pending.future:
+            return  # expired or abandoned: answered already, or nobody to answer
+        if self._write(self._server.invoker.finish(started), self._keep_alive):
+            self._next()
+
+    def expire_before(self, started_before_s: float) -> None:
+        """Answer 504 to an invoke waiting since before `started_before_s`."""
+        started = self._started
+        if started is None or self._started_s >= started_before_s:
+            return
+        self._started = None
+        if self._write(self._server.invoker.expire(started), self._keep_alive):
+            self._next()
+
+    def _write(self, answer: Answer, keep_alive: bool) -> bool:
+        """Write one answer; whether the connection stays open."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(encode_answer(answer, keep_alive))
+        if not keep_alive:
+            self._close()
+        return keep_alive
+
+    async def _forward_next(self, request: Request) -> None:
+        keep = await self._forward(request)
+        if not keep:
+            self._close()
+            return
+        self._worker = None
+        self._next()
+
+    @staticmethod
+    def _invoke_name(request: Request) -> str | None:
+        """The function a `POST /function/{name}` names (None: not one: forwarded)."""
+        if request.method != b"POST" or not request.url.startswith(INVOKE_PREFIX):
+            return None
+        path = request.url[len(INVOKE_PREFIX) :].split(b"?", 1)[0]
+        if not path or b"/" in path or b"%" in path:
+            return None
+        return path.decode("latin-1")
+
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
+        auth = self._server.config.auth
+        if auth.invoke_token is None:
+            return True
+        header = headers.get("authorization")
+        return bearer_ok(header, auth) or basic_ok(header, auth)
+
+    # -- forwarding to aiohttp ---------------------------------------------------------------
+    async def _forward(self, request: Request, *, upgrade: bool = False) -> bool:
+        """Pass the request to the aiohttp application and pipe its response back."""
+        transport = self._transport
+        assert transport is not None
+        if request.too_large:
+            limit = self._server.config.max_body_bytes
+            transport.write(
+                encode_answer(
+                    json_error(
+                        413, f"body exceeds gateway.max_body_bytes = {limit}", "payload_too_large"
+                    ),
+                    False,
+                )
+            )
+            return False
+        try:
+            reader, writer = await asyncio.open_unix_connection(self._server.config.upstream)
+        except OSError as exc:
+            log.error("the gateway's application socket is gone: %s", exc)
+            transport.write(
+                encode_answer(json_error(503, "the gateway is stopping", "unavailable"), False)
+            )
+            return False
+        writer.write(forwarded_head(request, upgrade) + bytes(request.body))
+        if upgrade:
+            return await self._splice(reader, writer)
+        try:
+            while chunk := await reader.read(1 << 16):
+                if transport.is_closing():
+                    break
+                transport.write(chunk)
+                await self._drain()
+        finally:
+            writer.close()
+        return request.keep_alive and not transport.is_closing()
+
+    async def _drain(self) -> None:
+        """Wait while the client's socket buffer is full (a large streamed response)."""
+        if not self._closing:
+            await self._writable.wait()
+
+    def _upgrade(self, rest: bytes) -> None:
+        """A protocol upgrade (WebSocket): forward it, then splice the two sockets."""
+        request = self._current
+        if request is None:
+            self._fail(json_error(400, "malformed upgrade request", "bad_request"))
+            return
+        request.method = self._parser.get_method()
+        request.url = bytes(self._url)
+        request.version = self._parser.get_http_version()
+        self._current = None
+        self._held = bytearray(rest)
+        self._worker = asyncio.get_running_loop().create_task(self._forward_upgrade(request))
+
+    async def _forward_upgrade(self, request: Request) -> None:
+        await self._forward(request, upgrade=True)
+        self._close()
+
+    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        transport = self._transport
+        assert transport is not None
+        held, self._held = self._held or bytearray(), None
+        self._upgraded = writer
+        if held:
+            writer.write(bytes(held))
+        try:
+            while chunk := await reader.read(1 << 16):
+                transport.write(chunk)
+                await self._drain()
+        finally:
+            writer.close()
+        return False
+
+    # -- closing -------------------------------------------------------------------------
+    def _fail(self, answer: Answer) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode_answer(answer, False))
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def close_when_idle(self) -> None:
+        if not self._queue and not self._busy():
+            self._close()
+
+
+_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
+
+
+def forwarded_head(request: Request, upgrade: bool) -> bytes:
+    """The request line and headers sent on to aiohttp: its own body length, and one
+    request per connection (an upgrade keeps its Connection header)."""
+    lines = [b"%s %s HTTP/%s\r\n" % (request.method, request.url, request.version.encode())]
+    for name, value in request.raw_headers:
+        lower = name.lower()
+        if lower in _HOP_BY_HOP and not (upgrade and lower == b"connection"):
+            continue
+        lines.append(b"%s: %s\r\n" % (name, value))
+    if not upgrade:
+        lines.append(b"Content-Length: %d\r\nConnection: close\r\n" % len(request.body))
+    lines.append(b"\r\n")
+    return b"".join(lines)
