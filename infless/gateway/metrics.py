@@ -4,21 +4,24 @@ infless's per-function series follow Triton's shape (request success / failure w
 `reason`, inference count, queue vs compute time, batch size) in base units. Scrape-time
 series (instances by config, per-instance CPU/memory, GPUs) come from the collector in
 `gateway.resources`, registered with `add_collector`. One registry per gateway (not the
-global one), so several gateways can live in one process in tests. Label children are
-cached per (function, code): the request path pays a dict lookup and the increments, nothing
-more. Must not do I/O on the request path.
+global one), so several gateways can live in one process in tests. The request path counts
+in plain numbers (a dict lookup and a few additions), exported at scrape time
+(`_RequestSeries`). Must not do I/O on the request path.
 """
 
 from __future__ import annotations
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
+import bisect
+import math
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
 )
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -37,129 +40,86 @@ def failure_reason(code: int) -> str:
     return "OTHER"  # the request itself was invalid
 
 
+class _Histogram:
+    """Counts per bucket and a sum, kept by the event loop (one thread: no lock)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def exposition(self) -> tuple[list[tuple[str, float]], float]:
+        """Prometheus's cumulative buckets (`le`, count) and the sum."""
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            running += count
+            buckets.append((_le(bound), float(running)))
+        return buckets, self.total
+
+
+def _le(bound: float) -> str:
+    """A bucket's `le` label as prometheus_client writes it (1.0, 0.005, +Inf)."""
+    if bound == math.inf:
+        return "+Inf"
+    text = repr(float(bound))
+    return text
+
+
+class _Done:
+    """What one (function, status) answer touches."""
+
+    __slots__ = ("count", "seconds")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = _Histogram(_SECONDS_BUCKETS)
+
+
 class _Served:
-    """The cached label children one served sample touches."""
+    """What one served sample of a function touches."""
 
     __slots__ = ("batch_size", "cold_seconds", "cold_starts", "count", "exec_s", "queue_s")
 
-    def __init__(self, metrics: GatewayMetrics, function: str) -> None:
-        self.batch_size = metrics.batch_size.labels(function)
-        self.queue_s = metrics.queue_seconds.labels(function)
-        self.exec_s = metrics.exec_seconds.labels(function)
-        self.cold_starts = metrics.cold_starts.labels(function)
-        self.cold_seconds = metrics.cold_start_seconds.labels(function)
-        self.count = metrics.inference_count.labels(function)
+    def __init__(self) -> None:
+        self.count = 0
+        self.cold_starts = 0
+        self.batch_size = _Histogram(_BATCH_BUCKETS)
+        self.queue_s = _Histogram(_SECONDS_BUCKETS)
+        self.exec_s = _Histogram(_SECONDS_BUCKETS)
+        self.cold_seconds = _Histogram(_COLD_START_BUCKETS)
 
 
 class GatewayMetrics:
+    """The gateway's series: counted on the request path in plain Python numbers (a dict
+    lookup and a few additions per request; prometheus_client's own counters lock and
+    cost several times that), exported with the exact names, labels and types when
+    `/metrics` is scraped."""
+
     def __init__(self) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series double the scrape for no user value
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.invocations = Counter(
-            "gateway_function_invocation",
-            "Function invocations by status code",
-            ["function_name", "code"],
-            registry=r,
-        )
-        self.seconds = Histogram(
-            "gateway_functions_seconds",
-            "Function invocation time taken",
-            ["function_name", "code"],
-            buckets=_SECONDS_BUCKETS,
-            registry=r,
-        )
-        # OpenFaaS exports this counter without a `_total` suffix; prometheus_client would
-        # add one to a Counter, so it is a (monotonic) Gauge to keep the exact name.
-        self.started = Gauge(
-            "gateway_function_invocation_started",
-            "Function invocations started",
-            ["function_name"],
-            registry=r,
-        )
-        self.service_count = Gauge(
-            "gateway_service_count", "Ready instances per function", ["function_name"], registry=r
-        )
-        self.cold_starts = Counter(
-            "infless_cold_starts",
-            "Requests that waited for an instance to start",
-            ["function_name"],
-            registry=r,
-        )
-        self.batch_size = Histogram(
-            "infless_batch_size",
-            "Batch size each request was served in",
-            ["function_name"],
-            buckets=_BATCH_BUCKETS,
-            registry=r,
-        )
-        self.queue_seconds = Histogram(
-            "infless_queue_seconds",
-            "Time from arrival to batch dispatch",
-            ["function_name"],
-            buckets=_SECONDS_BUCKETS,
-            registry=r,
-        )
-        self.exec_seconds = Histogram(
-            "infless_exec_seconds",
-            "Batch execution time in the worker",
-            ["function_name"],
-            buckets=_SECONDS_BUCKETS,
-            registry=r,
-        )
-        self.cold_start_seconds = Histogram(
-            "infless_cold_start_seconds",
-            "How long a cold request waited for an instance to start",
-            ["function_name"],
-            buckets=_COLD_START_BUCKETS,
-            registry=r,
-        )
-        self.inference_count = Counter(
-            "infless_inference_count",
-            "Samples inferred (a request carrying n samples counts n)",
-            ["function_name"],
-            registry=r,
-        )
-        self.request_success = Counter(
-            "infless_inference_request_success",
-            "Inference requests answered with a 2xx (a request of n samples counts 1)",
-            ["function_name"],
-            registry=r,
-        )
-        self.request_failure = Counter(
-            "infless_inference_request_failure",
-            "Inference requests that failed, by reason (REJECTED, CANCELED, BACKEND, OTHER)",
-            ["function_name", "reason"],
-            registry=r,
-        )
-        self._done: dict[tuple[str, int], tuple[Counter, Histogram, Counter]] = {}
-        self._started: dict[str, Gauge] = {}
-        self._served: dict[str, _Served] = {}
+        self.started: dict[str, int] = {}
+        self.done: dict[tuple[str, int], _Done] = {}
+        self.served_by: dict[str, _Served] = {}
+        self.ready: dict[str, int] = {}
+        self.registry.register(_RequestSeries(self))
 
     def request_started(self, function: str) -> None:
-        child = self._started.get(function)
-        if child is None:
-            child = self._started[function] = self.started.labels(function)
-        child.inc()
+        self.started[function] = self.started.get(function, 0) + 1
 
     def request_done(self, function: str, code: int, seconds: float) -> None:
-        key = (function, code)
-        children = self._done.get(key)
-        if children is None:
-            code_text = str(code)
-            outcome = (
-                self.request_success.labels(function)
-                if code < 400
-                else self.request_failure.labels(function, failure_reason(code))
-            )
-            children = self._done[key] = (
-                self.invocations.labels(function, code_text),
-                self.seconds.labels(function, code_text),
-                outcome,
-            )
-        children[0].inc()
-        children[1].observe(seconds)
-        children[2].inc()
+        done = self.done.get((function, code))
+        if done is None:
+            done = self.done[(function, code)] = _Done()
+        done.count += 1
+        done.seconds.observe(seconds)
 
     def served(
         self,
@@ -171,24 +131,121 @@ class GatewayMetrics:
         cold_start_ms: float | None = None,
     ) -> None:
         """One sample answered: its batch size, queue and compute time, cold-start wait."""
-        children = self._served.get(function)
-        if children is None:
-            children = self._served[function] = _Served(self, function)
-        children.count.inc()
-        children.batch_size.observe(batch_size)
-        children.queue_s.observe(queue_ms / 1000.0)
-        children.exec_s.observe(exec_ms / 1000.0)
+        served = self.served_by.get(function)
+        if served is None:
+            served = self.served_by[function] = _Served()
+        served.count += 1
+        served.batch_size.observe(batch_size)
+        served.queue_s.observe(queue_ms / 1000.0)
+        served.exec_s.observe(exec_ms / 1000.0)
         if cold:
-            children.cold_starts.inc()
+            served.cold_starts += 1
             if cold_start_ms is not None:
-                children.cold_seconds.observe(cold_start_ms / 1000.0)
+                served.cold_seconds.observe(cold_start_ms / 1000.0)
 
     def add_collector(self, collector: Collector) -> None:
         """Series computed at scrape time (instances, processes, GPUs)."""
         self.registry.register(collector)
 
     def set_instances(self, function: str, ready: int) -> None:
-        self.service_count.labels(function).set(ready)
+        self.ready[function] = ready
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=labels)
+
+
+class _RequestSeries(Collector):
+    """The request path's numbers as Prometheus series, at scrape time."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # names are not known before the first scrape: collect() is cheap
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        fn = ["function_name"]
+        invocations = CounterMetricFamily(
+            "gateway_function_invocation", "Function invocations by status code",
+            labels=["function_name", "code"],
+        )  # fmt: skip
+        seconds = _histogram(
+            "gateway_functions_seconds", "Function invocation time taken",
+            ["function_name", "code"],
+        )  # fmt: skip
+        # OpenFaaS exports this counter without a `_total` suffix: a (monotonic) gauge
+        started = GaugeMetricFamily(
+            "gateway_function_invocation_started", "Function invocations started", labels=fn
+        )
+        services = GaugeMetricFamily(
+            "gateway_service_count", "Ready instances per function", labels=fn
+        )
+        success = CounterMetricFamily(
+            "infless_inference_request_success",
+            "Inference requests answered with a 2xx (a request of n samples counts 1)",
+            labels=fn,
+        )
+        failure = CounterMetricFamily(
+            "infless_inference_request_failure",
+            "Inference requests that failed, by reason (REJECTED, CANCELED, BACKEND, OTHER)",
+            labels=["function_name", "reason"],
+        )
+        for function, count in m.started.items():
+            started.add_metric([function], count)
+        for function, ready in m.ready.items():
+            services.add_metric([function], ready)
+        successes: dict[str, int] = {}
+        failures: dict[tuple[str, str], int] = {}
+        for (function, code), done in m.done.items():
+            invocations.add_metric([function, str(code)], done.count)
+            buckets, total = done.seconds.exposition()
+            seconds.add_metric([function, str(code)], buckets, total)
+            if code < 400:
+                successes[function] = successes.get(function, 0) + done.count
+            else:
+                key = (function, failure_reason(code))
+                failures[key] = failures.get(key, 0) + done.count
+        for function, count in successes.items():
+            success.add_metric([function], count)
+        for (function, reason), count in failures.items():
+            failure.add_metric([function, reason], count)
+        yield from (invocations, seconds, started, services, success, failure)
+        yield from self._served_series(m)
+
+    @staticmethod
+    def _served_series(m: GatewayMetrics) -> Iterator[Metric]:
+        fn = ["function_name"]
+        cold_starts = CounterMetricFamily(
+            "infless_cold_starts", "Requests that waited for an instance to start", labels=fn
+        )
+        count = CounterMetricFamily(
+            "infless_inference_count",
+            "Samples inferred (a request carrying n samples counts n)",
+            labels=fn,
+        )
+        histograms = {
+            "batch_size": _histogram(
+                "infless_batch_size", "Batch size each request was served in", fn
+            ),
+            "queue_s": _histogram(
+                "infless_queue_seconds", "Time from arrival to batch dispatch", fn
+            ),
+            "exec_s": _histogram("infless_exec_seconds", "Batch execution time in the worker", fn),
+            "cold_seconds": _histogram(
+                "infless_cold_start_seconds",
+                "How long a cold request waited for an instance to start",
+                fn,
+            ),
+        }
+        for function, served in m.served_by.items():
+            cold_starts.add_metric([function], served.cold_starts)
+            count.add_metric([function], served.count)
+            for attribute, family in histograms.items():
+                buckets, total = getattr(served, attribute).exposition()
+                family.add_metric([function], buckets, total)
+        yield from (cold_starts, count, *histograms.values())
