@@ -262,19 +262,22 @@ class Instance:
             )
 
     def finish_by_s(self, now_s: float) -> float:
-        """When a request admitted now would have its batch served, at the tail: the batch
-        in flight finishes, the full batches queued ahead of it run, then its own."""
+        """When a request admitted now would have its batch served: the batch in flight
+        finishes and the full batches queued ahead of it run, at their mean service times
+        (a sum of batches varies far less than each one: a tail per batch refused work the
+        machine had room for), then its own batch at its tail. What the means miss, the
+        function's budget corrects from the p99 it measures (`FunctionLatency`)."""
         model, queue = self.model, self.queue
         if model is None or queue is None:
             return math.inf
         busy_until_s = now_s
-        if self._in_flight:  # a batch running past its tail is given half its mean more
+        if self._in_flight:  # a batch running past its mean is given half its mean more
             size = len(self._in_flight)
-            expected_s = self._dispatched_s + model.tail_ms(size) / 1000.0
+            expected_s = self._dispatched_s + model.mean_ms(size) / 1000.0
             busy_until_s = max(expected_s, now_s + model.mean_ms(size) / 2000.0)
         b = model.max_batch
         ahead, own = divmod(len(queue), b)
-        return busy_until_s + (ahead * model.tail_ms(b) + model.tail_ms(own + 1)) / 1000.0
+        return busy_until_s + (ahead * model.mean_ms(b) + model.tail_ms(own + 1)) / 1000.0
 
     def set_share(self, share_rps: float) -> None:
         """The dispatcher's weight for this instance (the planner's r_up)."""
