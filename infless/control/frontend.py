@@ -147,6 +147,25 @@ class FunctionFrontend:
         call.name = function.name
         return function
 
+    def refuse_early(self, name: str) -> Overloaded | None:
+        """Whether a call to `name` is refused (429) before anything else about it is read:
+        the same room test as `check_room`, counted as a refused call, for a server that
+        answers refusals without binding and decoding (under a flood of overload, a
+        refusal must cost as little as it can). None: go on (also for a name that is not a
+        deployed function: the normal path answers that)."""
+        function = self._functions.get(name)
+        if function is None:
+            return None
+        try:
+            function.router.check_room(self.budget_s(function))
+        except Overloaded as refused:
+            observer = self._observer
+            observer.request_started(name)
+            function.activity.invocations += 1
+            observer.request_done(name, refused.status, 0.0)
+            return refused
+        return None
+
     def check_room(self, call: Call) -> None:
         """Refuse at once (429) a call no instance could answer in time, before its body is
         read and decoded: under overload, a refusal costs the HTTP exchange and no more."""

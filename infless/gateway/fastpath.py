@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 INVOKE_PREFIX = b"/function/"
 MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
 SWEEP_S = 0.5  # how often invokes are checked against the gateway's request timeout
+MAX_CANNED = 4096  # canned refusals kept (per function, Retry-After and keep-alive)
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -63,6 +64,14 @@ class Request:
     keep_alive: bool = True
     version: str = "1.1"
     too_large: bool = False
+    refused: bytes | None = None  # a 429 decided before its body was read
+
+    def keep_alive_guess(self) -> bool:
+        """Keep-alive as the headers say (the parser's own answer comes with the body)."""
+        connection = (self.headers.get("connection") or "").lower()
+        if self.version == "1.0":
+            return connection == "keep-alive"
+        return connection != "close"
 
 
 def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
@@ -102,6 +111,7 @@ class FastPath:
         self.clock = clock
         self.connections: set[Connection] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._refusals: dict[tuple[str, str, bool], bytes] = {}
 
     def __call__(self) -> Connection:
         return Connection(self)
@@ -116,6 +126,21 @@ class FastPath:
             late = self.clock.now() - timeout_s
             for connection in list(self.connections):
                 connection.expire_before(late)
+
+    def refusal(self, name: str, keep_alive: bool) -> bytes | None:
+        """The canned 429 for a call to `name` refused before its body is read, or None.
+        Answers differ only in Retry-After, whole seconds: they are encoded once each."""
+        refused = self.invoker.frontend.refuse_early(name)
+        if refused is None:
+            return None
+        answer = error_answer(refused)
+        key = (name, answer.headers.get("Retry-After", ""), keep_alive)
+        canned = self._refusals.get(key)
+        if canned is None:
+            if len(self._refusals) > MAX_CANNED:
+                self._refusals.clear()
+            canned = self._refusals[key] = encode_answer(answer, keep_alive)
+        return canned
 
     def close_idle(self) -> None:
         """Close every connection with nothing in flight (the gateway is stopping)."""
@@ -212,14 +237,20 @@ class Connection(asyncio.Protocol):
             and int(length) > self._server.config.max_body_bytes
         ):
             request.too_large = True
-        elif (request.headers.get("expect") or "").lower() == "100-continue":
+            return
+        name = self._invoke_name(request)
+        if name is not None and self._authorized(request.headers):
+            request.refused = self._server.refusal(name, request.keep_alive_guess())
+        if request.refused is None and (request.headers.get("expect") or "").lower() == (
+            "100-continue"
+        ):
             assert self._transport is not None
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         request = self._current
         assert request is not None
-        if request.too_large:
+        if request.too_large or request.refused is not None:
             return
         request.body += body
         if len(request.body) > self._server.config.max_body_bytes:
@@ -253,6 +284,10 @@ class Connection(asyncio.Protocol):
             if name is None:
                 self._worker = asyncio.get_running_loop().create_task(self._forward_next(request))
                 return
+            if request.refused is not None:  # decided at its headers: canned bytes
+                if not self._write_raw(request.refused, request.keep_alive):
+                    return
+                continue
             answer = self._refusal(request)
             if answer is None:
                 started = self._server.invoker.start(name, request.headers, bytes(request.body))
@@ -295,10 +330,13 @@ class Connection(asyncio.Protocol):
 
     def _write(self, answer: Answer, keep_alive: bool) -> bool:
         """Write one answer; whether the connection stays open."""
+        return self._write_raw(encode_answer(answer, keep_alive), keep_alive)
+
+    def _write_raw(self, response: bytes, keep_alive: bool) -> bool:
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-        transport.write(encode_answer(answer, keep_alive))
+        transport.write(response)
         if not keep_alive:
             self._close()
         return keep_alive

@@ -68,8 +68,7 @@ def _le(bound: float) -> str:
     """A bucket's `le` label as prometheus_client writes it (1.0, 0.005, +Inf)."""
     if bound == math.inf:
         return "+Inf"
-    text = repr(float(bound))
-    return text
+    return repr(float(bound))
 
 
 class _Done:
