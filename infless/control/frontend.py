@@ -174,10 +174,15 @@ class FunctionFrontend:
         function.router.check_room(self.budget_s(function))
 
     def describe(self, function: DeployedFunction) -> dict[str, object]:
-        """How requests of `function` are admitted now (for /system/function)."""
+        """How requests of `function` are admitted now (for /system/function): its measured
+        capacity (what its instances serve at most at the service times they measured
+        recently), the budget a request gets, and what shapes it."""
         latency = function.latency
         p99_ms = latency.p99_ms(self._clock.now())
+        capacity = function.router.capacity(function.spec.slo_ms)
         return {
+            "capacityRps": round(sum(rps for _, rps in capacity), 1),
+            "capacityByInstance": {i.instance_id: round(rps, 1) for i, rps in capacity},
             "budgetMs": round(self.budget_s(function) * 1000.0, 3),
             "budgetFactor": round(latency.budget_factor, 3),
             "overheadMs": round(latency.overhead_ms, 3),

@@ -20,7 +20,7 @@ import numpy as np
 
 from infless.clock import Clock
 from infless.dataplane.latency import ExecModel
-from infless.dataplane.policy import BatchSettings, update_exec_ms
+from infless.dataplane.policy import BatchSettings, rescaled_exec_ms
 from infless.dataplane.queue import BatchQueue, QueueClosed
 from infless.dataplane.request import Array, Outcome, Pending
 from infless.errors import InferenceFailed
@@ -235,8 +235,9 @@ class Instance:
         self.batches += 1
         self.served += size
         self.exec_ms_total += result.exec_ms
-        exec_ms = self.exec_ms_by_batch
-        exec_ms[size] = update_exec_ms(exec_ms.get(size), result.exec_ms)
+        exec_ms = self.exec_ms_by_batch = rescaled_exec_ms(
+            self.exec_ms_by_batch, size, result.exec_ms
+        )
         if self._retune is not None and self.batches % RETUNE_EVERY_BATCHES == 0:
             assert self.queue is not None
             self.queue.update(self._retune(exec_ms))
@@ -263,17 +264,17 @@ class Instance:
 
     def finish_by_s(self, now_s: float) -> float:
         """When a request admitted now would have its batch served: the batch in flight
-        finishes and the full batches queued ahead of it run, at their mean service times
-        (a sum of batches varies far less than each one: a tail per batch refused work the
-        machine had room for), then its own batch at its tail. What the means miss, the
+        finishes (at its tail), the full batches queued ahead of it run at their mean service
+        times (a sum of batches varies far less than each one: a tail per batch refused work
+        the machine had room for), then its own batch at its tail. What the means miss, the
         function's budget corrects from the p99 it measures (`FunctionLatency`)."""
         model, queue = self.model, self.queue
         if model is None or queue is None:
             return math.inf
         busy_until_s = now_s
-        if self._in_flight:  # a batch running past its mean is given half its mean more
+        if self._in_flight:  # a batch running past its tail is given half its mean more
             size = len(self._in_flight)
-            expected_s = self._dispatched_s + model.mean_ms(size) / 1000.0
+            expected_s = self._dispatched_s + model.tail_ms(size) / 1000.0
             busy_until_s = max(expected_s, now_s + model.mean_ms(size) / 2000.0)
         b = model.max_batch
         ahead, own = divmod(len(queue), b)

@@ -2,10 +2,12 @@
 a request spends outside queue and batch, and the tail latency a function delivers.
 
 - `ExecModel`: one instance's batch service time (gateway-observed: dispatch to result) per
-  batch size — the mean (warm-up timings, then an EWMA of served batches, interpolated
-  between sizes) times a tail ratio, the `tail_quantile` of service/mean over recent
-  batches. It answers the admission and dispatch questions: how long a batch of k takes at
-  the tail, and the smallest batch that sustains a rate.
+  batch size — the mean (the warm-up's shape over batch sizes, times the host's level now:
+  an EWMA of every served batch against that shape, so that sizes not served lately follow
+  a host that slowed down or sped up; times each served size's own residual) times a tail
+  ratio, the `tail_quantile` of service/mean over recent batches. It answers the admission
+  and dispatch questions: how long a batch of k takes at the tail, and the smallest batch
+  that sustains a rate.
 - `FunctionLatency`: per function, the time its requests spend outside queue and batch
   (reading, decoding, encoding, writing: a tail quantile over recent requests), the latency
   of recent answers per second (the autoscaler's p99 feedback), and the budget a new request
@@ -31,7 +33,8 @@ from collections.abc import Mapping
 TAIL_WINDOW = 256  # recent batches (or requests) a tail quantile is taken over
 FIRST_TAIL_RATIO = 2.0  # the tail ratio assumed until TAIL_EVERY batches were served
 TAIL_EVERY = 16  # samples between recomputations of a tail quantile
-MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in its size's mean (after its first few)
+MEAN_WEIGHT = 0.1  # EWMA weight of a served batch in the host's level (after its first few)
+RESIDUAL_WEIGHT = 0.02  # ... and in its own size's residual: slow, so the level moves first
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -50,11 +53,15 @@ class ExecModel:
             raise ValueError("an ExecModel needs at least one measured batch size")
         self.max_batch = max_batch
         self._q = tail_quantile
-        self._mean = {b: max(ms, 1e-3) for b, ms in measured_ms.items()}
-        self._count = dict.fromkeys(self._mean, 1)  # samples behind each size's mean
-        self._sizes = sorted(self._mean)
+        # the warm-up's times: the shape of the cost over batch sizes
+        self._shape = {b: max(ms, 1e-3) for b, ms in measured_ms.items()}
+        self._sizes = sorted(self._shape)
+        # the host now against the warm-up (every served batch moves it: the sizes not
+        # served follow too — a slower host is slower at every batch size)
+        self.level = 1.0
+        self._residual: dict[int, float] = {}  # per served size: what the level does not say
+        self._served = 0
         self._ratios: deque[float] = deque(maxlen=TAIL_WINDOW)
-        self._seen = 0
         # warm-up timings were taken alone on the instance's cores; serving shares them
         self.tail_ratio = FIRST_TAIL_RATIO
         self._tails = self._tail_table()
@@ -63,24 +70,29 @@ class ExecModel:
         """tail_ms for every batch size up to the largest (read on every request)."""
         return [0.0, *(self.mean_ms(b) * self.tail_ratio for b in range(1, self.max_batch + 1))]
 
-    def mean_ms(self, batch_size: int) -> float:
-        """The mean service time of a batch of `batch_size`, interpolated between measured
-        sizes (and never below a smaller size's): linear beyond the largest."""
-        sizes, mean = self._sizes, self._mean
-        if batch_size in mean:
-            value = mean[batch_size]
+    def _shape_ms(self, batch_size: int) -> float:
+        """The warm-up time of `batch_size`, interpolated between measured sizes (and never
+        below a smaller size's): linear beyond the largest."""
+        sizes, shape = self._sizes, self._shape
+        if batch_size in shape:
+            value = shape[batch_size]
         else:
             right = bisect.bisect_left(sizes, batch_size)
             if right == 0:
-                value = mean[sizes[0]]
+                value = shape[sizes[0]]
             elif right == len(sizes):
                 last = sizes[-1]
-                value = mean[last] * batch_size / last
+                value = shape[last] * batch_size / last
             else:
                 b0, b1 = sizes[right - 1], sizes[right]
-                value = mean[b0] + (batch_size - b0) / (b1 - b0) * (mean[b1] - mean[b0])
+                value = shape[b0] + (batch_size - b0) / (b1 - b0) * (shape[b1] - shape[b0])
         below = bisect.bisect_right(sizes, batch_size) - 1
-        return max(value, mean[sizes[below]]) if below >= 0 else value
+        return max(value, shape[sizes[below]]) if below >= 0 else value
+
+    def mean_ms(self, batch_size: int) -> float:
+        """The mean service time of a batch of `batch_size` on this host now: the warm-up's
+        shape times the host's level, times what that size's own batches showed."""
+        return self._shape_ms(batch_size) * self.level * self._residual.get(batch_size, 1.0)
 
     def tail_ms(self, batch_size: int) -> float:
         if 0 < batch_size <= self.max_batch:
@@ -88,21 +100,20 @@ class ExecModel:
         return self.mean_ms(batch_size) * self.tail_ratio
 
     def observe(self, batch_size: int, service_ms: float) -> None:
-        """A served batch: its ratio to the expected mean feeds the tail; its time the mean."""
-        expected = self.mean_ms(batch_size)
-        self._ratios.append(service_ms / expected)
-        previous = self._mean.get(batch_size)
-        if previous is None:
-            bisect.insort(self._sizes, batch_size)
-            previous = expected
-        # a running mean at first (warm-up timings are taken alone; serving is what counts),
-        # then an EWMA
-        count = self._count.get(batch_size, 0) + 1
-        self._count[batch_size] = count
-        weight = max(MEAN_WEIGHT, 1.0 / count)
-        self._mean[batch_size] = previous + weight * (service_ms - previous)
-        self._seen += 1
-        if self._seen % TAIL_EVERY == 0:
+        """A served batch: its ratio to the expected mean feeds the tail; its time moves the
+        host's level (every size: a running mean at first — warm-up timings are taken alone,
+        serving is what counts — then an EWMA) and, slowly, this size's residual."""
+        service_ms = max(service_ms, 1e-3)  # a clock too coarse to see it: a microsecond
+        self._ratios.append(service_ms / self.mean_ms(batch_size))
+        self._served += 1
+        shape_ms = self._shape_ms(batch_size)
+        self.level += max(MEAN_WEIGHT, 1.0 / self._served) * (
+            service_ms / (shape_ms * self._residual.get(batch_size, 1.0)) - self.level
+        )
+        residual = self._residual.get(batch_size, 1.0)
+        observed = service_ms / (shape_ms * self.level)
+        self._residual[batch_size] = residual + RESIDUAL_WEIGHT * (observed - residual)
+        if self._served % TAIL_EVERY == 0:
             self.tail_ratio = max(1.0, quantile(list(self._ratios), self._q))
         self._tails = self._tail_table()
 
@@ -119,7 +130,7 @@ class ExecModel:
 
     def by_batch(self) -> dict[int, float]:
         """The mean per batch size served or measured (what /system/instances shows)."""
-        return dict(self._mean)
+        return {b: self.mean_ms(b) for b in sorted({*self._sizes, *self._residual})}
 
 
 STEER_EVERY_S = 0.5  # how often the budget is steered, from the answers of the last ~2 s

@@ -102,6 +102,25 @@ def update_exec_ms(previous_ms: float | None, measured_ms: float, weight: float 
     return ewma(previous_ms, measured_ms, weight)
 
 
+def rescaled_exec_ms(
+    table: Mapping[int, float], batch_size: int, measured_ms: float, weight: float = 0.1
+) -> dict[int, float]:
+    """An instance's execution times after it served a batch of `batch_size` in
+    `measured_ms`: that size's EWMA, and every other size moved by the same share of the
+    change — a host that slowed down (or sped up) is so at every batch size, not only at the
+    sizes served lately, and the planner reads every size."""
+    previous = table.get(batch_size)
+    updated = dict(table)
+    updated[batch_size] = update_exec_ms(previous, measured_ms, weight)
+    if previous is None or previous <= 0:
+        return updated
+    scale = 1.0 + weight * (measured_ms / previous - 1.0)
+    for size, value in table.items():
+        if size != batch_size:
+            updated[size] = value * scale
+    return updated
+
+
 def powers_of_two_up_to(limit: int) -> list[int]:
     sizes = [1]
     while sizes[-1] * 2 <= limit:

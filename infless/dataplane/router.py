@@ -2,11 +2,11 @@
 
 Admission by deadline: a request carries the time by which its batch must be served (its
 arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
-instance; the request joins it when that instance's predicted finish (the batch in flight,
-the full batches queued ahead, its own batch, all at their tail service time) meets the
-deadline — or when it is idle: nothing would serve it sooner — else the instance that would
-finish it first, if that one meets it (or is idle); else it is
-refused at once (429) with a Retry-After from the predicted drain — work that cannot finish
+instance; the request joins it when that instance's predicted finish (the batch in flight
+at its tail, the full batches queued ahead at their mean service time, its own batch at its
+tail) meets the deadline — or when it is idle: nothing would serve it sooner — else the
+instance that would finish it first, if that one meets it (or is idle); else it is refused
+at once (429) with a Retry-After from the predicted drain — work that cannot finish
 in time is never queued. The router holds requests in a bounded waiting room while the
 function has no ready instance (a cold start, which it asks the pool to begin), and retries
 requests orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
@@ -61,6 +61,23 @@ class FunctionRouter:
         self.arrivals += 1
         self._route(pending, now)
         return pending
+
+    def capacity(self, slo_ms: float) -> list[tuple[Instance, float]]:
+        """What each ready instance serves at most, now, in requests per second: the best
+        batch size it may run whose service time at its tail still fits the SLO (INFless's
+        feasibility: the SLO for one request, half of it for a batch), at the mean service
+        time it measured recently — so a slower host shows a proportionally lower capacity."""
+        found = []
+        for instance in self.instances:
+            model = instance.model
+            if instance.state is not InstanceState.READY or model is None:
+                continue
+            best = 0.0
+            for b in range(1, model.max_batch + 1):
+                if model.tail_ms(b) <= (slo_ms if b == 1 else slo_ms / 2.0):
+                    best = max(best, b * 1000.0 / max(model.mean_ms(b), 1e-3))
+            found.append((instance, best))
+        return found
 
     def check_room(self, budget_s: float) -> None:
         """Refuse (Overloaded, 429) a request that no ready instance could serve within

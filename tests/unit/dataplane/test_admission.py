@@ -60,11 +60,11 @@ async def test_a_request_that_cannot_be_served_in_time_is_refused_at_once() -> N
     queued = [harness.submit(1.0) for _ in range(4)]  # two more full batches behind it
     model = instance.model
     assert model is not None
-    # a seventh would finish after the batch in flight and two full batches, at their mean
-    # service times, then its own at its tail
-    mean_s = model.mean_ms(2) / 1000.0
+    # a seventh would finish after the batch in flight (at its tail) and two full batches
+    # (at their mean service times), then its own at its tail
+    mean_s, tail_s = model.mean_ms(2) / 1000.0, model.tail_ms(2) / 1000.0
     finish_s = instance.finish_by_s(clock.now())
-    assert finish_s == pytest.approx(clock.now() + 3 * mean_s + model.tail_ms(1) / 1e3)
+    assert finish_s == pytest.approx(clock.now() + tail_s + 2 * mean_s + model.tail_ms(1) / 1e3)
     admitted = harness.submit(finish_s - clock.now() + 0.001)
     with pytest.raises(Overloaded) as refused:
         harness.submit(finish_s - clock.now() - 0.001)
@@ -86,8 +86,8 @@ async def test_the_router_moves_a_late_request_to_an_instance_that_makes_it() ->
     idle.share_rps, busy.share_rps = 1e-6, 1e6  # the dispatcher always proposes `busy`
     chain = [harness.submit(1.0) for _ in range(3)]  # 30 ms of work queued on `busy`
     assert busy.queue_length + busy.in_flight == 3
-    # busy would be done in 50 ms (the batch in flight and two queued, 30 ms at their mean,
-    # then its own at its tail: twice the mean until batches are measured), idle in 20 ms
+    # busy would be done in 60 ms (the batch in flight at its tail, twice the mean until
+    # batches are measured; two queued at their mean; its own at its tail), idle in 20 ms
     late_on_busy = harness.submit(0.025)
     await _spin()
     assert harness.handles[1].batch_sizes == [1]  # served by the idle instance

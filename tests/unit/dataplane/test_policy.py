@@ -127,3 +127,19 @@ def test_dispatch_at_modes() -> None:
     assert dispatch_at(1, 4, 10.0, 0.1, "deadline", 0.01) == 10.1
     assert abs(dispatch_at(1, 4, 10.0, 0.1, "adaptive", 0.02) - 10.04) < 1e-9
     assert dispatch_at(1, 4, 10.0, 0.1, "adaptive", 0.0) == 10.1  # never past the deadline
+
+
+def test_a_slower_batch_moves_every_size_by_a_share_of_the_change() -> None:
+    from infless.dataplane.policy import rescaled_exec_ms
+
+    table = {1: 2.0, 8: 10.0, 32: 30.0}
+    after = rescaled_exec_ms(table, 8, 20.0, weight=0.1)  # batch 8 took twice its time
+    assert after[8] == 11.0  # its own EWMA
+    assert after[1] == 2.0 * 1.1  # the others move by the same share: the host slowed
+    assert after[32] == 30.0 * 1.1
+    assert table == {1: 2.0, 8: 10.0, 32: 30.0}  # a new table: the old one is untouched
+    assert rescaled_exec_ms({1: 2.0}, 4, 9.0) == {1: 2.0, 4: 9.0}  # a new size: its first
+    for _ in range(200):  # a host five times slower, seen at batch 1 only
+        table = rescaled_exec_ms(table, 1, 10.0)
+    assert round(table[1], 6) == 10.0
+    assert round(table[32] / 30.0, 3) == round(table[1] / 2.0, 3)  # every size followed
