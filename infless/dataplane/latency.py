@@ -12,7 +12,8 @@ a request spends outside queue and batch, and the tail latency a function delive
   (reading, decoding, encoding, writing: a tail quantile over recent requests), the latency
   of recent answers per second (the autoscaler's p99 feedback), and the budget a new request
   gets: the SLO less that overhead, scaled by a factor that shrinks while the recent p99
-  runs above `target` × SLO and grows back below `relax` × SLO — what no model foresaw
+  runs above `target` × SLO and grows below `relax` × SLO (up to `BUDGET_CEILING`: the
+  predictions are at the tail, and what the answers show decides) — what no model foresaw
   (cores taken by other processes, a loaded client) is corrected by what was measured. The
   overhead measured lasts as long as answers keep coming: with none for a second (every
   request refused), it halves every second, so a burst of slow answers cannot lock a
@@ -135,6 +136,11 @@ class ExecModel:
 
 STEER_EVERY_S = 0.5  # how often the budget is steered, from the answers of the last ~2 s
 BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
+# ... and grows up to this share while the measured p99 stays well inside it: predictions
+# at the tail are conservative, so a request predicted a little late is admitted when the
+# answers show room — a refusal only when the function is really full (the p99 rising
+# past `target` × SLO shrinks it again within a second)
+BUDGET_CEILING = 1.5
 OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
 OVERHEAD_EVERY = 32  # answers between recomputations of the overhead's tail
 
@@ -195,7 +201,7 @@ class FunctionLatency:
         if p99_ms > self._target * self.slo_ms:
             self.budget_factor = max(BUDGET_FLOOR, self.budget_factor * 0.85)
         elif p99_ms < self._relax * self.slo_ms:
-            self.budget_factor = min(1.0, self.budget_factor * 1.1)
+            self.budget_factor = min(BUDGET_CEILING, self.budget_factor * 1.1)
 
     def p99_ms(self, now_s: float) -> float | None:
         """The p99 of the answers of the last `window_s` whole seconds and this one."""

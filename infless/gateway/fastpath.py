@@ -23,17 +23,16 @@ import logging
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import cast
 
 import httptools
-import orjson
 
 from infless.clock import Clock
 from infless.dataplane.request import Outcome
 from infless.errors import PayloadTooLarge, Unauthorized
 from infless.gateway.auth import REALM, AuthSettings, basic_ok, bearer_ok
-from infless.gateway.invoke import JSON, Answer, Invoker, Started, error_answer
+from infless.gateway.http1 import LowerHeaders, Request, encode_answer, forwarded_head, json_error
+from infless.gateway.invoke import Answer, Invoker, Started, error_answer
 
 log = logging.getLogger(__name__)
 
@@ -41,56 +40,6 @@ INVOKE_PREFIX = b"/function/"
 MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
 SWEEP_S = 0.5  # how often invokes are checked against the gateway's request timeout
 MAX_CANNED = 4096  # canned refusals kept (per function, Retry-After and keep-alive)
-_REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
-
-
-class LowerHeaders(dict[str, str]):
-    """Request headers by lower-case name, read case-insensitively (as aiohttp's are)."""
-
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return super().get(key.lower(), default)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and super().__contains__(key.lower())
-
-
-@dataclass(slots=True)
-class Request:
-    method: bytes
-    url: bytes
-    headers: LowerHeaders
-    raw_headers: list[tuple[bytes, bytes]]
-    body: bytearray = field(default_factory=bytearray)
-    keep_alive: bool = True
-    version: str = "1.1"
-    too_large: bool = False
-    refused: bytes | None = None  # a 429 decided before its body was read
-
-    def keep_alive_guess(self) -> bool:
-        """Keep-alive as the headers say (the parser's own answer comes with the body)."""
-        connection = (self.headers.get("connection") or "").lower()
-        if self.version == "1.0":
-            return connection == "keep-alive"
-        return connection != "close"
-
-
-def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
-    """An answer as the bytes of an HTTP/1.1 response."""
-    reason = _REASONS.get(answer.status, b"Unknown")
-    head = [
-        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-        % (answer.status, reason, answer.content_type.encode(), len(answer.body))
-    ]
-    for name, value in answer.headers.items():
-        head.append(f"{name}: {value}\r\n".encode("latin-1"))
-    if not keep_alive:
-        head.append(b"Connection: close\r\n")
-    head.append(b"\r\n")
-    return b"".join(head) + answer.body
-
-
-def json_error(status: int, message: str, code: str) -> Answer:
-    return Answer(status, orjson.dumps({"error": message, "code": code}), JSON, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,21 +403,3 @@ class Connection(asyncio.Protocol):
     def close_when_idle(self) -> None:
         if not self._queue and not self._busy():
             self._close()
-
-
-_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
-
-
-def forwarded_head(request: Request, upgrade: bool) -> bytes:
-    """The request line and headers sent on to aiohttp: its own body length, and one
-    request per connection (an upgrade keeps its Connection header)."""
-    lines = [b"%s %s HTTP/%s\r\n" % (request.method, request.url, request.version.encode())]
-    for name, value in request.raw_headers:
-        lower = name.lower()
-        if lower in _HOP_BY_HOP and not (upgrade and lower == b"connection"):
-            continue
-        lines.append(b"%s: %s\r\n" % (name, value))
-    if not upgrade:
-        lines.append(b"Content-Length: %d\r\nConnection: close\r\n" % len(request.body))
-    lines.append(b"\r\n")
-    return b"".join(lines)

@@ -13,14 +13,8 @@ import pytest
 
 from infless.errors import Overloaded
 from infless.gateway.auth import AuthSettings
-from infless.gateway.fastpath import (
-    Connection,
-    FastPath,
-    FastPathConfig,
-    LowerHeaders,
-    Request,
-    forwarded_head,
-)
+from infless.gateway.fastpath import Connection, FastPath, FastPathConfig
+from infless.gateway.http1 import LowerHeaders, Request, forwarded_head
 from infless.gateway.invoke import JSON, Answer, Started
 from tests.support.clock import FakeClock
 
