@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
@@ -26,16 +24,17 @@ def test_each_thread_count_is_measured_in_one_block_in_the_order_asked() -> None
 def test_short_calls_settle_before_the_first_timed_repetition(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    fake_now_s = 0.0  # the settle loop's clock: each call takes exactly 1 ms of it
+    monkeypatch.setattr(operators, "perf_s", lambda: fake_now_s)
+
     def calls_with(settle_s: float) -> int:
         monkeypatch.setattr(operators, "SETTLE_S", settle_s)
         count = 0
 
         def one_ms() -> None:
-            nonlocal count
+            nonlocal count, fake_now_s
             count += 1
-            end = time.perf_counter() + 0.001
-            while time.perf_counter() < end:
-                pass
+            fake_now_s += 0.001
 
         operators.measure_threads(
             one_ms, (1,), budget_s=0.0, min_reps=2, max_reps=2, max_spread=float("inf")
