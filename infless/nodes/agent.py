@@ -207,6 +207,9 @@ class NodeAgent:
         await self._ready()
         store = self._store
         entries = [] if store is None else store.entries()
+        tenants: dict[str, int] = {}
+        for entry in entries:
+            tenants[entry.tenant] = tenants.get(entry.tenant, 0) + entry.size_bytes
         return wire.encode(
             wire.NodeReport(
                 node=self.node, host=self.host, cpu_ids=self.cpu_ids,
@@ -216,6 +219,7 @@ class NodeAgent:
                 packages=len(self.packages.digests()),
                 agent_pid=os.getpid(), agent_starts=self._starts,
                 similarity=await asyncio.to_thread(self._similarity),
+                store_tenant_bytes=tenants,
             )
         )  # fmt: skip
 
