@@ -31,6 +31,7 @@ from infless.gateway.openapi import openapi_document
 from infless.gateway.packages import PackageRoutes
 from infless.gateway.resources import PlatformCollector
 from infless.gateway.secrets import SecretsRoutes
+from infless.gateway.server_series import ServerCollector
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
@@ -145,6 +146,7 @@ def install(app: web.Application, ctx: GatewayContext) -> None:
         pool.all_instances, lambda: pool.functions, ctx.gpus, ctx.gpu_sharing
     )
     ctx.metrics.add_collector(collector)
+    ctx.metrics.add_collector(ServerCollector(pool))
     handler = GatewayLogHandler(ctx.logs)
 
     async def startup(_: web.Application) -> None:

@@ -10,6 +10,7 @@ import base64
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ FUNCTIONS = [
     {"name": "mnist", "image": "mnist", "slo_ms": 200, "max_batch": 4},
     {"name": "textcnn-69", "image": "textcnn-69", "slo_ms": 50, "max_batch": 4},
 ]
-SECTIONS = {"auth": {"basic_auth": True}, "ui": {"interval_s": 0.5}}
+SECTIONS: dict[str, dict[str, Any]] = {"auth": {"basic_auth": True}, "ui": {"interval_s": 0.5}}
 MNIST = json.dumps({"inputs": np.zeros((1, 28, 28)).tolist()}).encode()
 
 pytestmark = pytest.mark.skipif(
@@ -37,8 +38,8 @@ def _basic(password: str) -> dict[str, str]:
 def _blocks(function: str, state: str = "ready") -> str:
     """How many instance blocks of `function` in `state` the page shows (a JS expression)."""
     return (
-        f"document.querySelectorAll('.block[data-function=\"{function}\"]"
-        f"[data-state=\"{state}\"]').length"
+        f'document.querySelectorAll(\'.block[data-function="{function}"]'
+        f'[data-state="{state}"]\').length'
     )
 
 
@@ -74,7 +75,7 @@ async def test_the_board_shows_instances_scaling_and_load_in_chromium(tmp_path: 
             assert status == 202, body
             await browser.wait_for(f"{_blocks('mnist')} === 2", timeout_s=120)
 
-            stop, answered = threading.Event(), []
+            stop, answered = threading.Event(), list[int]()
             load = threading.Thread(target=_load, args=(gw, stop, answered))
             load.start()
             try:

@@ -120,7 +120,8 @@ class Browser:
         """Answer every basic-auth challenge with these credentials, as a person would
         type them into the browser's prompt (the browser then sends them itself)."""
         self._credentials = (user, password)
-        await self.send("Fetch.enable", {"handleAuthRequests": True, "patterns": [{"urlPattern": "*"}]})
+        patterns = [{"urlPattern": "*"}]
+        await self.send("Fetch.enable", {"handleAuthRequests": True, "patterns": patterns})
 
     async def navigate(self, url: str) -> None:
         self.loaded.clear()
@@ -164,8 +165,7 @@ class Browser:
         await self.resize(width, max(height, int(full)))
         await asyncio.sleep(0.3)
         shot = await self.send("Page.captureScreenshot", {"format": "png"})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(shot["data"]))
+        await asyncio.to_thread(_write, path, base64.b64decode(shot["data"]))
         return path
 
     async def close(self) -> None:
@@ -181,6 +181,11 @@ class Browser:
             with contextlib.suppress(ProcessLookupError):
                 self._process.kill()
         await self._process.wait()
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
 
 
 async def _debugger_url(profile: Path, process: asyncio.subprocess.Process) -> str:
@@ -202,7 +207,7 @@ async def open_browser(profile: Path) -> AsyncIterator[Browser]:
     """A fresh headless Chromium (its profile in `profile`), closed and killed after."""
     binary = chromium_binary()
     assert binary is not None, "chromium is not installed: ./scripts/setup.sh installs it"
-    profile.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(profile.mkdir, parents=True, exist_ok=True)
     process = await asyncio.create_subprocess_exec(
         binary, *FLAGS, f"--user-data-dir={profile}", "about:blank",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,

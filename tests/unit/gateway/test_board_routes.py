@@ -22,6 +22,14 @@ from tests.support.clock import FakeClock
 from tests.unit.weights.packages import write_package
 
 
+async def _started(client: TestClient[Any, Any]) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            if await (await client.get("/system/instances")).json():
+                return
+            await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 async def board(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], FakeClock]]:
     package = write_package(tmp_path / "model", {"w": np.zeros(2, dtype=np.float32)})
@@ -39,9 +47,7 @@ async def board(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Fak
         deployed = await client.post("/system/functions", json={"service": "fn", "image": str(
             package)})  # fmt: skip
         assert deployed.status == 202
-        async with asyncio.timeout(10):
-            while not await (await client.get("/system/instances")).json():
-                await asyncio.sleep(0.01)
+        await _started(client)
         yield client, clock
 
 

@@ -114,6 +114,11 @@ def test_tenants_get_separate_directories_even_for_identical_content(
     assert store.resident_bytes() == 2 * store.resident_bytes("alice")
     with pytest.raises(StoreError, match="not a tensor of tenant 'bob'"):
         store.acquire("i1", "bob", alice)
+    usage = store.usage()  # what /system/servers and the live board show
+    assert usage["tenantBytes"] == {"alice": store.resident_bytes("alice"),
+                                    "bob": store.resident_bytes("bob")}  # fmt: skip
+    assert usage["bytes"] == store.resident_bytes()
+    assert usage["tensors"] == len(alice) + len(bob)
 
 
 def test_store_files_and_directories_are_private(tmp_path: Path, store: TensorStore) -> None:
