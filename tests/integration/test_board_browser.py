@@ -1,7 +1,8 @@
 """The live board in a real browser: headless Chromium opens `/ui` on a gateway with basic
 auth on (answering the browser's challenge as a person would), sees the example functions'
 instances, sees a scaled function's new instance and load arriving, opens a function's
-detail, and writes screenshots at two window sizes to `state/screenshots/`."""
+detail, and writes screenshots at two window sizes (and one of the detail) to
+`state/screenshots/`."""
 
 from __future__ import annotations
 
@@ -82,14 +83,16 @@ async def test_the_board_shows_instances_scaling_and_load_in_chromium(tmp_path: 
                 card = "document.querySelector('.function[data-function=\"mnist\"]')"
                 await browser.wait_for(f"Number({card}.dataset.served) > 0")
                 await browser.wait_for(f"Number({card}.dataset.offered) > 0")
+                served = "state.series.mnist.servedRps.filter((v) => v > 0).length"
+                await browser.wait_for(f"{served} >= 4")  # a few points of load to chart
+                wide = await browser.screenshot(SCREENSHOTS / "board-wide.png", 1400, 900)
+                narrow = await browser.screenshot(SCREENSHOTS / "board-narrow.png", 480, 900)
                 await browser.evaluate(f"{card}.click()")
                 await browser.wait_for(
                     "document.querySelectorAll('#detail canvas.batches').length === 2"
                 )
                 await browser.wait_for("document.querySelector('#detail pre.logs') !== null")
-                wide = await browser.screenshot(SCREENSHOTS / "board-wide.png", 1400, 900)
-                await browser.evaluate("document.getElementById('detail-close').click()")
-                narrow = await browser.screenshot(SCREENSHOTS / "board-narrow.png", 480, 900)
+                await browser.screenshot(SCREENSHOTS / "board-detail.png", 1400, 900)
             finally:
                 stop.set()
                 await asyncio.to_thread(load.join)

@@ -92,14 +92,15 @@ function instanceLabel(i) {
   return i.variant ? `${i.model} · ${i.variant}` : i.function;
 }
 function instanceBlock(i) {
-  const width = 70 + 48 * (Math.max(1, i.cpus) - 1);
+  const width = 92 + 56 * (Math.max(1, i.cpus) - 1);
   const height = 46 + Math.round(0.5 * (i.gpuPct || 0));
   const shape = `b${i.batchSize} c${i.cpus}` + (i.gpuPct ? ` g${i.gpuPct}%` : "");
   const title = `${i.id}\n${i.state} on ${i.server}, cores ${i.cpuIds.join(",")}` +
     (i.gpuIndex !== null && i.gpuIndex !== undefined ? `, GPU ${i.gpuIndex}` : "") +
     `\nserved ${i.served}, share ${i.shareRps} rps` + (i.error ? `\n${i.error}` : "");
   return h("div", {
-    class: `block state-${i.state}`, style: { width: `${width}px`, height: `${height}px` },
+    class: `block state-${i.state}`,
+    style: { width: `${width}px`, height: `${height}px`, borderLeft: `5px solid ${hue(i.function)}` },
     title, "data-instance": i.id, "data-function": i.function, "data-state": i.state,
     onclick: () => openDetail(i.function),
   },
@@ -118,14 +119,19 @@ function keptBlock(w) {
   }, h("div", { class: "fn" }, label), h("div", {}, `${fmt(since, 0)} s`));
 }
 function coreStrip(server, instances) {
-  const owner = {};
-  for (const i of instances) for (const core of i.cpuIds) owner[core] = i;
-  return h("div", { class: "cores", title: "cores: coloured by the function running there" },
+  const on = {};
+  for (const i of instances) for (const core of i.cpuIds) (on[core] = on[core] || []).push(i);
+  return h("div", { class: "cores", title: "cores: coloured by the functions running there" },
     server.cores.map(([core]) => {
-      const i = owner[core];
+      const here = on[core] || [];
+      const colours = here.map((i) => hue(i.function));
+      const step = 100 / Math.max(1, colours.length);
+      const background = colours.length > 1
+        ? `linear-gradient(90deg, ${colours.map((c, k) => `${c} ${k * step}% ${(k + 1) * step}%`).join(", ")})`
+        : colours[0];
       return h("div", {
-        class: i ? "core used" : "core", style: i ? { background: hue(i.function) } : {},
-        title: i ? `core ${core}: ${i.function} (${i.id})` : `core ${core}: free`,
+        class: here.length ? "core used" : "core", style: here.length ? { background } : {},
+        title: here.length ? `core ${core}: ${here.map((i) => i.id).join(", ")}` : `core ${core}: free`,
       }, core);
     }));
 }
@@ -202,6 +208,7 @@ function chart(canvas, times, lines, opts = {}) {
   }
   for (const line of lines) {
     g.strokeStyle = line.color;
+    g.fillStyle = line.color;
     g.lineWidth = 1.6;
     g.beginPath();
     let pen = false;
@@ -211,6 +218,10 @@ function chart(canvas, times, lines, opts = {}) {
       pen = true;
     });
     g.stroke();
+    line.values.forEach((v, i) => {  // a point with no neighbour shows as a dot
+      const alone = v !== null && (line.values[i - 1] ?? null) === null && (line.values[i + 1] ?? null) === null;
+      if (alone && times[i] !== undefined) { g.beginPath(); g.arc(x(times[i]), y(v), 2, 0, 6.3); g.fill(); }
+    });
   }
 }
 function css(name) { return getComputedStyle(document.body).getPropertyValue(name).trim(); }
@@ -338,6 +349,7 @@ function batchChart(instance) {
     g.font = "10px system-ui";
     g.fillText(`${fmt(top / 1.1)} ms`, 0, 10);
     g.fillText("batch size →", width - 70, height - 2);
+    for (const b of new Set([1, ...sizes, maxB])) g.fillText(String(b), x(b) - 3, height - 4);
     const table = (t, color, dash) => {
       const pts = Object.entries(t).map(([b, ms]) => [Number(b), ms]).sort((a, b) => a[0] - b[0]);
       g.strokeStyle = color; g.setLineDash(dash); g.lineWidth = 1.5; g.beginPath();
