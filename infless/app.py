@@ -51,7 +51,7 @@ from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_planning_predictor
 from infless.transform.costdb import load_costs
-from infless.weights.reclaimer import Reclaimer
+from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
 from infless.workers.output import Sink
 from infless.workers.starting import InstanceStarter
@@ -153,7 +153,7 @@ def server_status(
     def status() -> Mapping[str, object]:
         facts: dict[str, object] = {} if gpu is None else dict(gpu.starter.describe_server())
         if store is not None:
-            facts["store"] = store.usage()
+            facts["store"] = store_usage(store.entries())
         return facts
 
     return status

@@ -297,15 +297,6 @@ class TensorStore:
                 e.size_bytes for e in self._entries.values() if tenant is None or e.tenant == tenant
             )
 
-    def usage(self) -> dict[str, object]:
-        """What the store holds now: bytes and tensors in all, and bytes per tenant."""
-        tenants: dict[str, int] = {}
-        with self._mutex:
-            for entry in self._entries.values():
-                tenants[entry.tenant] = tenants.get(entry.tenant, 0) + entry.size_bytes
-            tensors = len(self._entries)
-        return {"bytes": sum(tenants.values()), "tensors": tensors, "tenantBytes": tenants}
-
     def shared_bytes_for(self, package_dir: Path, tenant: str) -> int:
         """Tetris θ_ij numerator: bytes of the package's tensors already in this store."""
         return self._stored_bytes(self.index_package(package_dir), tenant)

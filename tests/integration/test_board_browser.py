@@ -2,7 +2,7 @@
 auth on (answering the browser's challenge as a person would), sees the example functions'
 instances, sees a scaled function's new instance and load arriving, opens a function's
 detail, and writes screenshots at two window sizes (and one of the detail) to
-`state/screenshots/`."""
+`state/screenshots/`; on a fake GPU it shows the instance's share and the standby worker."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.support.chromium import chromium_binary, open_browser
-from tests.support.gateway import REPO_ROOT, GatewayProcess, start_gateway
+from tests.support.gateway import REPO_ROOT, GatewayProcess, fake_gpu_sections, start_gateway
 
 SCREENSHOTS = REPO_ROOT / "state" / "screenshots"
 FUNCTIONS = [
@@ -102,3 +102,26 @@ async def test_the_board_shows_instances_scaling_and_load_in_chromium(tmp_path: 
         png = shot.read_bytes()
         assert png.startswith(b"\x89PNG")
         assert int.from_bytes(png[16:20], "big") == width  # the IHDR's width
+
+
+async def test_the_board_shows_gpu_shares_and_standby_workers(tmp_path: Path) -> None:
+    functions = [
+        {"name": "digits-gpu", "image": "mnist", "slo_ms": 1000, "max_batch": 4, "gpu_pct": 30}
+    ]
+    with start_gateway(tmp_path, functions, fake_gpu_sections()) as gw:
+        async with open_browser(tmp_path / "chromium") as browser:
+            await browser.navigate(gw.url + "/ui")
+            await browser.wait_for(f"{_blocks('digits-gpu')} === 1", timeout_s=120)
+            block = "document.querySelector('.block[data-function=\"digits-gpu\"]')"
+            assert "g30%" in await browser.evaluate(f"{block}.textContent")
+            share = "document.querySelector('.gpu-bar span')"
+            await browser.wait_for(f"{share} !== null")
+            assert await browser.evaluate(f"{share}.style.width") == "30%"
+            await browser.wait_for(
+                "document.querySelectorAll('.block[data-kept][data-state=\"standby\"]').length"
+            )
+            gpu = await browser.evaluate("document.querySelector('.gpu').textContent")
+            assert "GPU 0" in gpu
+            assert "mps" in gpu
+            await browser.screenshot(SCREENSHOTS / "board-gpu.png", 1400, 700)
+            assert not [line for line in browser.console if line.startswith("uncaught")]

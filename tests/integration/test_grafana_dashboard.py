@@ -17,20 +17,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infless.gateway.resources import PlatformCollector
-from tests.support.gateway import REPO_ROOT, GatewayProcess, start_gateway
+from tests.support.gateway import REPO_ROOT, GatewayProcess, fake_gpu_sections, start_gateway
 
 pytestmark = pytest.mark.timeout(300)
 
 DASHBOARD = REPO_ROOT / "docs" / "grafana" / "infless.json"
-FAKE_MPS = REPO_ROOT / "tests" / "support" / "fake_mps_control.py"
 FUNCTIONS = [
     {"name": "digits-gpu", "image": "mnist", "slo_ms": 1000, "max_batch": 4, "gpu_pct": 30},
     {"name": "digits-cpu", "image": "mnist", "slo_ms": 1000, "max_batch": 4, "gpu_pct": 0},
 ]
-SECTIONS: dict[str, dict[str, Any]] = {
-    "gpu": {"fake_devices": 1, "fake_memory_mib": 1024, "mps_control": str(FAKE_MPS),
-            "standby_per_device": 1, "metrics_interval_s": 0.5},
-}  # fmt: skip
 BODY = {"inputs": np.zeros((1, 28, 28)).tolist()}
 # Exported where NVML lists the GPU's processes (the fake NVML lists none): checked to be a
 # family the collector declares, with these labels (its own test covers the samples).
@@ -123,7 +118,7 @@ def test_the_check_finds_a_series_or_label_the_gateway_does_not_export() -> None
 
 def test_every_series_the_dashboard_queries_is_exported(tmp_path: Path) -> None:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
-    with start_gateway(tmp_path, FUNCTIONS, SECTIONS) as gw:
+    with start_gateway(tmp_path, FUNCTIONS, fake_gpu_sections()) as gw:
         for function in ("digits-gpu", "digits-cpu"):
             status, _, body = gw.request("POST", f"/function/{function}", BODY, timeout_s=60)
             assert status == 200, body

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 ASSET_TYPES = {
     "index.html": "text/html",
+    "draw.js": "text/javascript",
     "board.js": "text/javascript",
     "board.css": "text/css",
 }
