@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -50,7 +51,7 @@ from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_planning_predictor
 from infless.transform.costdb import load_costs
-from infless.weights.reclaimer import Reclaimer
+from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
 from infless.workers.output import Sink
 from infless.workers.starting import InstanceStarter
@@ -95,7 +96,7 @@ class Platform:
             self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
             self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
             gpus=None if gpu is None else gpu.monitor,
-            gpu_sharing=tuple if gpu is None else gpu.mps.all,
+            gpu_sharing=tuple if gpu is None else gpu.mps.all, clock=self.clock,
         )  # fmt: skip
 
 
@@ -141,6 +142,23 @@ def local_starter(
     return LocalChain(starter, transforms, gpu)
 
 
+def server_status(
+    store: TensorStore | None, gpu: GpuSide | None
+) -> Callable[[], Mapping[str, object]] | None:
+    """This machine's live facts for `/system/servers` and the board: its GPUs (devices,
+    sharing, standby workers, the tier) and its tensor store (bytes per tenant)."""
+    if store is None and gpu is None:
+        return None
+
+    def status() -> Mapping[str, object]:
+        facts: dict[str, object] = {} if gpu is None else dict(gpu.starter.describe_server())
+        if store is not None:
+            facts["store"] = store_usage(store.entries())
+        return facts
+
+    return status
+
+
 def build_platform(
     config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
 ) -> Platform:
@@ -180,7 +198,7 @@ def build_platform(
                 gpus.share_capacity_pct if gpu is not None else (),
                 affinity=None if transforms is None else transforms.affinities,
                 default_gpu_pct=config.gpu.default_pct if gpu is not None else 0,
-                status=None if gpu is None else gpu.starter.describe_server,
+                status=server_status(store, gpu),
             )
         )  # fmt: skip
     pool = WorkerPool(

@@ -20,7 +20,7 @@ from infless.cluster.config import GpuConfig, check_gpu
 from infless.coldstart.config import ColdStartConfig, check_coldstart
 from infless.dataplane.config import BatchingConfig, check_batching
 from infless.errors import ConfigError
-from infless.gateway.config import AuthConfig, GatewayConfig, check_gateway
+from infless.gateway.config import AuthConfig, GatewayConfig, UiConfig, check_gateway, check_ui
 from infless.modelless.config import ModellessConfig, check_modelless
 from infless.nodes.config import ClusterConfig, check_cluster
 from infless.scaling.config import ScalingConfig, check_scaling
@@ -62,6 +62,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     cluster: ClusterConfig = ClusterConfig()
     gpu: GpuConfig = GpuConfig()
     auth: AuthConfig = AuthConfig()
+    ui: UiConfig = UiConfig()
     functions: list[FunctionConfig] = []
 
     @property
@@ -85,6 +86,7 @@ def _check(config: Config, source: str) -> Config:
         *check_transform(config.transform),
         *check_cluster(config.cluster),
         *check_gpu(config.gpu),
+        *check_ui(config.ui),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

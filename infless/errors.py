@@ -147,6 +147,13 @@ class WorkerUnavailable(InflessError):
     code = "worker_unavailable"
 
 
+class TooManyViewers(InflessError):
+    """The live board has as many pages open as `ui.max_viewers` allows."""
+
+    status = 503
+    code = "too_many_viewers"
+
+
 class ConfigError(Exception):
     """A configuration file or value is invalid; raised at startup, never on the request path."""
 

@@ -89,4 +89,11 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="file holding --user's password (default: $OPENFAAS_PASSWORD)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        "--no-progress",
+        dest="no_progress",
+        action="store_true",
+        help="no progress bar (there is none either when stderr is not a terminal)",
+    )

@@ -2,7 +2,7 @@
 # Set up (first run only), then lint, type-check and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --test
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infless.client.http import add_gateway_flag, client_for, fail
+from infless.client.http import GatewayClient, add_gateway_flag, client_for, fail
 from infless.client.packages import PackageUploader, UploadFailed, local_package
+from infless.progress import progress_for
 from infless.registry.deployment import LATENCY_ANNOTATION, MAX_BATCH_LABEL
 
 
@@ -32,6 +33,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--max-batch", type=int, help="largest batch size")
     parser.add_argument("--label", action="append", default=[], help="KEY=VALUE (repeatable)")
     parser.add_argument("--filter", help="deploy only this function of the stack file")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no upload progress (none either off a terminal)"
+    )
 
 
 def _stringify(values: dict[str, Any] | None) -> dict[str, str]:
@@ -96,7 +100,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         deployments = [_from_flags(args)]
     client = client_for(args, fallback)
-    uploader = PackageUploader(client)
+    with progress_for(args.quiet) as progress:
+        return _deploy(client, deployments, base, PackageUploader(client, progress=progress))
+
+
+def _deploy(
+    client: GatewayClient,
+    deployments: list[dict[str, object]],
+    base: Path,
+    uploader: PackageUploader,
+) -> int:
     status = 0
     for deployment in deployments:
         name = deployment["service"]

@@ -21,9 +21,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8080"
+
+
+class Readable(Protocol):
+    """A request body read as it is sent (an upload's file, or one counting its bytes)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 INVOKE_PREFIXES = ("/function/", "/v2/models/")
 
 
@@ -123,7 +131,7 @@ class GatewayClient:
         method: str,
         path: str,
         body: object,
-        raw: bytes | IO[bytes] | None,
+        raw: bytes | Readable | None,
         headers: dict[str, str] | None = None,
     ) -> urllib.request.Request:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -136,7 +144,7 @@ class GatewayClient:
     def call(self, method: str, path: str, body: object = None, raw: bytes | None = None) -> Reply:
         return self._send(self._request(method, path, body, raw))
 
-    def upload(self, path: str, file: IO[bytes], length: int, content_type: str) -> Reply:
+    def upload(self, path: str, file: Readable, length: int, content_type: str) -> Reply:
         """POST a file's content as it is read (never whole in memory)."""
         headers = {"Content-Type": content_type, "Content-Length": str(length)}
         return self._send(self._request("POST", path, None, file, headers))

@@ -28,7 +28,9 @@ from typing import Any
 
 from infless.client.http import GatewayClient, add_gateway_flag, client_for, fail
 from infless.clock import pause_s, perf_s
+from infless.progress import Quiet, Reporter, progress_for
 
+POLL_S = 1.0  # how often a waiting `register` reads the registration's progress
 _APP_KEYS = {"id": "id", "latency_ms": "latencyMs", "min_accuracy": "minAccuracy",
              "cost_weight": "costWeight"}  # fmt: skip
 
@@ -41,13 +43,18 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
             "--no-wait", action="store_true", help="return once the gateway accepted it"
         )
         parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait")
+        parser.add_argument(
+            "-q", "--quiet", action="store_true", help="no progress (none either off a terminal)"
+        )
     else:
         parser.add_argument("model", help="a registered model")
         parser.add_argument("--json", action="store_true", help="print the gateway's JSON")
     parser.set_defaults(_verb=name)
 
 
-def registration(document: dict[str, Any], base: Path, client: GatewayClient) -> dict[str, Any]:
+def registration(
+    document: dict[str, Any], base: Path, client: GatewayClient, progress: Reporter | None = None
+) -> dict[str, Any]:
     """The JSON body of `POST /system/register` from a model.yml (a local package uploaded)."""
     from infless.client.packages import PackageUploader, UploadFailed, local_package
 
@@ -58,7 +65,8 @@ def registration(document: dict[str, Any], base: Path, client: GatewayClient) ->
     package_dir = local_package(image, base)
     if package_dir is not None:
         try:
-            image = PackageUploader(client).image_for(package_dir, str(document["model"]))
+            uploader = PackageUploader(client, progress=progress)
+            image = uploader.image_for(package_dir, str(document["model"]))
         except UploadFailed as exc:
             raise SystemExit(f"infless register: {exc}") from None
     validation = document["validation"] or {}
@@ -96,34 +104,57 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     document = yaml.safe_load(args.yaml.read_text(encoding="utf-8")) or {}
-    body = registration(document, args.yaml.resolve().parent, client)
+    with progress_for(args.quiet) as progress:
+        body = registration(document, args.yaml.resolve().parent, client, progress)
     model = str(body["model"])
     reply = client.call("POST", "/system/register", body)
     if reply.status >= 400:
         return fail(reply, f"registering {model}")
-    print(f"Registering {model}: generating and profiling its variants ...")
+    if not args.quiet:
+        print(f"Registering {model}: generating and profiling its variants ...", flush=True)
     if args.no_wait:
         return 0
-    return wait_ready(client, model, args.timeout)
+    with progress_for(args.quiet) as progress:
+        document = wait_ready(client, model, args.timeout, progress)
+    return report(model, document, args.timeout)
 
 
-def wait_ready(client: GatewayClient, model: str, timeout_s: float) -> int:
-    """Poll until the registration is ready (print its variants) or failed."""
+def wait_ready(
+    client: GatewayClient,
+    model: str,
+    timeout_s: float,
+    progress: Reporter | None = None,
+    poll_s: float = POLL_S,
+) -> dict[str, Any] | None:
+    """Poll until the registration is ready or failed (its document), showing the
+    variants generated so far; None when `timeout_s` passed first."""
+    progress = progress or Quiet()
+    progress.begin(f"registering {model}")
     deadline = perf_s() + timeout_s
     while perf_s() < deadline:
-        pause_s(2.0)
+        pause_s(poll_s)
         reply = client.call("GET", f"/system/variants/{model}")
         if reply.status >= 400:
-            return fail(reply, f"reading {model}")
-        document = reply.json()
-        if document["status"] == "failed":
-            print(f"infless: registering {model} failed: {document['error']}", file=sys.stderr)
-            return 1
-        if document["status"] == "ready":
-            print(format_variants(document))
-            return 0
-    print(f"infless: {model} still generating after {timeout_s:g} s", file=sys.stderr)
-    return 1
+            return {"status": "failed", "error": f"reading it: {reply.error_text}"}
+        document: dict[str, Any] = reply.json()
+        if document["status"] in ("failed", "ready"):
+            return document
+        step = document.get("progress") or {}
+        if step:
+            progress.update(step["done"], step["total"], note=str(step.get("step", "")))
+    return None
+
+
+def report(model: str, document: dict[str, Any] | None, timeout_s: float) -> int:
+    """Print a registration's outcome: its variants, or why it is not ready."""
+    if document is None:
+        print(f"infless: {model} still generating after {timeout_s:g} s", file=sys.stderr)
+        return 1
+    if document["status"] == "failed":
+        print(f"infless: registering {model} failed: {document['error']}", file=sys.stderr)
+        return 1
+    print(format_variants(document))
+    return 0
 
 
 def show(client: GatewayClient, model: str, as_json: bool) -> int:

@@ -33,7 +33,7 @@ from infless.control.service import FunctionService, rfc3339
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.modelless.cards import slo_problem
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
-from infless.modelless.profiles import GenerationResult, variant_function
+from infless.modelless.profiles import PROGRESS_KEY, GenerationResult, variant_function
 from infless.modelless.states import Tracked
 from infless.models.resolver import PackageResolver
 from infless.registry.registration import AppGoals, Registration, check_goals, parse_registration
@@ -45,6 +45,19 @@ log = logging.getLogger(__name__)
 MODEL_LABEL = "com.infless.model"
 VARIANT_LABEL = "com.infless.variant"
 MAX_VALIDATION_BYTES = 64 << 20
+GENERATOR_LINE_BYTES = 64 << 20  # the generator's result is one JSON line
+
+
+def progress_of(line: bytes) -> dict[str, object] | None:
+    """A progress line of the generator (`{"progress": {...}}`), None for any other."""
+    if not line.startswith(b'{"' + PROGRESS_KEY.encode()):
+        return None
+    try:
+        decoded = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    progress = decoded.get(PROGRESS_KEY) if isinstance(decoded, dict) else None
+    return progress if isinstance(progress, dict) else None
 
 
 class ModellessService:
@@ -70,6 +83,7 @@ class ModellessService:
         self._resolver = resolver
         self._deployed = deployed
         self._jobs: dict[str, asyncio.Task[None]] = {}
+        self._progress: dict[str, dict[str, object]] = {}  # by model, while generating
         self.python = sys.executable
 
     @property
@@ -135,6 +149,39 @@ class ModellessService:
     async def _run_generator(
         self, reg: Registration, package_dir: Path, validation: Path | None
     ) -> GenerationResult:
+        process = await asyncio.create_subprocess_exec(
+            *self._generator_args(reg, package_dir, validation),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            limit=GENERATOR_LINE_BYTES,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert process.stderr is not None
+        stderr = asyncio.ensure_future(process.stderr.read())
+        result = b""
+        try:
+            async for line in process.stdout:  # progress lines, then the result
+                progress = progress_of(line)
+                if progress is not None:
+                    self._progress[reg.model] = progress
+                elif line.strip():
+                    result = line
+            await process.wait()
+            errors = await stderr
+        finally:
+            stderr.cancel()
+            self._progress.pop(reg.model, None)
+        if process.returncode != 0 or not result:
+            err = [x for x in errors.decode(errors="replace").splitlines() if x.strip()]
+            raise RuntimeError(
+                f"variant generation failed (exit {process.returncode}): "
+                f"{err[-1] if err else 'no output'}"
+            )
+        return msgspec.json.decode(result, type=GenerationResult)
+
+    def _generator_args(
+        self, reg: Registration, package_dir: Path, validation: Path | None
+    ) -> list[str]:
         args = [
             self.python, "-m", "infless.modelless.generate",
             "--package", str(package_dir), "--model", reg.model,
@@ -159,19 +206,7 @@ class ModellessService:
                 args += ["--gpu-uuid", uuid]
                 if pipe_dir is not None:  # under MPS: every share, else 100 % only
                     args += ["--mps-pipe-dir", pipe_dir]
-        process = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        stdout, stderr = await process.communicate()
-        lines = [x for x in stdout.decode(errors="replace").splitlines() if x.strip()]
-        if process.returncode != 0 or not lines:
-            err = [x for x in stderr.decode(errors="replace").splitlines() if x.strip()]
-            raise RuntimeError(
-                f"variant generation failed (exit {process.returncode}): "
-                f"{err[-1] if err else 'no output'}"
-            )
-        return msgspec.json.decode(lines[-1], type=GenerationResult)
+        return args
 
     async def _install(self, reg: Registration, result: GenerationResult) -> None:
         """Store the profiles, deploy a function per ready variant, publish the model."""
@@ -268,6 +303,7 @@ class ModellessService:
             variants.append(row)
         return {
             **msgspec.to_builtins(record),
+            "progress": self._progress.get(model),  # variants done of all, while generating
             "apps": {k: msgspec.to_builtins(g) for k, g in self._store.apps(model).items()},
             "target": entry.target if entry else None,
             "switches": entry.switches if entry else 0,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from infless.workers.handle import BatchError, WorkerDied, WorkerHandle
 
+RECENT_BATCHES = 64  # served batches an instance remembers (size, service time)
 RETUNE_EVERY_BATCHES = 32  # served batches between re-derivations of timeout and queue bound
 Retune = Callable[[dict[int, float]], BatchSettings]
 
@@ -114,6 +116,8 @@ class Instance:
         self.batches = 0
         self.exec_ms_total = 0.0  # the worker's forward time, summed over served batches
         self.exec_ms_by_batch: dict[int, float] = {}
+        # its last served batches (size, service ms): what the live board plots
+        self.recent_batches: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
         self.start_breakdown = p.StartBreakdown()
         self.history: list[dict[str, object]] = []  # its worker's starts and transformations
         self.gpu: p.GpuReport | None = None  # a GPU instance's device, graphs and memory
@@ -231,6 +235,7 @@ class Instance:
         service_ms = (self._clock.now() - dispatched_s) * 1000.0
         if self.model is not None:
             self.model.observe(size, service_ms)
+        self.recent_batches.append((size, service_ms))
         self.last_active_s = dispatched_s
         self.batches += 1
         self.served += size

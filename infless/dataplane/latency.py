@@ -203,6 +203,12 @@ class FunctionLatency:
         elif p99_ms < self._relax * self.slo_ms:
             self.budget_factor = min(BUDGET_CEILING, self.budget_factor * 1.1)
 
+    def recent_ms(self, now_s: float, seconds: int) -> list[float]:
+        """The latencies of the answers of the last `seconds` whole seconds and this one
+        (at most 8192 a second: what a live chart's quantiles are taken over)."""
+        oldest = math.floor(now_s) - seconds
+        return [v for second, bucket in self._seconds if second >= oldest for v in bucket]
+
     def p99_ms(self, now_s: float) -> float | None:
         """The p99 of the answers of the last `window_s` whole seconds and this one."""
         oldest = math.floor(now_s) - self._window_s

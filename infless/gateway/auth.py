@@ -1,13 +1,13 @@
 """Gateway authentication, OpenFaaS style: basic auth on management routes, an optional
 bearer token on invoke routes.
 
-Management routes (`/system/*`, `/v2/repository/*`) need basic auth when `auth.basic_auth`
-is on; invoke routes (`/function/*`, `/v2/models/*`) are open unless `auth.invoke_token` is
-set (then a `Bearer` token, or the admin's basic credentials, passes). Health, metrics and
-the OpenAPI document stay open. With auth off nothing is checked, so faas-cli's empty
-`Authorization: Bearer ` is ignored. A 401 says only "invalid credentials". Secrets are
-compared in constant time. Must not log or echo a secret, except the one-time announcement
-of a generated password.
+Management routes (`/system/*`, `/v2/repository/*`) and the live board (`/ui`, `/ui/*`: it
+shows what `/system` shows) need basic auth when `auth.basic_auth` is on; invoke routes
+(`/function/*`, `/v2/models/*`) are open unless `auth.invoke_token` is set (then a `Bearer`
+token, or the admin's basic credentials, passes). Health, metrics and the OpenAPI document
+stay open. With auth off nothing is checked, so faas-cli's empty `Authorization: Bearer ` is
+ignored. A 401 says only "invalid credentials". Secrets are compared in constant time. Must
+not log or echo a secret, except the one-time announcement of a generated password.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from infless.errors import ConfigError, Unauthorized
 from infless.gateway.errors import Handler, error_response
 
 PASSWORD_FILE = "basic_auth_password"  # noqa: S105 (a file name, not a secret)
-MANAGEMENT_PREFIXES = ("/system/", "/v2/repository/")
+MANAGEMENT_PREFIXES = ("/system/", "/v2/repository/", "/ui/")
+BOARD_PAGE = "/ui"  # the live board: as /system (its stream and assets are under /ui/)
 INVOKE_PREFIXES = ("/function/", "/v2/models/")
 REALM = 'realm="Restricted"'
 
@@ -131,7 +132,7 @@ def auth_middleware(
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         header = request.headers.get("Authorization")
-        if path.startswith(MANAGEMENT_PREFIXES):
+        if path == BOARD_PAGE or path.startswith(MANAGEMENT_PREFIXES):
             if settings.user is not None and not basic_ok(header, settings):
                 return _denied("Basic")
         elif (

@@ -1,5 +1,6 @@
-"""The `[gateway]` and `[auth]` config sections: where the gateway listens, its limits, and
-who may call it. Pure data plus `check_gateway`; imports nothing of infless.
+"""The `[gateway]`, `[auth]` and `[ui]` config sections: where the gateway listens, its
+limits, who may call it, and its live board (`/ui`). Pure data plus `check_gateway` and
+`check_ui`; imports nothing of infless.
 """
 
 from __future__ import annotations
@@ -22,6 +23,29 @@ class AuthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     password: str = ""  # empty: read password_file, or generate it on first start
     password_file: str = ""  # empty: <state.dir>/basic_auth_password
     invoke_token: str = ""  # non-empty: /function/* and /v2/models/* need this bearer token
+
+
+class UiConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    enabled: bool = True  # serve the live board at /ui (auth as /system when auth is on)
+    interval_s: float = 1.0  # one snapshot per interval, shared by every open page
+    history_s: float = 300.0  # the charts' span: per function, one point per interval
+    max_viewers: int = 16  # open pages at once; one more gets 503
+    max_skipped: int = 30  # snapshots a page may fall behind (skipping) before it is dropped
+
+
+def check_ui(ui: UiConfig) -> list[str]:
+    problems: list[str] = []
+    if not 0.1 <= ui.interval_s <= 60:
+        problems.append(f"ui.interval_s = {ui.interval_s}: use 0.1 to 60 seconds")
+    if ui.history_s < ui.interval_s or ui.history_s > 86400:
+        problems.append(
+            f"ui.history_s = {ui.history_s}: use ui.interval_s ({ui.interval_s}) to 86400 seconds"
+        )
+    if not 1 <= ui.max_viewers <= 1024:
+        problems.append(f"ui.max_viewers = {ui.max_viewers}: use 1 to 1024")
+    if ui.max_skipped < 1:
+        problems.append(f"ui.max_skipped = {ui.max_skipped}: use >= 1")
+    return problems
 
 
 def check_gateway(gateway: GatewayConfig, auth: AuthConfig) -> list[str]:

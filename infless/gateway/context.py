@@ -7,8 +7,9 @@ the gateway depends on the control plane's services and never on how they are wi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from infless.clock import Clock, RealClock
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend
@@ -38,3 +39,4 @@ class GatewayContext:
     autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
+    clock: Clock = field(default_factory=RealClock)  # the live board's interval

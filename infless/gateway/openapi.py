@@ -56,7 +56,7 @@ ERRORS = {
     429: "Every instance queue is full (Retry-After)",
     500: "The model raised on this batch",
     503: "No instance can serve: starting failed, the worker died twice, or not ready "
-    "(Retry-After)",
+    "(Retry-After); /ui/events: ui.max_viewers pages are open",
     504: "No answer within gateway.request_timeout_s",
 }
 # Who may call: "" open, "management" basic auth when on, "invoke" bearer token when set.
@@ -160,7 +160,19 @@ def _v2(method: str, path: str, summary: str, schema: Schema, *errors: int, **kw
     return Route(method, path, summary, 200, _j(schema), (401, 404, *errors), "invoke", **kw)
 
 
+_PAGE = {"text/html": {"schema": STR}}
+_ASSET = {"text/javascript": {"schema": STR}, "text/css": {"schema": STR}}
+_EVENTS = {"text/event-stream": {"schema": STR}}
+_BOARD = "The live board: servers, instances and each function's SLO (a page)"
+_ASSETS = "The board's script and styles"
+_STREAM = "Server-sent events: the series so far, then one snapshot per ui.interval_s"
+
 ROUTES: list[Route] = [
+    Route("get", "/ui", _BOARD, 200, _PAGE, (401,), "management"),
+    Route("get", "/ui/", _BOARD, 200, _PAGE, (401,), "management"),
+    Route("get", "/ui/static/{name}", _ASSETS, 200, _ASSET, (401, 404), "management"),
+    Route("get", "/ui/events", _STREAM, 200, _EVENTS, (401, 503), "management"),
+    _mg("get", "/ui/function/{name}", "A function's detail on the board", 200, obj(), 404),
     Route("get", "/healthz", "Gateway health: OK", 200, {"text/plain": {"schema": STR}}),
     Route("get", "/metrics", "Prometheus text format", 200, {"text/plain": {"schema": STR}}),
     Route("get", "/openapi.json", "This document", 200, _j(obj())),

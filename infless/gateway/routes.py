@@ -4,8 +4,8 @@ and the hooks the routes need (the function log handler, scrape-time metrics).
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
 `/healthz`, `/metrics`), `secrets` (`/system/secrets`), `packages` (`/system/packages`),
 `modelless` (`/system/register`, `/system/models`, `/system/variants`),
-`v2/` (the Open Inference Protocol), `logs` and `openapi`; the composition root (`app`) calls
-`middlewares` and `install`. Must not hold request logic.
+`v2/` (the Open Inference Protocol), `logs`, `openapi` and `board/` (the live board at `/ui`);
+the composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from aiohttp import web
 
 from infless.config import Config
 from infless.gateway.auth import AuthSettings, auth_middleware, load_auth
+from infless.gateway.board.hub import Hub
+from infless.gateway.board.pages import BoardPages
+from infless.gateway.board.readings import BoardReader
 from infless.gateway.context import GatewayContext
 from infless.gateway.errors import json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
@@ -28,6 +31,7 @@ from infless.gateway.openapi import openapi_document
 from infless.gateway.packages import PackageRoutes
 from infless.gateway.resources import PlatformCollector
 from infless.gateway.secrets import SecretsRoutes
+from infless.gateway.server_series import ServerCollector
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
@@ -48,8 +52,18 @@ def middlewares(config: Config, settings: AuthSettings | None = None) -> list[An
     return [*auth_middlewares(config, settings), v2_json_errors]
 
 
-def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
-    """Every route, in one list: method, path, handler."""
+def board_hub(ctx: GatewayContext) -> Hub:
+    """The live board's producer: one snapshot per `ui.interval_s` for every open page."""
+    ui = ctx.config.ui
+    reader = BoardReader(ctx)
+    return Hub(
+        ctx.clock, ui.interval_s, ui.history_s, reader.readings, reader.state,
+        ui.max_viewers, ui.max_skipped,
+    )  # fmt: skip
+
+
+def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[web.RouteDef]:
+    """Every route, in one list: method, path, handler (`/ui` with a board)."""
     invoke = InvokeHandler(ctx.frontend).__call__  # a coroutine function: aiohttp wants one
     system = SystemRoutes(ctx)
     secrets = SecretsRoutes(ctx.secrets)
@@ -105,6 +119,14 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.post("/v2/repository/models/{name}/load", v2_errors(repository.load)),
         web.post("/v2/repository/models/{name}/unload", v2_errors(repository.unload)),
     ]
+    if board is not None:
+        routes += [
+            web.get("/ui", board.page),
+            web.get("/ui/", board.page),
+            web.get("/ui/static/{name}", json_errors(board.asset)),
+            web.get("/ui/events", json_errors(board.events)),
+            web.get("/ui/function/{name}", json_errors(board.detail)),
+        ]
     for base in MODEL_PATHS:
         routes += [
             web.get(base, v2_errors(v2.metadata)),
@@ -117,24 +139,32 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
 
 def install(app: web.Application, ctx: GatewayContext) -> None:
     """Register every route, and the hooks that route logs and metrics to the gateway."""
-    app.add_routes(route_table(ctx))
+    hub = board_hub(ctx) if ctx.config.ui.enabled else None
+    app.add_routes(route_table(ctx, None if hub is None else BoardPages(ctx, hub)))
     pool = ctx.pool
     collector = PlatformCollector(
         pool.all_instances, lambda: pool.functions, ctx.gpus, ctx.gpu_sharing
     )
     ctx.metrics.add_collector(collector)
+    ctx.metrics.add_collector(ServerCollector(pool))
     handler = GatewayLogHandler(ctx.logs)
 
     async def startup(_: web.Application) -> None:
         ctx.logs.bind(asyncio.get_running_loop())
         logging.getLogger(LOGGER_NAME).addHandler(handler)
+        if hub is not None:
+            hub.start()
 
     async def shutdown(_: web.Application) -> None:
         ctx.logs.close()  # log followers end, so the server's drain does not wait on them
+        if hub is not None:
+            hub.close()  # ... and so do the board's pages
 
     async def cleanup(_: web.Application) -> None:
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
         collector.close()
+        if hub is not None:
+            await hub.stop()
 
     app.on_startup.insert(0, startup)
     app.on_shutdown.append(shutdown)

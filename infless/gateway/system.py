@@ -21,6 +21,7 @@ from infless.errors import InvalidDeployment, InvalidInput, MalformedBody
 from infless.types import TensorSpec
 
 if TYPE_CHECKING:
+    from infless.control.autoscaler import Autoscaler
     from infless.gateway.context import GatewayContext
 
 
@@ -115,6 +116,24 @@ def instance_status(instance: Instance) -> dict[str, object]:
     }
 
 
+def planner_report(
+    autoscaler: Autoscaler | None, function: DeployedFunction
+) -> dict[str, object] | None:
+    """The autoscaler's last decision for a function it owns: its demand, regime, what no
+    capacity was found for and the configurations no predictor could price."""
+    if autoscaler is None or function.desired.owner is not Owner.AUTOSCALER:
+        return None
+    decision = autoscaler.decision(function.name)
+    if decision is None:
+        return None
+    return {
+        "demandRps": decision.demand_rps,
+        "regime": decision.regime.value,
+        "unmetRps": decision.unmet_rps,
+        "unpriced": list(decision.unpriced),
+    }
+
+
 class SystemRoutes:
     """The handlers of `/system/*`, `/healthz` and `/metrics` (registered in `routes`)."""
 
@@ -155,26 +174,10 @@ class SystemRoutes:
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
         status["admission"] = self._ctx.frontend.describe(function)
         status.update(self._ctx.pool.servers.describe_function(function.package_dir))
-        planner = self._planner(function)
+        planner = planner_report(self._ctx.autoscaler, function)
         if planner is not None:
             status["planner"] = planner
         return _json(status)
-
-    def _planner(self, function: DeployedFunction) -> dict[str, object] | None:
-        """The autoscaler's last decision for a function it owns: its demand, regime, what
-        no capacity was found for and the configurations no predictor could price."""
-        autoscaler = self._ctx.autoscaler
-        if autoscaler is None or function.desired.owner is not Owner.AUTOSCALER:
-            return None
-        decision = autoscaler.decision(function.name)
-        if decision is None:
-            return None
-        return {
-            "demandRps": decision.demand_rps,
-            "regime": decision.regime.value,
-            "unmetRps": decision.unmet_rps,
-            "unpriced": list(decision.unpriced),
-        }
 
     async def create(self, request: web.Request) -> web.Response:
         spec = await self._ctx.functions.create(await _read_json(request))

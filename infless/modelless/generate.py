@@ -22,7 +22,9 @@ Where the profile child finds CUDA and `--gpu-shares` are given, each variant th
 GPU is also measured there, one process per share (`gpu_points`; under the MPS daemon of
 `--mps-pipe-dir`, else at 100 % only); without a GPU, or without shares, nothing changes.
 
-The last stdout line is the `GenerationResult` as JSON; progress goes to stderr. `generate()`
+The last stdout line is the `GenerationResult` as JSON; the lines before it are progress
+(`{"progress": {"done", "total", "step"}}`, as each variant begins); what it says for
+people goes to stderr. `generate()`
 is the same as a function. Worker side: the children import torch; this process only when
 it reads operator profiles.
 """
@@ -47,7 +49,12 @@ from infless.modelless.accuracy import METRICS, choose_metric, score
 from infless.modelless.gpu_points import GpuPlan, gpu_points
 from infless.modelless.predictions import with_predictions
 from infless.modelless.profile_child import ChildReport, batch_sizes, child_main
-from infless.modelless.profiles import TRANSFORMS, GenerationResult, VariantProfile
+from infless.modelless.profiles import (
+    PROGRESS_KEY,
+    TRANSFORMS,
+    GenerationResult,
+    VariantProfile,
+)
 from infless.modelless.validation import (
     DEFAULT_SEED,
     Array,
@@ -60,6 +67,7 @@ from infless.models.package import NO_TRANSFORM, PackageManifest, load_manifest
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_BUDGET_S = 0.3
 Log = Callable[[str], None]
+Progress = Callable[[int, int, str], None]  # variants done, variants in all, the step now
 
 
 def default_cpus() -> list[int]:
@@ -87,11 +95,15 @@ def generate(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     gpu: GpuPlan | None = None,
     log: Log | None = None,
+    on_progress: Progress | None = None,
 ) -> GenerationResult:
     """Write and profile `model`'s variants of the fp32 package `package_dir` into
     `out_dir/<variant>/` (see the module docstring); each child runs with `timeout_s`;
-    `gpu`: the shares to measure variants at where the children find a GPU."""
+    `gpu`: the shares to measure variants at where the children find a GPU; `on_progress`
+    hears (variants done, variants in all, the step now) as each variant begins and at
+    the end."""
     say = log or _stderr
+    advance = on_progress or (lambda _done, _total, _step: None)
     package_dir = package_dir.resolve()
     manifest = load_manifest(package_dir)
     if manifest.transform not in NO_TRANSFORM:
@@ -121,7 +133,8 @@ def generate(
     profiles: list[VariantProfile] = []
     reference: Array | None = None
     try:
-        for name in names:
+        for index, name in enumerate(names):
+            advance(index, len(names), f"{name}: writing and profiling")
             fp32 = profiles[0] if profiles else None
             if fp32 is not None and fp32.status != "ready":
                 remove(run.out_dir / name)
@@ -136,7 +149,9 @@ def generate(
     finally:
         shutil.rmtree(run.scratch, ignore_errors=True)
     if state_dir is not None and profiles[0].status == "ready":
+        advance(len(names), len(names), "the operator predictor's figures")
         profiles = with_predictions(profiles, package_dir, manifest, state_dir, say)
+    advance(len(names), len(names), "done")
     say(f"{model}: {len(profiles)} variants in {perf_s() - started:.1f} s")
     return GenerationResult(model=model, metric=run.metric, variants=profiles)
 
@@ -220,6 +235,13 @@ def _variant_names(variants: Sequence[str]) -> list[str]:
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _progress_line(done: int, total: int, step: str) -> None:
+    """Progress for the gateway (`control.modelless` reads it as the generator runs)."""
+    line = {PROGRESS_KEY: {"done": done, "total": total, "step": step}}
+    sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
+    sys.stdout.flush()
 
 
 def _summary(profile: VariantProfile) -> str:
@@ -350,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             budget_s=args.budget_s,
             timeout_s=args.timeout_s,
             gpu=_gpu_plan(args),
+            on_progress=_progress_line,
         )
     except (ValueError, OSError, InflessError) as exc:
         _stderr(f"error: {exc}")

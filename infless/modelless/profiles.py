@@ -116,6 +116,10 @@ class Application(msgspec.Struct, frozen=True):
     goals: Goals
 
 
+# The generator's stdout: lines {"progress": {"done", "total", "step"}}, then the result
+PROGRESS_KEY = "progress"
+
+
 class GenerationResult(msgspec.Struct, frozen=True):
     """What `python -m infless.modelless.generate` prints as its last line."""
 

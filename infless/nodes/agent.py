@@ -38,7 +38,7 @@ from infless.nodes.factory import make_starter, make_store, store_root
 from infless.packaging.archive import Limits
 from infless.packaging.store import PackageStore
 from infless.types import InstanceConfig, WorkerRuntime
-from infless.weights.reclaimer import Reclaimer
+from infless.weights.reclaimer import Reclaimer, tenant_bytes
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p
 from infless.workers.boot import ProcessStarter
@@ -216,6 +216,7 @@ class NodeAgent:
                 packages=len(self.packages.digests()),
                 agent_pid=os.getpid(), agent_starts=self._starts,
                 similarity=await asyncio.to_thread(self._similarity),
+                store_tenant_bytes=tenant_bytes(entries),
             )
         )  # fmt: skip
 

@@ -18,10 +18,23 @@ if TYPE_CHECKING:
     from infless.config import Config
     from infless.control.pool import WorkerPool
     from infless.nodes.ray_backend import Node
+    from infless.nodes.wire import NodeReport
 
 
 class ClusterBackend(Protocol):
     async def close(self) -> None: ...
+
+
+def node_status(report: NodeReport | None) -> dict[str, object]:
+    """A node's live facts for `/system/servers` and the board: its store, as its agent
+    last reported it (every `cluster.watch_interval_s`)."""
+    if report is None:
+        return {}
+    tenants = dict(report.store_tenant_bytes)
+    return {
+        "store": {"bytes": report.store_bytes, "tensors": report.store_tensors,
+                  "tenantBytes": tenants},
+    }  # fmt: skip
 
 
 async def server_of(node: Node) -> Server:
@@ -36,6 +49,7 @@ async def server_of(node: Node) -> Server:
         gpu_pct=tuple(report.gpu_pct),
         describe={"node": node.node_id, "host": node.host, "backend": "ray", "head": node.head},
         affinity=node.starter.affinities,
+        status=lambda: node_status(node.starter.report),
     )
 
 

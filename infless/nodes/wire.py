@@ -59,6 +59,7 @@ class NodeReport(msgspec.Struct, frozen=True, kw_only=True):
     agent_pid: int
     agent_starts: int = 1  # how many times an agent started on this node (restarts + 1)
     similarity: dict[str, float] = {}  # "tenant/sha256:…" -> Tetris θ of the node's store
+    store_tenant_bytes: dict[str, int] = {}  # what its store holds, per tenant
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -59,6 +59,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--content-type", default="text/plain", help="of --example-request")
     parser.add_argument("--no-verify", action="store_true", help="skip the worker-like check")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress (none either off a terminal)"
+    )
     parser.add_argument("-o", "--out", type=Path, required=True, help="the package directory")
 
 
@@ -71,9 +74,10 @@ def _body(text: str | None) -> bytes | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from infless.packaging.package import package
+    from infless.packaging.package import PACKAGE_STEPS, package
     from infless.packaging.signature import SignatureError, parse_spec
     from infless.packaging.verify import PackagingError
+    from infless.progress import progress_for
 
     sys.path.insert(0, str(Path.cwd()))  # the project's modules, as `python -m` would
     try:
@@ -83,25 +87,34 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --arch-kwargs must be a JSON object: {exc}", file=sys.stderr)
         return 2
+    name = args.name or args.out.resolve().name
+    steps = PACKAGE_STEPS if not args.no_verify else PACKAGE_STEPS[:-1]
     try:
         inputs = [parse_spec(text) for text in args.input]
         outputs = [o if ":" not in o else parse_spec(o) for o in args.output or []] or None
-        info = package(
-            args.arch or args.program,
-            name=args.name or args.out.resolve().name,
-            out=args.out,
-            handler=args.handler,
-            arch_kwargs=kwargs,
-            weights=args.weights,
-            inputs=inputs,
-            outputs=outputs,
-            files=args.file,
-            postprocess=args.postprocess,
-            description=args.description,
-            example_request=_body(args.example_request),
-            example_content_type=args.content_type,
-            verify=not args.no_verify,
-        )
+        with progress_for(args.quiet or args.json) as progress:
+            progress.begin(f"packaging {name}", total=len(steps))
+
+            def step(text: str) -> None:
+                progress.update(steps.index(text), note=text)
+
+            info = package(
+                args.arch or args.program,
+                name=name,
+                out=args.out,
+                handler=args.handler,
+                arch_kwargs=kwargs,
+                weights=args.weights,
+                inputs=inputs,
+                outputs=outputs,
+                files=args.file,
+                postprocess=args.postprocess,
+                description=args.description,
+                example_request=_body(args.example_request),
+                example_content_type=args.content_type,
+                verify=not args.no_verify,
+                on_step=step,
+            )
     except (PackagingError, SignatureError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

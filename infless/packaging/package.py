@@ -32,7 +32,7 @@ import contextlib
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,14 @@ from infless.workers.model import torchscript_deprecated
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORT_FILE = "model.pt2"
+# What `package` does, in order (its `on_step` hears each as it begins; the last only with
+# verify=True: loading the package in a fresh process, the slow one)
+PACKAGE_STEPS = (
+    "building the model",
+    "running the example",
+    "writing the package",
+    "verifying it loads and runs as a worker would",
+)
 
 
 @dataclass(frozen=True)
@@ -105,10 +113,14 @@ def package(
     example_request: bytes | str | None = None,
     example_content_type: str = "text/plain",
     verify: bool = True,
+    on_step: Callable[[str], None] | None = None,
 ) -> PackageInfo:
-    """Write a function package for `model` to `out` (see the module docstring)."""
+    """Write a function package for `model` to `out` (see the module docstring);
+    `on_step` hears each step as it begins (`PACKAGE_STEPS`, the last one with `verify`)."""
     import torch
 
+    say = on_step or (lambda _step: None)
+    say(PACKAGE_STEPS[0])
     kwargs = dict(arch_kwargs or {})
     given = sort_out_model(model, kwargs)
     if weights is not None:
@@ -120,6 +132,7 @@ def package(
             f"postprocess {postprocess!r} is unknown; use one of {sorted(POSTPROCESS_NAMES)}"
         )
     examples, input_specs = infer_inputs(example_inputs, given.input_names, inputs, dynamic)
+    say(PACKAGE_STEPS[1])
     with torch.inference_mode():
         raw = step("the forward on the example", lambda: given.module(*examples.values()))
     produced = name_outputs(raw, outputs)
@@ -129,6 +142,7 @@ def package(
     roots += [] if handler_path is None else [handler_path.partition(":")[0]]
     plan = plan_sources(roots)
     target = Path(out).expanduser().resolve()
+    say(PACKAGE_STEPS[2])
     with _staging(target) as staging:
         manifest = _write(
             staging,
@@ -151,6 +165,7 @@ def package(
             _copy_into(Path(extra), staging)
         verified = None
         if verify:
+            say(PACKAGE_STEPS[3])
             request = None
             if example_request is not None:
                 body = example_request

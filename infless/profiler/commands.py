@@ -20,9 +20,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infless.clock import perf_s
 from infless.errors import InflessError
+
+if TYPE_CHECKING:
+    from infless.progress import Reporter
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -51,6 +55,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     )
     if name == "profile":
         parser.add_argument("names", nargs="*", metavar="NAME", help="zoo models or package dirs")
+        parser.add_argument(
+            "-q", "--quiet", action="store_true", help="only the summary and failures (no progress)"
+        )
         parser.add_argument(
             "--quick", action="store_true", help="only the operators NAMES need (not the whole zoo)"
         )
@@ -132,6 +139,7 @@ def _configure_gpu(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from infless.profiler.gpu_profile import GpuProfileFailed
+    from infless.progress import progress_for
 
     gpu = args.command == "profile" and args.gpu
     if not gpu:  # whole models on a GPU run in children: this process allocates nothing
@@ -140,11 +148,10 @@ def run(args: argparse.Namespace) -> int:
         keep_freed_memory()  # the allocator state profiles and measurements share (see allocator)
     command = f"{args.command} --gpu" if gpu else args.command
     try:
-        if gpu:
-            return _run_gpu_profile(args)
-        if args.command == "profile":
-            return _run_profile(args)
-        return _run_predict(args)
+        if args.command != "profile":
+            return _run_predict(args)
+        with progress_for(args.quiet) as progress:
+            return _run_gpu_profile(args, progress) if gpu else _run_profile(args, progress)
     except InflessError as exc:
         print(f"infless {command}: {exc.message}", file=sys.stderr)
         return 2
@@ -157,7 +164,7 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run_profile(args: argparse.Namespace) -> int:
+def _run_profile(args: argparse.Namespace, progress: Reporter) -> int:
     from infless.models.zoo import ZOO
     from infless.profiler.calibration import ensure_calibration
     from infless.profiler.database import ProfileDatabase
@@ -173,33 +180,40 @@ def _run_profile(args: argparse.Namespace) -> int:
     db_path = args.db or default_db_path(args.state_dir)
     started = perf_s()
     graphs = []
-    for name in names:
+    progress.begin("tracing models", total=len(names))
+    for index, name in enumerate(names):
+        progress.update(index, note=name)
         graph = graph_for(model_source(name), args.state_dir)
-        _log(
+        progress.say(
             f"{name}: {len(graph.nodes)} nodes, {len(graph.signatures())} distinct operators "
             f"(traced by {graph.tracer})"
         )
         graphs.append(graph)
     with ProfileDatabase(db_path) as db:
+        progress.begin("calibrating")
         ensure_calibration(db, force=args.recalibrate)
-        _log(f"profiling into {db_path}: batches {plan.batches}, threads {plan.threads}")
-        progress = ensure_profiles(
-            db, graphs, plan, ProfileProgress(log=_log), remeasure=args.remeasure
-        )
+        progress.say(f"profiling into {db_path}: batches {plan.batches}, threads {plan.threads}")
+        progress.begin("profiling operators")
+        done = ensure_profiles(
+            db, graphs, plan,
+            ProfileProgress(log=progress.say, advance=progress.update),
+            remeasure=args.remeasure,
+        )  # fmt: skip
         ops, rows = db.counts()
+    progress.close()
     _log(
-        f"done in {perf_s() - started:.0f} s: measured {progress.configs_measured} "
-        f"configurations of {progress.operators_done} operators, skipped "
-        f"{progress.configs_skipped} already profiled; the database holds {ops} operators, "
+        f"done in {perf_s() - started:.0f} s: measured {done.configs_measured} "
+        f"configurations of {done.operators_done} operators, skipped "
+        f"{done.configs_skipped} already profiled; the database holds {ops} operators, "
         f"{rows} profiles; multi-thread repetitions that ran under contention: "
-        f"{progress.reps_redone} redone, {progress.reps_contended} kept (retries ran out)"
+        f"{done.reps_redone} redone, {done.reps_contended} kept (retries ran out)"
     )
-    for failure in progress.failures:
+    for failure in done.failures:
         _log(f"failed: {failure}")
-    return 1 if progress.failures else 0
+    return 1 if done.failures else 0
 
 
-def _run_gpu_profile(args: argparse.Namespace) -> int:
+def _run_gpu_profile(args: argparse.Namespace, progress: Reporter) -> int:
     from infless.cluster.gpus import discover_gpus
     from infless.models.build import ensure_package
     from infless.profiler.database import ProfileDatabase
@@ -222,16 +236,19 @@ def _run_gpu_profile(args: argparse.Namespace) -> int:
         _log(f"NVML lists no GPU ({gpus.reason}): the child's own CUDA device name is used")
     db_path = args.db or default_db_path(args.state_dir)
     started = perf_s()
+    names = list(dict.fromkeys(args.names))
     with ProfileDatabase(db_path) as db:
-        for name in dict.fromkeys(args.names):
+        for index, name in enumerate(names):
+            progress.begin(f"{name} on the GPU ({index + 1}/{len(names)})")
             package_dir = ensure_package(name, args.state_dir / "models")
             rows = profile_gpu(
                 package_dir, shares, uuid, args.mps_pipe_dir, db,
                 model_key=args.key, batch_sizes=batch_sizes, rounds=args.rounds, dtype=args.dtype,
-                device_name=device.name if device is not None else None, log=_log,
+                device_name=device.name if device is not None else None, log=progress.say,
             )  # fmt: skip
             measured = sorted({r.gpu_pct for r in rows})
-            _log(f"{name}: {len(rows)} points at {measured} % stored in {db_path}")
+            progress.say(f"{name}: {len(rows)} points at {measured} % stored in {db_path}")
+    progress.close()
     _log(f"done in {perf_s() - started:.0f} s")
     return 0
 

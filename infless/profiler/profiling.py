@@ -35,9 +35,11 @@ MAX_COLD_BATCH = 4  # beyond, arithmetic dwarfs reading the weights once: cold =
 
 @dataclass
 class ProfileProgress:
-    """What a profiling run did; `log` receives one line per operator."""
+    """What a profiling run did; `log` receives one line per operator, `advance` the count
+    of operators profiled so far and how many the run profiles (a progress bar's)."""
 
     log: Callable[[str], None] = lambda _line: None
+    advance: Callable[[int, int], None] = lambda _done, _total: None
     operators_done: int = 0
     configs_measured: int = 0
     configs_skipped: int = 0
@@ -87,7 +89,9 @@ def profile_signatures(
     progress.configs_skipped += sum(len(plan.configs()) for _ in signatures) - sum(
         len(c) for _, c in pending
     )
+    progress.advance(0, len(pending))
     for index, (signature, configs) in enumerate(pending, 1):
+        progress.advance(index - 1, len(pending))
         started = perf_s()
         try:
             rows, redone, kept = _profile_one(signature, configs, plan, reference)
@@ -107,6 +111,7 @@ def profile_signatures(
             f"[{index}/{len(pending)}] {signature.describe()}: {len(rows)} configs in "
             f"{perf_s() - started:.1f} s{contention}"
         )
+    progress.advance(len(pending), len(pending))
     return progress
 
 

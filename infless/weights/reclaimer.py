@@ -5,7 +5,8 @@ tensor in the live set is never freed; an unreferenced tensor is freed once it h
 unused for the keep-alive window, and, while the store is over capacity, unreferenced
 tensors are freed least recently used first. The live set is derived by the store from the
 running instances the shell passes in (as Tetris asks the orchestrator which functions run),
-so a worker that died without releasing its tensors leaks nothing.
+so a worker that died without releasing its tensors leaks nothing. `tenant_bytes` and
+`store_usage` (pure too) say what a store holds, for `/system/servers` and the live board.
 
 The shell (`Reclaimer`) owns no state beyond its task; it never reads time except through
 the injected clock and never touches files itself: the store applies each decision.
@@ -35,6 +36,21 @@ class TensorEntry:
     @property
     def ref(self) -> tuple[str, str]:
         return (self.tenant, self.key)
+
+
+def tenant_bytes(entries: Iterable[TensorEntry]) -> dict[str, int]:
+    """The bytes a store holds per tenant."""
+    tenants: dict[str, int] = {}
+    for entry in entries:
+        tenants[entry.tenant] = tenants.get(entry.tenant, 0) + entry.size_bytes
+    return tenants
+
+
+def store_usage(entries: Collection[TensorEntry]) -> dict[str, object]:
+    """What a store holds: bytes and tensors in all, and bytes per tenant (what
+    `/system/servers` and the live board show)."""
+    tenants = tenant_bytes(entries)
+    return {"bytes": sum(tenants.values()), "tensors": len(entries), "tenantBytes": tenants}
 
 
 def reclaim_decision(

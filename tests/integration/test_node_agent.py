@@ -89,6 +89,7 @@ async def test_a_worker_started_by_the_agent_serves_the_gateway_over_tcp(
     assert report.workers == ["w1"]
     assert report.packages == 1
     assert report.store_tensors > 0
+    assert report.store_tenant_bytes == {"t": report.store_bytes}  # what the board shows
     assert report.similarity == {f"t/{starter._digests[MODEL]}": 1.0}
     assert starter.affinities([]) == {}
     # the worker is on this machine here: its pid is real, and it listens no more

@@ -1,7 +1,8 @@
 """Bring your own model, as a user would: `infless package` a project of their own
 (tests/fixtures/userproject), `infless deploy -f` its stack file (the package is uploaded),
 call it with raw bodies through its handler and with V2 BYTES; and the same package loaded
-through tritonclient's `load_model(files=...)`."""
+through tritonclient's `load_model(files=...)`; and the progress `package` and `deploy`
+show on a terminal, and not in a script."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import tritonclient.http as httpclient
 
 from infless.packaging.digest import package_digest
 from tests.support.gateway import REPO_ROOT, GatewayProcess, start_gateway
+from tests.support.terminal import run_on_terminal
 
 PROJECT = REPO_ROOT / "tests" / "fixtures" / "userproject"
 STACK = """\
@@ -138,3 +140,41 @@ def test_the_package_through_tritonclient(workdir: Path, gateway: GatewayProcess
     )
     assert status == 200, answer
     np.testing.assert_allclose(result[0], json.loads(answer)["scores"], rtol=1e-5)
+
+
+def test_package_and_deploy_show_progress_on_a_terminal_only(
+    workdir: Path, gateway: GatewayProcess
+) -> None:
+    """On a terminal a bar shows the steps (packaging, verifying; hashing, packing,
+    uploading); piped, and with --quiet, nothing of it appears."""
+    package = [
+        sys.executable, "-m", "infless.cli", "package", "--arch", "tinynet.net:build",
+        "--arch-kwargs", '{"width": 16}', "--input", "features:float32:4",
+        "--handler", "tinynet.handler:Handler", "-o", str(workdir / "wide"),
+    ]  # fmt: skip
+    shown = run_on_terminal(package, PROJECT)
+    assert shown.returncode == 0, shown.terminal
+    assert "packaging wide" in shown.terminal
+    assert "verifying it loads and runs as a worker would" in shown.terminal
+    assert "packaged wide" in shown.stdout
+    deploy = [
+        sys.executable, "-m", "infless.cli", "deploy", "--name", "wide", "--image", "./wide",
+        "--gateway", gateway.url,
+    ]  # fmt: skip
+    shown = run_on_terminal(deploy, workdir)
+    assert shown.returncode == 0, shown.terminal
+    assert "wide: uploading" in shown.terminal
+    assert " MiB" in shown.terminal
+    assert "uploaded wide sha256:" in shown.stdout
+
+    quiet = run_on_terminal([*deploy, "--quiet"], workdir)
+    assert quiet.returncode == 0
+    assert quiet.terminal == ""
+    assert "wide: already on the gateway" in quiet.stdout
+    piped = subprocess.run(
+        [*package[:-1], str(workdir / "piped")], cwd=PROJECT, capture_output=True, text=True,
+        check=False, timeout=300,
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""
+    assert "\x1b[" not in piped.stdout

@@ -303,7 +303,7 @@ def test_labels_in_the_validation_set_score_top1(tmp_path: Path) -> None:
     assert decoded == result
 
 
-def test_the_command_prints_the_result_last(tmp_path: Path) -> None:
+def test_the_command_prints_progress_then_the_result_last(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -319,9 +319,14 @@ def test_the_command_prints_the_result_last(tmp_path: Path) -> None:
         check=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )  # fmt: skip
-    result = msgspec.json.decode(done.stdout.splitlines()[-1], type=GenerationResult)
+    *progress, last = done.stdout.splitlines()
+    result = msgspec.json.decode(last, type=GenerationResult)
     assert result.variants[0].status == "ready"
     assert "fp32: ready" in done.stderr
+    assert [msgspec.json.decode(line)["progress"] for line in progress] == [
+        {"done": 0, "total": 1, "step": "fp32: writing and profiling"},  # what register shows
+        {"done": 1, "total": 1, "step": "done"},
+    ]
 
 
 def test_operator_profiles_predict_fp32_and_calibrate_the_others(tmp_path: Path) -> None:

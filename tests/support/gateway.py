@@ -29,6 +29,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_MODEL_REPOSITORY = REPO_ROOT / "state" / "test-models"
 
 
+FAKE_MPS_CONTROL = REPO_ROOT / "tests" / "support" / "fake_mps_control.py"
+
+
+def fake_gpu_sections(metrics_interval_s: float = 0.5) -> dict[str, dict[str, Any]]:
+    """Config sections for one fake GPU (`[gpu] fake_devices`: a fake NVML, a device
+    computing on the CPU, a fake MPS daemon) with one standby worker."""
+    return {
+        "gpu": {
+            "fake_devices": 1, "fake_memory_mib": 1024, "mps_control": str(FAKE_MPS_CONTROL),
+            "standby_per_device": 1, "metrics_interval_s": metrics_interval_s,
+        }
+    }  # fmt: skip
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

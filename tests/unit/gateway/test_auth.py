@@ -57,7 +57,8 @@ def test_basic_credentials_are_checked_exactly() -> None:
 
 
 async def test_management_routes_need_basic_auth_and_401_leaks_nothing() -> None:
-    for path in ("/system/functions", "/system/info", "/v2/repository/index"):
+    board = ("/ui", "/ui/", "/ui/events", "/ui/static/board.js", "/ui/function/mnist")
+    for path in ("/system/functions", "/system/info", "/v2/repository/index", *board):
         for header in (None, "Bearer ", _basic("admin", "wrong"), "Bearer tok-123"):
             response = await _call(SETTINGS, path, header)
             assert response.status == 401, (path, header)

@@ -11,6 +11,7 @@ import pytest
 
 from infless.weights import package_index
 from infless.weights.package_index import PackageIndex
+from infless.weights.reclaimer import store_usage
 from infless.weights.store import LOCK_FILE, TEMP_PREFIX, StoreError, TensorStore
 from infless.weights.stored import StoredTensor
 from tests.support.clock import FakeClock
@@ -114,6 +115,11 @@ def test_tenants_get_separate_directories_even_for_identical_content(
     assert store.resident_bytes() == 2 * store.resident_bytes("alice")
     with pytest.raises(StoreError, match="not a tensor of tenant 'bob'"):
         store.acquire("i1", "bob", alice)
+    usage = store_usage(store.entries())  # what /system/servers and the live board show
+    assert usage["tenantBytes"] == {"alice": store.resident_bytes("alice"),
+                                    "bob": store.resident_bytes("bob")}  # fmt: skip
+    assert usage["bytes"] == store.resident_bytes()
+    assert usage["tensors"] == len(alice) + len(bob)
 
 
 def test_store_files_and_directories_are_private(tmp_path: Path, store: TensorStore) -> None:
