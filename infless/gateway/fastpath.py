@@ -309,6 +309,7 @@ class Connection(Forwarding, asyncio.Protocol):
         request.url = bytes(self._url)
         request.version = self._parser.get_http_version()
         self._current = None
+        self._server.table.owed(self)  # spliced from now on: never cut as slow or idle
         self._held = bytearray(rest)
         self._worker = asyncio.get_running_loop().create_task(self._forward_upgrade(request))
 

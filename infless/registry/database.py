@@ -59,10 +59,9 @@ def backup_path(path: Path) -> Path:
 def damaged_message(path: Path, detail: str) -> str:
     backup = backup_path(path)
     return (
-        f"{path} is damaged ({detail}); nothing was read from it. Move it aside "
-        f"(mv {path} {path}.damaged) and start again: the functions in the config's "
-        f"[[functions]] come back at once, and {backup} (copied at the last start or clean "
-        f"stop that found the registry sound) holds the rest: see {RECOVERY_DOC}"
+        f"{path} is damaged ({detail}); nothing was read from it. Move it aside with its "
+        f"-wal and -shm files, put {backup} (copied at the last start or clean stop that "
+        f"found the registry sound) in its place, and start again: see {RECOVERY_DOC}"
     )
 
 

@@ -48,6 +48,11 @@ def test_killing_the_zygote_leaves_workers_serving_and_starts_recover(tmp_path: 
             b'{"outputs":[0.0,7.0]}'
         )
         assert slow["pid"] in {c.pid for c in psutil.Process(new_zygote).children()}
+    # orphans of the dead zygote, not the gateway's descendants: stopped all the same
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in workers):
+        assert time.monotonic() < deadline, "a worker of the killed zygote outlived the gateway"
+        time.sleep(0.05)
 
 
 def test_a_template_killed_mid_fork_falls_back_to_the_zygote(tmp_path: Path) -> None:

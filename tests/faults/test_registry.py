@@ -88,7 +88,11 @@ def test_a_corrupted_registry_stops_the_start_and_its_backup_restores_it(
     assert "Traceback" not in refused.stderr
     assert path.read_bytes() == damaged, "the damaged file is left as it was"
 
-    path.rename(state / "registry.sqlite.damaged")  # the recovery of docs/operations.md
+    aside = state / "damaged"  # the recovery of docs/operations.md
+    aside.mkdir()
+    for name in ("registry.sqlite", "registry.sqlite-wal", "registry.sqlite-shm"):
+        if (state / name).exists():
+            (state / name).rename(aside / name)
     shutil.copyfile(state / "registry.sqlite.bak", path)
     with start_gateway(tmp_path, functions, own_store(tmp_path), state_dir=state) as again:
         assert _function_names(again) == {"mnist", "digits"}
