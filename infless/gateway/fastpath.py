@@ -55,6 +55,11 @@ INVOKE_PREFIX = b"/function/"
 MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
 
 
+def _head_too_large() -> None:
+    message = f"the request line and headers exceed {MAX_HEAD_BYTES} bytes"
+    raise httptools.HttpParserError(message)  # answered 431 by data_received
+
+
 class Connection(Forwarding, asyncio.Protocol):
     """One client connection: parse, answer invokes in order, forward the rest."""
 
@@ -133,16 +138,14 @@ class Connection(Forwarding, asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_head(len(url))
-
-    def _count_head(self, size_bytes: int) -> None:
-        self._head_bytes += size_bytes
+        self._head_bytes += len(url)
         if self._head_bytes > MAX_HEAD_BYTES:
-            message = f"the request line and headers exceed {MAX_HEAD_BYTES} bytes"
-            raise httptools.HttpParserError(message)  # answered 431 by data_received
+            _head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value))
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            _head_too_large()
         request = self._current
         assert request is not None
         request.raw_headers.append((name, value))
@@ -272,7 +275,6 @@ class Connection(Forwarding, asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-
         transport.write(response)
         if not keep_alive:
             self._close()
@@ -297,7 +299,8 @@ class Connection(Forwarding, asyncio.Protocol):
         return path.decode("latin-1")
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
-        return invoke_allowed(headers.get("authorization"), self._server.config.auth)
+        auth = self._server.config.auth
+        return auth.invoke_token is None or invoke_allowed(headers.get("authorization"), auth)
 
     def _upgrade(self, rest: bytes) -> None:
         """A protocol upgrade (WebSocket): forward it, then splice the two sockets."""

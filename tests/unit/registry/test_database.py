@@ -61,7 +61,7 @@ def test_a_damaged_page_inside_a_sound_header_is_found_at_open(tmp_path: Path) -
 def test_a_lock_held_elsewhere_fails_the_start_after_its_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(database, "STARTUP_BUSY_S", 0.05)
+    monkeypatch.setattr(database, "STARTUP_BUSY_S", 0.0)  # no wait in a unit test
     path = tmp_path / "registry.sqlite"
     FunctionRegistry(path).close()
     with _held(path), pytest.raises(StateError) as refused:
@@ -70,7 +70,10 @@ def test_a_lock_held_elsewhere_fails_the_start_after_its_wait(
     assert f"fuser -v {path}" in str(refused.value)
 
 
-def test_a_lock_held_elsewhere_fails_a_write_at_once_and_changes_nothing(tmp_path: Path) -> None:
+def test_a_lock_held_elsewhere_fails_a_write_at_once_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "RUNTIME_BUSY_MS", 0)  # no wait in a unit test
     path = tmp_path / "registry.sqlite"
     registry = FunctionRegistry(path)
     registry.put(_spec("kept", instances=1))
