@@ -119,7 +119,7 @@ async def _run(config: Config, claim: StateClaim) -> int:
     assert isinstance(platform, Platform)
     gateway = config.gateway
     limits = ConnectionLimits(
-        gateway.read_timeout_s, gateway.idle_timeout_s, _connection_bound(gateway.max_connections)
+        gateway.read_timeout_s, gateway.idle_timeout_s, connection_bound(gateway.max_connections)
     )
     fast = FastPath(
         Invoker(platform.frontend),
@@ -145,7 +145,7 @@ async def _run(config: Config, claim: StateClaim) -> int:
     return 0
 
 
-def _connection_bound(max_connections: int) -> int:
+def connection_bound(max_connections: int) -> int:
     """`max_connections`, lowered to what the open-file limit allows once raised to its
     hard limit (each connection is a descriptor; `FD_RESERVE` stay for the rest)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
