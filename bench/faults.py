@@ -282,12 +282,15 @@ BENCHES = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="load around each fault")
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--idle", type=int, default=10_000)
-    parser.add_argument("--slow", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=4, help="closed-loop client threads")
+    parser.add_argument("--idle", type=int, default=10_000, help="idle connections opened")
+    parser.add_argument("--slow", type=int, default=200, help="slow-loris clients")
     args = parser.parse_args()
+    unknown = sorted(set(args.faults.split(",")) - set(FAULTS))
+    if unknown:
+        parser.error(f"--faults {args.faults!r}: no fault named {unknown}; use {','.join(FAULTS)}")
     build_models("mnist")
     results: dict[str, Any] = {}
     scratch = Path(tempfile.mkdtemp(prefix="infless-bench-faults-"))
