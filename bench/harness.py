@@ -87,12 +87,18 @@ def build_models(*names: str) -> None:
 
 @contextlib.contextmanager
 def gateway(
-    workdir: Path, functions_toml: str, extra_toml: str = "", log_level: str = "WARNING"
+    workdir: Path,
+    functions_toml: str,
+    extra_toml: str = "",
+    log_level: str = "WARNING",
+    gateway_toml: str = "",
 ) -> Iterator[Gateway]:
+    """`infless serve` on 127.0.0.1, any port; `gateway_toml`: more keys of `[gateway]`."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "config.toml"
     config.write_text(
-        f'[gateway]\nhost = "127.0.0.1"\nport = 0\n[state]\ndir = "{workdir / "state"}"\n'
+        f'[gateway]\nhost = "127.0.0.1"\nport = 0\n{gateway_toml}\n'
+        f'[state]\ndir = "{workdir / "state"}"\n'
         f'[models]\nrepository = "{BENCH_MODELS}"\n{extra_toml}\n{functions_toml}',
         encoding="utf-8",
     )

@@ -50,6 +50,7 @@ from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_planning_predictor
+from infless.statedir import run_records
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
@@ -121,7 +122,8 @@ def local_starter(
     """This machine's chain of starters: processes (templates, zygote), wrapped by
     warm-instance transformation when it is on, wrapped by the GPU layer when the machine
     has GPUs."""
-    processes = make_starter(config, store, confiner, secrets, output)
+    records = run_records(config.state_dir)  # PID files: the next gateway finds orphans
+    processes = make_starter(config, store, confiner, secrets, output, records=records)
     starter: InstanceStarter = processes
     transforms = None
     if store is not None and config.transform.enabled:

@@ -161,3 +161,25 @@ class ConfigError(Exception):
 class GatewayTimeout(InflessError):
     status = 504
     code = "timeout"
+
+
+class RegistryUnavailable(InflessError):
+    """The registry (`state/registry.sqlite`) cannot record a change now: another process
+    holds its write lock, or the file is damaged. Nothing was changed."""
+
+    status = 503
+    code = "registry_unavailable"
+
+
+class StateDiskFull(InflessError):
+    """The state directory's file system is full: a change could not be recorded, and
+    nothing was changed (507 Insufficient Storage)."""
+
+    status = 507
+    code = "state_disk_full"
+
+
+class StateError(Exception):
+    """The state directory cannot be used at startup (another gateway holds it, the
+    registry is damaged or locked, the disk is full); the message names the file and the
+    fix. `infless serve` prints it and exits 2."""

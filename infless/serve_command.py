@@ -1,4 +1,12 @@
-"""`infless serve`: run the gateway on uvloop until SIGINT/SIGTERM, then drain and exit."""
+"""`infless serve`: run the gateway on uvloop until SIGINT/SIGTERM, then drain and exit.
+
+Before anything starts it claims the state directory (`infless.statedir`: one gateway per
+directory; what a crashed predecessor left running is killed) and raises its open-file
+limit (connections are bounded to fit it). On SIGTERM or SIGINT it drains: requests in
+flight are answered, new ones get 503 `draining`, every instance is drained and its worker
+stopped, the store is cleared (`store.clear_on_shutdown`), and it exits 0. A state
+directory it cannot use is an error that names the file and the fix (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +14,19 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import resource
 import shutil
 import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infless.config import Config
+    from infless.statedir import StateClaim
+
+FD_RESERVE = 512  # descriptors kept for workers' sockets and pipes, the store, the registry
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -46,12 +62,9 @@ def is_loopback(host: str) -> bool:
 
 async def _serve(args: argparse.Namespace) -> int:
     import msgspec
-    from aiohttp import web
 
-    from infless.app import AUTH_KEY, PLATFORM_KEY, Platform, create_app
     from infless.config import load_config, with_overrides
-    from infless.gateway.fastpath import FastPath, FastPathConfig
-    from infless.gateway.invoke import Invoker
+    from infless.statedir import claim_state_dir
 
     config = load_config(args.config)
     gateway: dict[str, object] = {}
@@ -70,6 +83,22 @@ async def _serve(args: argparse.Namespace) -> int:
     config = with_overrides(config, **overrides)
     if args.no_functions:
         config = msgspec.structs.replace(config, functions=[])
+    claim = claim_state_dir(config.state_dir)  # before anything reads or starts
+    try:
+        return await _run(config, claim)
+    finally:
+        claim.release()
+
+
+async def _run(config: Config, claim: StateClaim) -> int:
+    from aiohttp import web
+
+    from infless.app import AUTH_KEY, PLATFORM_KEY, Platform, create_app
+    from infless.gateway.connections import ConnectionLimits
+    from infless.gateway.invoke import Invoker
+    from infless.gateway.listener import FastPath, FastPathConfig
+    from infless.statedir import PRIVATE_DIR_PREFIX
+
     if not config.auth.basic_auth and not is_loopback(config.gateway.host):
         logging.getLogger("infless").warning(
             "the management routes are open on %s: whoever reaches them can deploy code "
@@ -82,14 +111,19 @@ async def _serve(args: argparse.Namespace) -> int:
     await runner.setup()
     # the application listens on an internal socket; the listening one is the fast path's,
     # which answers invokes itself and passes every other request on (`gateway.fastpath`)
-    private = Path(tempfile.mkdtemp(prefix="infless-gateway-"))  # mode 0700: ours alone
+    private = Path(tempfile.mkdtemp(prefix=PRIVATE_DIR_PREFIX))  # mode 0700: ours alone
+    claim.note_private_dir(private)  # the next gateway removes it if this one is killed
     upstream = str(private / "app.sock")
     await web.UnixSite(runner, upstream).start()
     platform = app[PLATFORM_KEY]
     assert isinstance(platform, Platform)
+    gateway = config.gateway
+    limits = ConnectionLimits(
+        gateway.read_timeout_s, gateway.idle_timeout_s, connection_bound(gateway.max_connections)
+    )
     fast = FastPath(
         Invoker(platform.frontend),
-        FastPathConfig(upstream, config.gateway.max_body_bytes, app[AUTH_KEY]),
+        FastPathConfig(upstream, gateway.max_body_bytes, app[AUTH_KEY], limits),
         platform.clock,
     )
     fast.start()
@@ -102,18 +136,42 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    logging.getLogger(__name__).info("shutting down: draining instances")
-    server.close()  # no new connections; those open are answered, then closed
-    await runner.cleanup()  # drains every instance: what was admitted is answered
+    logging.getLogger(__name__).info("shutting down: draining (new requests get 503)")
+    fast.drain()  # what is in flight is answered; what comes now gets 503 `draining`
+    await runner.cleanup()  # drains every instance, stops the workers, clears the store
+    server.close()
     fast.close_idle()
     shutil.rmtree(private, ignore_errors=True)
     return 0
 
 
+def connection_bound(max_connections: int) -> int:
+    """`max_connections`, lowered to what the open-file limit allows once raised to its
+    hard limit (each connection is a descriptor; `FD_RESERVE` stay for the rest)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return max_connections
+    bound = max(1, soft - FD_RESERVE)
+    logging.getLogger(__name__).warning(
+        "gateway.max_connections = %d does not fit the open-file limit (%d): %d connections "
+        "at most; raise the limit (ulimit -n) for more",
+        max_connections, soft, bound,
+    )  # fmt: skip
+    return bound
+
+
 def run(args: argparse.Namespace) -> int:
     import uvloop
 
-    from infless.errors import ConfigError
+    from infless.errors import ConfigError, StateError
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -122,6 +180,6 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         return uvloop.run(_serve(args))
-    except ConfigError as exc:
+    except (ConfigError, StateError) as exc:
         print(f"infless: {exc}", file=sys.stderr)
         return 2

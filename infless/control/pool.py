@@ -142,7 +142,8 @@ class WorkerPool:
             raise FunctionNotFound(f"function {name!r} is not deployed")
         for task in list(function.boots.values()):
             task.cancel()
-        function.router.fail_all(WorkerUnavailable(f"function {name!r} was removed"))
+        gone = "the gateway is shutting down" if self._stopping else "it was removed"
+        function.router.fail_all(WorkerUnavailable(f"function {name!r}: {gone}"))
         await asyncio.gather(
             *(self._drain(function, i) for i in list(function.router.instances)),
             return_exceptions=True,

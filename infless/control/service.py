@@ -122,9 +122,9 @@ class FunctionService:
                 f"replicas = {instances} exceeds com.openfaas.scale.max = {spec.max_instances} "
                 f"for {name!r}; redeploy with a higher max"
             )
-        self._pool.change(name, partial(desired.scaled, count=instances))
         spec = replace(spec, instances=instances)
-        self._registry.put(spec)
+        self._registry.put(spec)  # recorded first: a scale the registry refuses changes nothing
+        self._pool.change(name, partial(desired.scaled, count=instances))
         return spec
 
     async def restore(self, defaults: list[FunctionConfig]) -> None:

@@ -117,6 +117,13 @@ def bearer_ok(header: str | None, settings: AuthSettings) -> bool:
     return _same(header[7:].strip().encode(), settings.invoke_token)
 
 
+def invoke_allowed(header: str | None, settings: AuthSettings) -> bool:
+    """Whether an invoke with this Authorization header may run (no token set: always)."""
+    if settings.invoke_token is None:
+        return True
+    return bearer_ok(header, settings) or basic_ok(header, settings)
+
+
 def _denied(scheme: str) -> web.Response:
     response = error_response(Unauthorized("invalid credentials"))
     response.headers["WWW-Authenticate"] = f"{scheme} {REALM}"

@@ -15,6 +15,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     # an uploaded function package: the upload's body and its unpacked files, each
     max_package_bytes: int = 2 * 1024 * 1024 * 1024
     request_timeout_s: float = 60.0
+    # the listening socket's connections (gateway.connections): a request must arrive
+    # whole within read_timeout_s of its first byte (else 408), a connection with nothing
+    # begun closes after idle_timeout_s, and at max_connections a new connection takes the
+    # place of the one idle longest
+    read_timeout_s: float = 30.0
+    idle_timeout_s: float = 75.0
+    max_connections: int = 4096
 
 
 class AuthConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -55,6 +62,14 @@ def check_gateway(gateway: GatewayConfig, auth: AuthConfig) -> list[str]:
         problems.append(f"gateway.port = {gateway.port}: must be 0..65535 (0 = any free port)")
     if gateway.max_body_bytes < 1024:
         problems.append(f"gateway.max_body_bytes = {gateway.max_body_bytes}: use >= 1024")
+    for key, value in (
+        ("read_timeout_s", gateway.read_timeout_s),
+        ("idle_timeout_s", gateway.idle_timeout_s),
+    ):
+        if not value > 0:
+            problems.append(f"gateway.{key} = {value}: must be > 0 seconds")
+    if gateway.max_connections < 1:
+        problems.append(f"gateway.max_connections = {gateway.max_connections}: use >= 1")
     if gateway.max_package_bytes < 1024:
         problems.append(f"gateway.max_package_bytes = {gateway.max_package_bytes}: use >= 1024")
     if auth.basic_auth and (not auth.user or ":" in auth.user):

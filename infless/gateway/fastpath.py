@@ -1,5 +1,5 @@
-"""The gateway's listening socket: invokes answered on a lean HTTP/1.1 path, everything else
-passed to the aiohttp application.
+"""One connection of the gateway's listening socket: invokes answered on a lean HTTP/1.1
+path, everything else passed to the aiohttp application.
 
 aiohttp costs tens of microseconds of CPU per request before a handler runs (its protocol,
 request and response objects, routing, middlewares) — as much again as infless's own work
@@ -11,9 +11,14 @@ methods, a `/function/{name}/...` sub-path — is forwarded to the aiohttp appli
 internal unix socket with `Connection: close`, and its response piped back as it comes
 (streamed responses and protocol upgrades included), so those routes behave exactly as
 aiohttp serves them. Keep-alive and pipelining are honoured (answers in request order),
-`Expect: 100-continue` is answered, a body over `gateway.max_body_bytes` gets 413 and a
-malformed request 400, each as JSON; the connection closes after an error it cannot resync.
-Gateway side: never imports torch.
+`Expect: 100-continue` is answered, a body over `gateway.max_body_bytes` gets 413, a head
+over `MAX_HEAD_BYTES` 431 and a malformed request 400, each as JSON; the connection closes
+after an error it cannot resync. A connection reports its phase (reading, owed an answer,
+idle) to the listener's table (`gateway.connections`), which bounds them: a request
+arriving too slowly gets 408, an idle connection is closed, at the limit a new one takes
+an idle one's place. Once the gateway drains (SIGTERM), what is in flight is answered and
+every request not yet begun gets 503 `draining`. The listening socket as a whole (the
+factory, the sweep, the drain) is `gateway.listener`'s. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -22,84 +27,40 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from infless.clock import Clock
 from infless.dataplane.request import Outcome
 from infless.errors import PayloadTooLarge, Unauthorized
-from infless.gateway.auth import REALM, AuthSettings, basic_ok, bearer_ok
-from infless.gateway.http1 import LowerHeaders, Request, encode_answer, forwarded_head, json_error
-from infless.gateway.invoke import Answer, Invoker, Started, error_answer
+from infless.gateway.auth import REALM, invoke_allowed
+from infless.gateway.forwarding import Forwarding
+from infless.gateway.http1 import (
+    DRAINING,
+    MAX_HEAD_BYTES,
+    TOO_MANY_CONNECTIONS,
+    LowerHeaders,
+    Request,
+    encode_answer,
+    json_error,
+)
+from infless.gateway.invoke import Answer, Started, error_answer
+
+if TYPE_CHECKING:
+    from infless.gateway.listener import FastPath
 
 log = logging.getLogger(__name__)
 
 INVOKE_PREFIX = b"/function/"
 MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
-SWEEP_S = 0.5  # how often invokes are checked against the gateway's request timeout
-MAX_CANNED = 4096  # canned refusals kept (per function, Retry-After and keep-alive)
 
 
-@dataclass(frozen=True, slots=True)
-class FastPathConfig:
-    upstream: str  # the aiohttp application's unix socket
-    max_body_bytes: int
-    auth: AuthSettings = field(default_factory=AuthSettings)
+def _head_too_large() -> None:
+    message = f"the request line and headers exceed {MAX_HEAD_BYTES} bytes"
+    raise httptools.HttpParserError(message)  # answered 431 by data_received
 
 
-class FastPath:
-    """The protocol factory for the listening socket, its open connections, and the sweep
-    that answers 504 to an invoke waiting longer than `gateway.request_timeout_s` (one
-    timer for all of them, not one per request)."""
-
-    def __init__(self, invoker: Invoker, config: FastPathConfig, clock: Clock) -> None:
-        self.invoker = invoker
-        self.config = config
-        self.clock = clock
-        self.connections: set[Connection] = set()
-        self._sweeper: asyncio.Task[None] | None = None
-        self._refusals: dict[tuple[str, str, bool], bytes] = {}
-
-    def __call__(self) -> Connection:
-        return Connection(self)
-
-    def start(self) -> None:
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="fastpath")
-
-    async def _sweep(self) -> None:
-        timeout_s = self.invoker.frontend.timeout_s
-        while True:
-            await self.clock.sleep_until(self.clock.now() + SWEEP_S)
-            late = self.clock.now() - timeout_s
-            for connection in list(self.connections):
-                connection.expire_before(late)
-
-    def refusal(self, name: str, keep_alive: bool) -> bytes | None:
-        """The canned 429 for a call to `name` refused before its body is read, or None.
-        Answers differ only in Retry-After, whole seconds: they are encoded once each."""
-        refused = self.invoker.frontend.refuse_early(name)
-        if refused is None:
-            return None
-        answer = error_answer(refused)
-        key = (name, answer.headers.get("Retry-After", ""), keep_alive)
-        canned = self._refusals.get(key)
-        if canned is None:
-            if len(self._refusals) > MAX_CANNED:
-                self._refusals.clear()
-            canned = self._refusals[key] = encode_answer(answer, keep_alive)
-        return canned
-
-    def close_idle(self) -> None:
-        """Close every connection with nothing in flight (the gateway is stopping)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-        for connection in list(self.connections):
-            connection.close_when_idle()
-
-
-class Connection(asyncio.Protocol):
+class Connection(Forwarding, asyncio.Protocol):
     """One client connection: parse, answer invokes in order, forward the rest."""
 
     def __init__(self, server: FastPath) -> None:
@@ -108,6 +69,8 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._current: Request | None = None
         self._url = bytearray()
+        self._head_bytes = 0
+        self._begun_s = 0.0  # when the request being read began
         self._queue: deque[Request] = deque()
         self._worker: asyncio.Task[None] | None = None  # a forwarded request, or an upgrade
         self._started: Started | None = None  # the invoke being answered
@@ -123,10 +86,14 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._server.connections.add(self)
+        admission = self._server.table.admit(self, self._server.clock.now())
+        if admission.replaces is not None:
+            admission.replaces.close_when_idle()
+        if admission.refused:
+            self._fail(TOO_MANY_CONNECTIONS)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server.connections.discard(self)
+        self._server.table.closed(self)
         self._closing = True
         self._writable.set()
         if self._worker is not None:
@@ -155,17 +122,30 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade as upgrade:
             self._upgrade(data[upgrade.args[0] :] if upgrade.args else b"")
         except httptools.HttpParserError as exc:
-            self._fail(json_error(400, f"malformed HTTP request: {exc}", "bad_request"))
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(json_error(431, f"{exc}; send less", "headers_too_large"))
+            else:
+                self._fail(json_error(400, f"malformed HTTP request: {exc}", "bad_request"))
 
     # -- httptools callbacks -------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._url = bytearray()
+        self._head_bytes = 0
         self._current = Request(b"", b"", LowerHeaders(), [])
+        self._begun_s = self._server.clock.now()
+        if not self._queue and not self._busy():  # else: when its predecessors are answered
+            self._server.table.reading(self, self._begun_s)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._head_bytes += len(url)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            _head_too_large()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            _head_too_large()
         request = self._current
         assert request is not None
         request.raw_headers.append((name, value))
@@ -211,6 +191,7 @@ class Connection(asyncio.Protocol):
         assert request is not None
         request.keep_alive = self._parser.should_keep_alive()
         self._current = None
+        self._server.table.owed(self)
         self._queue.append(request)
         if len(self._queue) >= MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
@@ -229,6 +210,9 @@ class Connection(asyncio.Protocol):
             if self._paused and self._transport is not None:
                 self._transport.resume_reading()
                 self._paused = False
+            if self._server.draining:  # not begun: refused, and the connection closes
+                self._write(DRAINING, False)
+                return
             name = self._invoke_name(request)
             if name is None:
                 self._worker = asyncio.get_running_loop().create_task(self._forward_next(request))
@@ -248,6 +232,11 @@ class Connection(asyncio.Protocol):
                 answer = started
             if not self._write(answer, request.keep_alive and not request.too_large):
                 return
+        if not self._queue and not self._busy():  # owed nothing: idle, or reading the next
+            if self._current is None:
+                self._server.table.idle(self, self._server.clock.now())
+            else:
+                self._server.table.reading(self, self._begun_s)
 
     def _refusal(self, request: Request) -> Answer | None:
         """A body too large (413) or a missing invoke token (401), before anything else."""
@@ -278,7 +267,8 @@ class Connection(asyncio.Protocol):
             self._next()
 
     def _write(self, answer: Answer, keep_alive: bool) -> bool:
-        """Write one answer; whether the connection stays open."""
+        """Write one answer; whether the connection stays open (not once draining)."""
+        keep_alive = keep_alive and not self._server.draining
         return self._write_raw(encode_answer(answer, keep_alive), keep_alive)
 
     def _write_raw(self, response: bytes, keep_alive: bool) -> bool:
@@ -292,7 +282,7 @@ class Connection(asyncio.Protocol):
 
     async def _forward_next(self, request: Request) -> None:
         keep = await self._forward(request)
-        if not keep:
+        if not keep or self._server.draining:
             self._close()
             return
         self._worker = None
@@ -310,52 +300,7 @@ class Connection(asyncio.Protocol):
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
         auth = self._server.config.auth
-        if auth.invoke_token is None:
-            return True
-        header = headers.get("authorization")
-        return bearer_ok(header, auth) or basic_ok(header, auth)
-
-    # -- forwarding to aiohttp ---------------------------------------------------------------
-    async def _forward(self, request: Request, *, upgrade: bool = False) -> bool:
-        """Pass the request to the aiohttp application and pipe its response back."""
-        transport = self._transport
-        assert transport is not None
-        if request.too_large:
-            limit = self._server.config.max_body_bytes
-            transport.write(
-                encode_answer(
-                    json_error(
-                        413, f"body exceeds gateway.max_body_bytes = {limit}", "payload_too_large"
-                    ),
-                    False,
-                )
-            )
-            return False
-        try:
-            reader, writer = await asyncio.open_unix_connection(self._server.config.upstream)
-        except OSError as exc:
-            log.error("the gateway's application socket is gone: %s", exc)
-            transport.write(
-                encode_answer(json_error(503, "the gateway is stopping", "unavailable"), False)
-            )
-            return False
-        writer.write(forwarded_head(request, upgrade) + bytes(request.body))
-        if upgrade:
-            return await self._splice(reader, writer)
-        try:
-            while chunk := await reader.read(1 << 16):
-                if transport.is_closing():
-                    break
-                transport.write(chunk)
-                await self._drain()
-        finally:
-            writer.close()
-        return request.keep_alive and not transport.is_closing()
-
-    async def _drain(self) -> None:
-        """Wait while the client's socket buffer is full (a large streamed response)."""
-        if not self._closing:
-            await self._writable.wait()
+        return auth.invoke_token is None or invoke_allowed(headers.get("authorization"), auth)
 
     def _upgrade(self, rest: bytes) -> None:
         """A protocol upgrade (WebSocket): forward it, then splice the two sockets."""
@@ -367,27 +312,13 @@ class Connection(asyncio.Protocol):
         request.url = bytes(self._url)
         request.version = self._parser.get_http_version()
         self._current = None
+        self._server.table.owed(self)  # spliced from now on: never cut as slow or idle
         self._held = bytearray(rest)
         self._worker = asyncio.get_running_loop().create_task(self._forward_upgrade(request))
 
     async def _forward_upgrade(self, request: Request) -> None:
         await self._forward(request, upgrade=True)
         self._close()
-
-    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        transport = self._transport
-        assert transport is not None
-        held, self._held = self._held or bytearray(), None
-        self._upgraded = writer
-        if held:
-            writer.write(bytes(held))
-        try:
-            while chunk := await reader.read(1 << 16):
-                transport.write(chunk)
-                await self._drain()
-        finally:
-            writer.close()
-        return False
 
     # -- closing -------------------------------------------------------------------------
     def _fail(self, answer: Answer) -> None:
@@ -399,6 +330,12 @@ class Connection(asyncio.Protocol):
         self._closing = True
         if self._transport is not None:
             self._transport.close()
+
+    def too_slow(self) -> None:
+        """Its request did not arrive within gateway.read_timeout_s: 408, then close."""
+        limit_s = self._server.table.limits.read_timeout_s
+        message = f"the request did not arrive within gateway.read_timeout_s = {limit_s:g} s"
+        self._fail(json_error(408, message, "request_timeout"))
 
     def close_when_idle(self) -> None:
         if not self._queue and not self._busy():

@@ -64,6 +64,20 @@ def json_error(status: int, message: str, code: str) -> Answer:
     return Answer(status, orjson.dumps({"error": message, "code": code}), JSON, {})
 
 
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers longer than this get 431
+DRAINING = json_error(
+    503,
+    "the gateway is shutting down and accepts no new requests; retry on another gateway, "
+    "or on this one once it has restarted",
+    "draining",
+)
+DRAINING.headers["Retry-After"] = "1"
+TOO_MANY_CONNECTIONS = json_error(
+    503, "every connection of the gateway is owed an answer (gateway.max_connections)", "busy"
+)
+TOO_MANY_CONNECTIONS.headers["Retry-After"] = "1"
+
+
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
 
 

@@ -18,13 +18,14 @@ from infless.weights.store import TensorStore
 from infless.workers.boot import ProcessStarter, StartSettings
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Sink
+from infless.workers.records import RunRecords
 from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
 
-def make_launcher(config: Config) -> WorkerLauncher:
+def make_launcher(config: Config, records: RunRecords | None = None) -> WorkerLauncher:
     if config.workers.launcher == "zygote":
-        return ZygoteLauncher()
+        return ZygoteLauncher(records=records)
     return SubprocessLauncher()
 
 
@@ -55,11 +56,12 @@ def make_starter(
     output: Sink | None = None,
     *,
     cgroup_parent: str = "infless",
+    records: RunRecords | None = None,
 ) -> ProcessStarter:
     """Real workers: memory limits when cgroups are on (under `cgroup_parent`), secrets
-    from `secrets`, and each worker's stdout and stderr to `output` (function, instance,
-    line)."""
-    launcher = make_launcher(config)
+    from `secrets`, each worker's stdout and stderr to `output` (function, instance,
+    line), and, with `records`, a PID file for each process forked (`workers.records`)."""
+    launcher = make_launcher(config, records)
     templates = (
         TemplateCache(launcher, store, config.workers.start_timeout_s)
         if store is not None and isinstance(launcher, ZygoteLauncher) and config.workers.templates

@@ -16,6 +16,7 @@ from typing import Literal
 import msgspec
 
 from infless.modelless.profiles import Goals, VariantProfile
+from infless.registry.database import open_database, recorded
 
 RegistrationStatus = Literal["generating", "ready", "failed"]
 
@@ -45,18 +46,16 @@ class RegisteredModel(msgspec.Struct, frozen=True):
 
 class VariantStore:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        for statement in _SCHEMA:
-            self._db.execute(statement)
+        self.path = path
+        self._db = open_database(path, _SCHEMA)  # checked; a held lock fails fast
 
     def put_model(self, model: RegisteredModel) -> None:
-        self._db.execute(
-            "INSERT INTO modelless_models(model, spec) VALUES (?, ?) "
-            "ON CONFLICT(model) DO UPDATE SET spec = excluded.spec",
-            (model.model, msgspec.json.encode(model).decode()),
-        )
+        with recorded(self.path, f"the registration of {model.model!r} was not recorded"):
+            self._db.execute(
+                "INSERT INTO modelless_models(model, spec) VALUES (?, ?) "
+                "ON CONFLICT(model) DO UPDATE SET spec = excluded.spec",
+                (model.model, msgspec.json.encode(model).decode()),
+            )
 
     def model(self, name: str) -> RegisteredModel | None:
         row = self._db.execute(
@@ -70,7 +69,8 @@ class VariantStore:
 
     def put_variants(self, model: str, profiles: list[VariantProfile]) -> None:
         """Replace the model's variants with `profiles`, in one transaction."""
-        with self._transaction():
+        failed = f"the variants of {model!r} were not recorded"
+        with recorded(self.path, failed), self._transaction():
             self._db.execute("DELETE FROM modelless_variants WHERE model = ?", (model,))
             self._db.executemany(
                 "INSERT INTO modelless_variants(model, variant, profile) VALUES (?, ?, ?)",
@@ -84,11 +84,12 @@ class VariantStore:
         return [msgspec.json.decode(r[0], type=VariantProfile) for r in rows]
 
     def put_app(self, model: str, app_id: str, goals: Goals) -> None:
-        self._db.execute(
-            "INSERT INTO modelless_apps(model, app_id, goals) VALUES (?, ?, ?) "
-            "ON CONFLICT(model, app_id) DO UPDATE SET goals = excluded.goals",
-            (model, app_id, msgspec.json.encode(goals).decode()),
-        )
+        with recorded(self.path, f"the goals of {model!r} for {app_id!r} were not recorded"):
+            self._db.execute(
+                "INSERT INTO modelless_apps(model, app_id, goals) VALUES (?, ?, ?) "
+                "ON CONFLICT(model, app_id) DO UPDATE SET goals = excluded.goals",
+                (model, app_id, msgspec.json.encode(goals).decode()),
+            )
 
     def apps(self, model: str) -> dict[str, Goals]:
         rows = self._db.execute(
@@ -97,7 +98,7 @@ class VariantStore:
         return {r[0]: msgspec.json.decode(r[1], type=Goals) for r in rows}
 
     def delete_model(self, model: str) -> bool:
-        with self._transaction():
+        with recorded(self.path, f"the removal of {model!r} was not recorded"), self._transaction():
             found = self._db.execute("DELETE FROM modelless_models WHERE model = ?", (model,))
             self._db.execute("DELETE FROM modelless_variants WHERE model = ?", (model,))
             self._db.execute("DELETE FROM modelless_apps WHERE model = ?", (model,))
@@ -118,4 +119,9 @@ class _Transaction:
         self._db.execute("BEGIN")
 
     def __exit__(self, kind: object, *_: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        try:
+            if kind is None:
+                self._db.execute("COMMIT")
+        finally:  # a failed COMMIT (a full disk) may leave the transaction open
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")

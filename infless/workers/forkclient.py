@@ -2,7 +2,9 @@
 
 `ForkServerClient` waits for the server's `ZygoteReady`, then sends `Fork` (and, to the zygote,
 `ForkTemplate`) requests with their descriptors, matches replies to requests, and keeps the
-exit codes the server reports. Gateway side: never imports torch.
+exit codes the server reports. With `records`, every child it forks is recorded (a PID
+file, `workers.records`) until the server reports its exit. Gateway side: never imports
+torch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import msgspec
 
 from infless.clock import perf_s
 from infless.workers.launcher import LaunchedWorker
+from infless.workers.records import RunRecords
 from infless.workers.zygote_protocol import (
     MAX_MESSAGE_BYTES,
     ChildExited,
@@ -54,8 +57,15 @@ async def _send_with_fds(sock: socket.socket, message: bytes, fds: list[int]) ->
 class ForkServerClient:
     """Requests forks from one fork server over `control` (non-blocking, owned from now on)."""
 
-    def __init__(self, control: socket.socket, name: str, fork_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        control: socket.socket,
+        name: str,
+        fork_timeout_s: float = 30.0,
+        records: RunRecords | None = None,
+    ) -> None:
         control.setblocking(False)
+        self._records = records
         self._control = control
         self.name = name
         self._fork_timeout_s = fork_timeout_s
@@ -105,6 +115,8 @@ class ForkServerClient:
                     if len(self._exit_codes) >= _EXIT_CODES_KEPT:
                         self._exit_codes.pop(next(iter(self._exit_codes)))
                     self._exit_codes[message.pid] = message.returncode
+                    if self._records is not None:
+                        self._records.discard(message.pid)
                     self._notify_exits()
                 elif isinstance(message, Forked | ForkFailed):
                     future = self._pending.pop(message.request_id, None)
@@ -138,6 +150,11 @@ class ForkServerClient:
             raise
         if isinstance(reply, ForkFailed):
             raise ZygoteError(f"the {self.name} could not fork: {reply.error}")
+        if self._records is not None:
+            if isinstance(message, ForkTemplate):
+                self._records.add(reply.pid, "template", message.template_id)
+            else:
+                self._records.add(reply.pid, "worker", message.instance_id)
         return reply.pid
 
     def next_request_id(self) -> int:

@@ -6,8 +6,11 @@ caches): ~20 MiB per resnet-50 worker. A template does those steps once, single-
 then serves forks; its instances share those pages copy-on-write and only time their own
 warm-up on their own cores.
 
-One template per (tenant, package, stored tensors, environment variables): a template loads
-its model with the function's `envVars` set, as an instance would. Functions with secrets
+One template per (tenant, package, stored tensors and their files, environment variables):
+a template loads its model with the function's `envVars` set, as an instance would. A
+store file published again (deleted or truncated under the template, then re-published by
+a start: a new inode) is a new key, so no instance is forked from a template that maps the
+old file. Functions with secrets
 have no template (each of their workers mounts its own). It is started beside the model's second
 instance (a single instance would only pay for it); that instance does not wait for it and
 forks from the zygote, instances asked for while it starts wait for it (a burst of scale-out
@@ -27,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,11 +64,18 @@ class TemplateKey:
 
     @staticmethod
     def of(
-        tenant: str, package_dir: str, stored: list[StoredTensor], env: dict[str, str] | None = None
+        tenant: str,
+        package_dir: str,
+        stored: list[StoredTensor],
+        env: dict[str, str] | None = None,
+        files: Sequence[tuple[int, int]] = (),
     ) -> TemplateKey:
+        """`files`: each stored tensor's file identity (inode, size), in `stored`'s order."""
         digest = hashlib.blake2b(digest_size=8)
         for tensor in stored:
             digest.update(f"{tensor.name}\0{tensor.path}\0".encode())
+        for inode, size_bytes in files:
+            digest.update(f"file\0{inode}\0{size_bytes}\0".encode())
         variables = tuple(sorted((env or {}).items()))
         for name, value in variables:
             digest.update(f"env\0{name}\0{value}\0".encode())
@@ -144,7 +155,7 @@ async def start_template(
             store_tensors=stored,
             env=dict(key.env),
         )
-        client = ForkServerClient(control_ours, key.template_id)
+        client = ForkServerClient(control_ours, key.template_id, records=zygote.records)
         async with asyncio.timeout(timeout_s):
             ready = await _load_over(load_ours, request)
             forks = await client.handshake(timeout_s)
@@ -211,8 +222,9 @@ class TemplateCache:
         env: dict[str, str] | None = None,
         capture_output: bool = False,
     ) -> LaunchedWorker | None:
-        """Fork `instance_id` from its model's template; None: fork it elsewhere."""
-        key = TemplateKey.of(tenant, package_dir, stored, env)
+        """Fork `instance_id` from its model's template; None: fork it elsewhere (OSError: a
+        stored file is gone)."""
+        key = TemplateKey.of(tenant, package_dir, stored, env, _identities(stored))
         slot = self._slots.setdefault(key, _Slot())
         slot.users.add(instance_id)
         self._by_instance[instance_id] = key
@@ -310,6 +322,15 @@ class TemplateCache:
                 await slot.start
             if (template := slot.template()) is not None:
                 await template.client.close()
+
+
+def _identities(stored: list[StoredTensor]) -> list[tuple[int, int]]:
+    """Each stored file's (inode, size): microseconds each, on tmpfs."""
+    identities = []
+    for tensor in stored:
+        info = Path(tensor.path).stat()
+        identities.append((info.st_ino, info.st_size))
+    return identities
 
 
 def _close_dead(start: asyncio.Task[Template]) -> None:

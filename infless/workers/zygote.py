@@ -33,6 +33,7 @@ from typing import Any
 from infless.workers.forkclient import ForkServerClient, ZygoteError
 from infless.workers.forkserver import ForkTargets, serve_control
 from infless.workers.launcher import LaunchedWorker
+from infless.workers.records import RunRecords
 from infless.workers.zygote_protocol import ForkTemplate, ZygoteFailed, ZygoteReady, encoder
 
 __all__ = ["DEFAULT_PRELOAD", "ZygoteError", "ZygoteLauncher", "zygote_main"]
@@ -110,8 +111,10 @@ class ZygoteLauncher:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         start_timeout_s: float = 120.0,
         fork_timeout_s: float = 30.0,
+        records: RunRecords | None = None,
     ) -> None:
         self._python = python or sys.executable
+        self.records = records  # PID files of the zygote and all it forks (workers.records)
         self._env = env
         self._target = target
         self._template_prepare = template_prepare
@@ -159,7 +162,9 @@ class ZygoteLauncher:
             raise
         finally:
             theirs.close()
-        self._client = ForkServerClient(ours, "zygote", self._fork_timeout_s)
+        if self.records is not None:
+            self.records.add(self._process.pid, "zygote", "zygote")
+        self._client = ForkServerClient(ours, "zygote", self._fork_timeout_s, self.records)
         try:
             ready = await self._client.handshake(self._start_timeout_s)
         except BaseException:
@@ -200,6 +205,8 @@ class ZygoteLauncher:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
             await process.wait()
+        if self.records is not None:
+            self.records.discard(process.pid)
 
 
 if __name__ == "__main__":

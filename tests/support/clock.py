@@ -1,4 +1,5 @@
-"""A fake Clock for tests: time moves only when the test advances it, waking due sleepers."""
+"""A fake Clock for tests: time moves only when the test advances it, waking due sleepers;
+the wall clock may also jump on its own."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ class FakeClock:
 
     def wall(self) -> float:
         return self._now + self._wall_offset
+
+    def jump_wall(self, seconds: float) -> None:
+        """Step the wall clock (an NTP step, `date -s`); monotonic time does not move."""
+        self._wall_offset += seconds
 
     async def sleep_until(self, deadline: float) -> None:
         if deadline <= self._now:

@@ -215,3 +215,15 @@ def stop_gateway(process: subprocess.Popen[str], timeout_s: float = 60.0) -> int
     if process.stdout is not None:
         process.stdout.close()
     return process.returncode
+
+
+def build_test_models(names: list[str]) -> None:
+    """Build (or find cached) zoo packages into the test model repository."""
+    subprocess.run(
+        [
+            sys.executable, "-m", "infless.cli", "models", "build", *names,
+            "--repository", str(TEST_MODEL_REPOSITORY),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip

@@ -2,7 +2,8 @@
 the pool reconciles desired state into instances, the frontend, router and batch queues
 serve, and in-process workers take `latency(b, c)` on a fake clock. A load step makes it
 scale out with non-uniform instances and back in; a manual scale takes the function away
-from the autoscaler; a release to zero and a request bring it back."""
+from the autoscaler; a release to zero and a request bring it back; stopping (the drain)
+answers what instances queued and fails what waits for a start, saying why."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import InstanceState
 from infless.dataplane.request import Array, Outcome
+from infless.errors import WorkerUnavailable
 from infless.models.package import PackageManifest, TensorSignature
 from infless.scaling.config import DemandConfig, ScalingConfig
 from infless.scaling.view import Prewarm, ReleaseToZero, ScalingPlan, StartInstance
@@ -144,6 +146,13 @@ class Harness:
         await self.settle()
         await self.pool.stop()
 
+    async def stop_now(self) -> None:
+        """Stop the pool with calls in flight (the drain), moving fake time until it ends."""
+        stopping = asyncio.ensure_future(self.pool.stop())
+        while not stopping.done():
+            await self.clock.advance(0.005)
+        await stopping
+
 
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
@@ -259,3 +268,31 @@ async def test_the_prewarm_manager_releases_an_idle_function_through_the_port() 
     assert harness.pool.get("f").desired.owner is Owner.COLDSTART
     assert manager.tick().actions == ()  # released once, not again
     await harness.stop()
+
+
+async def test_stopping_answers_what_an_instance_queued() -> None:
+    """The drain (SIGTERM): a request queued at a ready instance is answered."""
+    clock = FakeClock()
+    harness = Harness(clock)
+    harness.pool.deploy(SPEC, Path("/nonexistent/m"), MANIFEST)
+    for _ in range(100):
+        await clock.advance(0.01)
+    assert len(harness.ready()) == 1
+    harness.request(1.0)
+    await asyncio.sleep(0)
+    await harness.stop_now()
+    (answered,) = await asyncio.gather(*harness.calls, return_exceptions=True)
+    assert isinstance(answered, list)
+    assert answered[0].outputs["y"].tolist() == [2.0, 2.0]
+
+
+async def test_stopping_fails_a_request_waiting_for_a_start_naming_the_shutdown() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    harness.pool.deploy(SPEC, Path("/nonexistent/m"), MANIFEST)
+    harness.request(1.0)  # the first instance is still starting
+    await asyncio.sleep(0)
+    await harness.stop_now()
+    (refused,) = await asyncio.gather(*harness.calls, return_exceptions=True)
+    assert isinstance(refused, WorkerUnavailable)
+    assert "the gateway is shutting down" in str(refused)

@@ -39,3 +39,14 @@ def test_the_environment_separates_templates_whatever_its_order() -> None:
     other = TemplateKey.of("t", "/m/resnet", TENSORS, {"A": "1", "B": "3"})
     assert len({plain.template_id, env.template_id, other.template_id}) == 3
     assert env.env == (("A", "1"), ("B", "2"))  # what the template loads its model with
+
+
+def test_a_file_published_again_is_a_new_template() -> None:
+    """A store file deleted or truncated under a template, then published again by a start,
+    is a new inode: instances must not fork from the template that maps the old one."""
+    before = TemplateKey.of("t", "/m/resnet", TENSORS, files=[(11, 864), (12, 320)])
+    same = TemplateKey.of("t", "/m/resnet", TENSORS, files=[(11, 864), (12, 320)])
+    again = TemplateKey.of("t", "/m/resnet", TENSORS, files=[(11, 864), (13, 320)])
+    assert before == same
+    assert again != before
+    assert again.template_id != before.template_id
