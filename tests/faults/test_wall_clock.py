@@ -38,6 +38,8 @@ WALL_READERS = {
     "profiler/profiling.py": "when operator profiles were measured (stored with them)",
     "profiler/gpu_profile.py": "when a GPU profile was measured (stored with it)",
     "client/logs_command.py": "`infless logs --since`: the user's own wall time",
+    "gateway/board/hub.py": "the live board's snapshot time `t`, shown to the user",
+    "gateway/board/series.py": "the live board's points' time axis (rates use monotonic)",
 }
 _WALL_NAMES = {"wall", "wall_s", "wall_ns", "time", "time_ns", "now", "utcnow", "today"}
 _WALL_OWNERS = {"time", "datetime", "date"}
