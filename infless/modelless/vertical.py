@@ -27,6 +27,11 @@ that carries the load only just would be upgraded from again at the next burst).
 instances, and with which <b, c>, stays Algorithm 1's business: this module only decides
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
+
+The overflow variant (`overflow_card`, with `[modelless] overflow`): the variant a fixed
+deployment would pick — the cheapest per request meeting the goals — stays warm beside the
+target, and a query the target cannot admit in time goes there (`catalog.choose`). Its
+cores are not the other options' to take (`AppLoad.overflow`).
 Pure: no I/O, no clock.
 """
 
@@ -56,6 +61,7 @@ class AppLoad:
     load_rps: float  # the demand that may go to any variant meeting the goals
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
     capacity: Capacity = field(default_factory=Capacity)  # measured / profiled Q
+    overflow: str | None = None  # the variant kept warm whatever is chosen (its one instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,20 @@ def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
     if load.free_cpus is None:
         return True
     held = sum(cards[name].cpus * count for name, count in load.live.items() if name in cards)
-    return opt.instances * opt.card.cpus <= load.free_cpus + held
+    reserved = 0  # the overflow's one instance stays, whichever option is taken
+    if load.overflow is not None and load.overflow != opt.card.name and load.overflow in cards:
+        reserved = cards[load.overflow].cpus
+    return opt.instances * opt.card.cpus <= load.free_cpus + held - reserved
+
+
+def overflow_card(cards: Sequence[VariantCard], goals: Goals) -> VariantCard | None:
+    """The variant kept warm beside the target: the cheapest per request that meets `goals`
+    (what one would deploy as a fixed variant: the most requests per core)."""
+    return min(
+        (c for c in cards if meets(c, goals)),
+        key=lambda c: (c.cost_per_request, -c.accuracy, c.name),
+        default=None,
+    )
 
 
 def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:

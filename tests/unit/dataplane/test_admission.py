@@ -114,6 +114,23 @@ async def test_check_room_refuses_before_anything_is_decoded() -> None:
         await clock.advance(0.01)
 
 
+async def test_has_room_answers_as_check_room_would_and_counts_nothing() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    assert not harness.router.has_room(1.0)  # nothing ready: a query would wait (cold)
+    harness.add(batch_size=1)
+    assert harness.router.has_room(0.0)  # idle: nothing serves it sooner
+    for _ in range(5):
+        harness.submit(1.0)
+    instance = harness.router.instances[0]
+    ahead_s = instance.finish_by_s(clock.now()) - clock.now()
+    assert harness.router.has_room(ahead_s + 0.001)
+    assert not harness.router.has_room(ahead_s - 0.001)
+    assert (harness.router.rejected, harness.router.arrivals) == (0, 5)
+    for _ in range(12):
+        await clock.advance(0.01)
+
+
 async def test_a_partial_batch_waits_a_bounded_time_and_never_past_its_latest_start() -> None:
     clock = FakeClock()
     harness = Harness(clock)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infless.modelless.capacity import Capacity
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
-from infless.modelless.vertical import AppLoad, Hold, decide, options, retarget
+from infless.modelless.vertical import AppLoad, Hold, decide, options, overflow_card, retarget
 from tests.unit.modelless.support import three_variants
 
 CFG = ModellessConfig(scale_down_ticks=3)
@@ -130,3 +132,26 @@ def test_under_pressure_a_switch_must_cost_less_than_replicating() -> None:
                    Capacity(own={"int8": 0.35}))  # fmt: skip
     got = decide(slow, "int8", Hold(), cfg)
     assert (got.target, got.move) == ("int8", "replicate")
+
+
+def test_the_overflow_variant_is_the_cheapest_per_request_meeting_the_goals() -> None:
+    loose = overflow_card(CARDS, Goals(latency_ms=50.0))
+    assert loose is not None
+    assert loose.name == "int8"
+    strict = overflow_card(CARDS, Goals(latency_ms=50.0, min_accuracy=0.99))
+    assert strict is not None
+    assert strict.name == "bf16"
+    assert overflow_card(CARDS, Goals(latency_ms=50.0, min_accuracy=1.1)) is None
+
+
+def test_the_overflow_variants_core_is_not_another_options_to_take() -> None:
+    # two cores, both held: int8 (the overflow) and bf16; fp32 may take bf16's core only
+    live = {"int8": 1, "bf16": 1}
+    kept = replace(load(10.0, live, free=0), overflow="int8")
+    assert {o.card.name for o in options(kept, CFG)} == {"int8", "bf16", "fp32"}
+    # with one core held by the overflow and none free, nothing else fits beside it
+    alone = replace(load(10.0, {"int8": 1}, free=0), overflow="int8")
+    assert [o.card.name for o in options(alone, CFG)] == ["int8"]
+    # without an overflow variant its core is anyone's
+    names = {o.card.name for o in options(load(10.0, {"int8": 1}, free=0), CFG)}
+    assert names == {"int8", "bf16", "fp32"}
