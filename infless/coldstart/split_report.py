@@ -31,7 +31,7 @@ def split_table(results: Sequence[SplitResult], hhp_label: str) -> Table:
     table = Table(
         title=(
             f"LSTH (γ={gamma:g}) vs HHP ({hhp_label}) per split, {seeds} arrival seed(s): "
-            f"mean [min, max]; {TARGET}"
+            f"mean \\[min, max]; {TARGET}"
         ),
         title_justify="left",
     )

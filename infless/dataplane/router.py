@@ -80,16 +80,14 @@ class FunctionRouter:
         return found
 
     def has_room(self, budget_s: float) -> bool:
-        """Whether a ready instance could serve a request within `budget_s` now (an idle
-        one, or one whose predicted finish meets it). Counts nothing: a probe for a
-        caller choosing between functions. False with no ready instance (a cold start)."""
+        """Whether a ready instance would serve a request admitted now within `budget_s`,
+        by its prediction — an idle one too: its tail at batch 1 must fit (admission takes
+        a request on an idle instance whatever it predicts; a caller choosing between
+        functions wants the one that makes it). Counts nothing. False with no ready
+        instance (a cold start)."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
-        if not ready:
-            return False
-        return (
-            any(i.idle for i in ready) or min(i.finish_by_s(now) for i in ready) <= now + budget_s
-        )
+        return bool(ready) and min(i.finish_by_s(now) for i in ready) <= now + budget_s
 
     def check_room(self, budget_s: float) -> None:
         """Refuse (Overloaded, 429) a request that no ready instance could serve within

@@ -16,8 +16,9 @@ less than replicating. With nothing chosen yet, an application starts on the
 option best once loaded (C·n, then accuracy, then the load term).
 
 A move the load forces (the current variant would need more instances than it runs, and
-another option costs less, load term included) happens at once: an *upgrade*; if none
-costs less, the current variant is replicated. Without load pressure, an option is judged
+another option that serves more requests per core by its profile costs less, load term
+included) happens at once: an *upgrade*; if none costs less, the current variant is
+replicated. Without load pressure, an option is judged
 by what it costs once loaded (C·n) and then by accuracy — with the load term in, an
 application would stay on whatever it runs — and a move to a better one (fewer cores, or
 as many and more accurate: back to fp32 when the load has fallen) waits until the same
@@ -153,7 +154,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         move = "replicate" if now.instances > live else "keep"
         return VerticalDecision(load.model, current, current, move, ranked, Hold())
     if now.instances > live:  # the load needs more than the current variant runs
-        others = [o for o in ranked if o.card.name != current]
+        # only towards variants that serve more per core by their profiles: the measured
+        # factors size the options, they do not reverse the variants' order (a variant
+        # refusing on a busy host measures low, and would send the load to a slower one)
+        faster = _per_core(now.card)
+        others = [o for o in ranked if o.card.name != current and _per_core(o.card) > faster]
         best = min(others, key=_rank, default=now)
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
@@ -171,6 +176,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     return VerticalDecision(
         load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
     )
+
+
+def _per_core(card: VariantCard) -> float:
+    """Requests a second per core at the card's configuration, by its profile."""
+    return card.qps / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:

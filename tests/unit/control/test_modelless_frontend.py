@@ -30,13 +30,15 @@ SLO_MS = 50.0
 EXEC_MS = {"fp32": 20.0, "int8": 2.0}  # a batch of up to 4, whatever its size
 
 
-def model_for(order: BootOrder) -> InProcessModel:
-    return InProcessModel(latency_ms=constant_ms(EXEC_MS[order.package_dir.name]))
-
-
 async def serving(
-    overflow_running: bool,
+    overflow_running: bool, exec_ms: dict[str, float] = EXEC_MS
 ) -> tuple[FunctionFrontend, FakeClock, WorkerPool, ModelEntry]:
+    """fp32 (the target) and int8 serving, one instance each, at `exec_ms` a batch (the
+    profiles say 20 and 2 ms)."""
+
+    def model_for(order: BootOrder) -> InProcessModel:
+        return InProcessModel(latency_ms=constant_ms(exec_ms[order.package_dir.name]))
+
     clock = FakeClock()
     starter = InProcessStarter(clock, model_for)
     server = Server(LOCAL_SERVER, starter, CpuAllocator((0, 1)), 2)
@@ -116,4 +118,14 @@ async def test_without_a_running_overflow_variant_the_target_refuses_what_it_has
     assert set(variants) == {"fp32"}
     assert refused == 60 - len(variants) > 0
     assert entry.spilled == 0
+    await pool.stop()
+
+
+async def test_a_target_too_slow_here_even_when_idle_leaves_the_query_to_the_overflow() -> None:
+    # the host runs fp32 at 60 ms a batch (its profile: 20): idle, it would still answer
+    # after the 50-ms SLO; int8 answers in time
+    frontend, clock, pool, entry = await serving(True, {"fp32": 60.0, "int8": 2.0})
+    variants, refused = await burst(frontend, clock, 1)
+    assert (variants, refused) == (["int8"], 0)
+    assert entry.spilled == 1
     await pool.stop()

@@ -155,3 +155,16 @@ def test_the_overflow_variants_core_is_not_another_options_to_take() -> None:
     # without an overflow variant its core is anyone's
     names = {o.card.name for o in options(load(10.0, {"int8": 1}, free=0), CFG)}
     assert names == {"int8", "bf16", "fp32"}
+
+
+def test_under_pressure_the_load_never_moves_to_a_slower_variant() -> None:
+    # bf16 refuses on a busy host and measures 30 % of its profile; fp32, barely used,
+    # measures 90 %: by the factors one fp32 would carry what two bf16 would. The move
+    # would trade a variant that serves more per core for one that serves less.
+    goals = Goals(latency_ms=50.0, min_accuracy=0.99)  # int8 is out
+    measured = Capacity(own={"bf16": 0.3, "fp32": 0.9})
+    busy = AppLoad("m", goals, CARDS, {"bf16": 1}, 300.0, None, measured)
+    by_name = {o.card.name: o for o in options(busy, CFG)}
+    assert by_name["fp32"].instances < by_name["bf16"].instances  # what the factors say
+    got = decide(busy, "bf16", Hold(), CFG)
+    assert (got.target, got.move) == ("bf16", "replicate")
