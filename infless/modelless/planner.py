@@ -13,7 +13,8 @@ one carrying the most — the bridge — down to one instance; those with no ins
 without) — so
 Algorithm 1, planning every variant function like any function, replicates the target
 (horizontal scaling, with its own <b, c> choice) and releases what no longer carries load
-once the target serves. With `[modelless] overflow`, one variant is not let go: the
+once the target serves (at once: they are marked `retired`, which the scaling stability does
+not hold back). With `[modelless] overflow`, one variant is not let go: the
 cheapest per request meeting the goals (`vertical.overflow_card`) stays warm beside the
 target with the demand it serves — the queries the target has no room for spill over to
 it at admission (`catalog.choose`) — and it starts once the target serves. The same object
@@ -90,7 +91,10 @@ class ModellessPlanner:
         out = []
         for function in view.functions:
             if function.name in tick.cold:
-                function = replace(function, keep_warm=False, min_instances=0)  # noqa: PLW2901
+                # not kept warm, and its releases are not held back (stability.hold)
+                function = replace(  # noqa: PLW2901
+                    function, keep_warm=False, min_instances=0, retired=True
+                )
             elif function.name in tick.frozen:
                 cap = min(function.max_instances, max(1, tick.frozen[function.name]))
                 function = replace(function, max_instances=cap)  # noqa: PLW2901

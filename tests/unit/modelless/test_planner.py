@@ -108,6 +108,22 @@ def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> 
     assert not function(out_view, "m--fp32").keep_warm
 
 
+def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None:
+    _, entry, planner = setup()
+    entry.target = "fp32"
+    entry.states["fp32"] = ACTIVE
+    running = {"fp32": [instance("m--fp32", 1)]}
+    out_view, _ = ticks(planner, entry, running, {"fp32": 600.0}, 2.0)
+    assert entry.target == "int8"
+    assert not function(out_view, "m--fp32").retired  # it serves until int8 does
+    running["int8"] = [instance("m--int8", 1)]
+    entry.states["int8"] = ACTIVE
+    out_view, _ = ticks(planner, entry, running, {"int8": 600.0}, 1.0, start=2.0)
+    # its instance goes at once, young or not: the scaling stability does not hold it
+    assert function(out_view, "m--fp32").retired
+    assert not function(out_view, "m--int8").retired
+
+
 def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
     _, entry, planner = setup()
     entry.target = "bf16"
