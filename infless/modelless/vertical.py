@@ -24,7 +24,9 @@ application would stay on whatever it runs — and a move to a better one (fewer
 as many and more accurate: back to fp32 when the load has fallen) waits until the same
 choice was made on `scale_down_ticks` consecutive ticks: a *downgrade*, delayed like the
 reference's scale-down, and judged at the load plus `downgrade_headroom` of it (a variant
-that carries the load only just would be upgraded from again at the next burst). How many
+that carries the load only just would be upgraded from again at the next burst), among the
+variants that still meet the SLO at their capacity factor (`cards.meets_slo_at`: on a busy
+host, fp32's batch-1 time can pass the SLO however light the load). How many
 instances, and with which <b, c>, stays Algorithm 1's business: this module only decides
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from infless.modelless.capacity import Capacity
-from infless.modelless.cards import VariantCard, instances_needed, sustained_qps
+from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
@@ -166,8 +168,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs
+    # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
+    # SLO would answer every query late; its profile on an idle core says nothing of that)
     roomy = options(replace(load, load_rps=load.load_rps * (1.0 + cfg.downgrade_headroom)), cfg)
-    steady = min(roomy, key=_steady_rank, default=now)
+    here = [o for o in roomy if meets_slo_at(o.card, load.capacity.factor(o.card.name))]
+    steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
         return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1

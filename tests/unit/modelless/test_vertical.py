@@ -168,3 +168,20 @@ def test_under_pressure_the_load_never_moves_to_a_slower_variant() -> None:
     assert by_name["fp32"].instances < by_name["bf16"].instances  # what the factors say
     got = decide(busy, "bf16", Hold(), CFG)
     assert (got.target, got.move) == ("bf16", "replicate")
+
+
+def test_a_downgrade_never_goes_to_a_variant_this_host_runs_past_the_slo() -> None:
+    cfg = ModellessConfig(scale_down_ticks=1)
+    tight = cards_for(three_variants(), 5.0)  # batch 1: fp32 4 ms, bf16 3 ms, int8 2 ms
+
+    def low(host: float) -> AppLoad:
+        return AppLoad("m", Goals(latency_ms=5.0), tight, {"int8": 1}, 5.0, None,
+                       Capacity(host=host, own={"int8": host}))  # fmt: skip
+
+    # profiled speed: back to the exact variant
+    assert decide(low(1.0), "int8", Hold(), cfg).target == "fp32"
+    # at 0.7 of it fp32 takes 5.7 ms at batch 1, past the 5-ms SLO; bf16's 4.3 ms fits
+    got = decide(low(0.7), "int8", Hold(), cfg)
+    assert (got.target, got.move) == ("bf16", "downgrade")
+    # at 0.5 only int8 fits: it stays
+    assert decide(low(0.5), "int8", Hold(), cfg).move == "keep"
