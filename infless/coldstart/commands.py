@@ -98,6 +98,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add("--long-window-min", type=int, default=_DEFAULTS.long_window_min)
     add("--short-window-min", type=int, default=_DEFAULTS.short_window_min)
     add("--short-min-its", type=int, default=_DEFAULTS.short_min_its)
+    add(
+        "--short-sampling",
+        choices=("minute", "request"),
+        default="minute" if _DEFAULTS.short_per_minute else "request",
+        help="LSTH's short histogram: one idle time per active minute, or per request "
+        "(default %(default)s)",
+    )
     add("--range-min", type=int, default=h.range_min, help="LSTH histogram range")
     add(
         "--min-its",
@@ -115,6 +122,23 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         type=int,
         default=0,
         help="exclude the first N minutes from metrics for every policy (default 0)",
+    )
+    add(
+        "--split",
+        action="store_true",
+        help="also report LSTH vs HHP per split: train/test by function hash, early/late by "
+        "time, and their crossings (docs/coldstart.md)",
+    )
+    add(
+        "--split-seeds",
+        type=int,
+        default=3,
+        help="arrival seeds per split, from --seed on (default %(default)s): the spread",
+    )
+    add(
+        "--split-salt",
+        default="",
+        help="salt of the function-hash split (default none); another salt, another split",
     )
     add("--plot", type=Path, help="write the trade-off curves to this PNG")
     add("--json", action="store_true", help="end stdout with one JSON object")
@@ -146,10 +170,18 @@ def run(args: argparse.Namespace) -> int:
             long_window_min=args.long_window_min,
             short_window_min=args.short_window_min,
             short_min_its=args.short_min_its,
+            short_per_minute=args.short_sampling == "minute",
             histogram=histogram,
             seed=args.seed,
             warmup_min=args.warmup_min,
         )
+        if args.split_seeds < 1:
+            raise ValueError(f"--split-seeds {args.split_seeds}: give at least 1")
+        if args.split and not {"hhp", "lsth"} <= set(args.policy):
+            raise ValueError(
+                f"--split compares LSTH with HHP: --policy {','.join(args.policy)} "
+                "must include both"
+            )
     except (OSError, ValueError) as exc:
         print(f"coldstart-eval: {exc}", file=sys.stderr)
         return 2
@@ -157,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(trace.counts, memory_mb, cfg, classify_patterns(trace.counts))
     elapsed_s = perf_s() - started
 
-    from infless.coldstart.report import print_report, to_json, write_plot
+    from infless.coldstart.report import finite, param_label, print_report, to_json, write_plot
 
     title = (
         f"{args.trace.name}: {result.functions} functions x {trace.n_minutes} min, "
@@ -172,7 +204,26 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(result, args.plot)
         console.print(f"plot written to {args.plot}", highlight=False)
+    figures = to_json(result)
+    if args.split:
+        from infless.coldstart.split_report import gamma_table, split_table, splits_json
+        from infless.coldstart.splits import evaluate_splits, trace_splits
+
+        started = perf_s()
+        splits = trace_splits(trace.function_ids, trace.n_minutes, args.split_salt)
+        seeds = [cfg.seed + k for k in range(args.split_seeds)]
+        by_split = evaluate_splits(trace.counts, memory_mb, splits, cfg, seeds)
+        hhp_label = param_label(result.results["hhp"], cfg.hhp_headline_h)
+        console.print(split_table(by_split, hhp_label))
+        console.print(gamma_table(by_split))
+        console.print(
+            f"splits: function hash salt {args.split_salt!r}, seeds {seeds}, "
+            f"LSTH short histogram per {args.short_sampling}; "
+            f"evaluated in {perf_s() - started:.2f} s",
+            highlight=False,
+        )
+        figures["splits"] = finite(splits_json(by_split))
     if args.json:
         sys.stdout.flush()
-        print(json.dumps(to_json(result), allow_nan=False, sort_keys=False))
+        print(json.dumps(figures, allow_nan=False, sort_keys=False))
     return 0

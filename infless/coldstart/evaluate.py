@@ -50,10 +50,11 @@ class EvalConfig:
     hhp_range_h: tuple[float, ...] = (1, 2, 3, 4)
     hhp_headline_h: float = 4.0
     lsth_gammas: tuple[float, ...] = (0.0, 0.3, 0.5, 0.7, 1.0)
-    lsth_headline_gamma: float = 0.5
+    lsth_headline_gamma: float = 0.3
     long_window_min: int = 1440
     short_window_min: int = 60
     short_min_its: int = 5
+    short_per_minute: bool = True
     histogram: HistogramConfig = field(default_factory=HistogramConfig)
     seed: int = 0
     warmup_min: int = 0
@@ -158,6 +159,7 @@ def evaluate(
             long_window_min=cfg.long_window_min,
             short_window_min=cfg.short_window_min,
             short_min_its=cfg.short_min_its,
+            short_per_minute=cfg.short_per_minute,
         )
         runs["lsth"] = (
             "gamma",

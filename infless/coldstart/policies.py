@@ -154,9 +154,10 @@ class HhpPolicy:
 # --------------------------------------------------------------------------- LSTH
 
 
-# One logged observation: (minute observed, idle time s, times). In-range ITs are stored at
-# their bin start and merged per (minute, bin); out-of-bounds ITs are stored one by one.
-_Entry = tuple[int, float, int]
+# One logged observation: (minute observed, idle time s, times in the long histogram,
+# times in the short one). In-range ITs are stored at their bin start and merged per
+# (minute, bin); out-of-bounds ITs are stored one by one.
+_Entry = tuple[int, float, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,7 @@ class LsthState:
     short_start: int = 0  # index in `log` of the first entry inside the short window
     minute: int | None = None  # the minute the windows were last advanced to
     last_end_s: float | None = None
+    sampled_minute: int | None = None  # the minute of the short histogram's last sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +176,8 @@ class LsthPolicy:
     """Long-Short Term Histogram policy with time-bucketed (1-minute) sliding windows.
 
     The long histogram holds ITs observed in minutes (M − long_window_min, M], the short one
-    those in (M − short_window_min, M], M = floor(now / 60).
+    those in (M − short_window_min, M], M = floor(now / 60). With `short_per_minute`, the
+    short histogram takes only the first arrival of each minute (see `LsthConfig`).
     """
 
     config: LsthConfig = field(default_factory=LsthConfig)
@@ -189,12 +192,14 @@ class LsthPolicy:
 
     def observe(self, state: LsthState, arrival_s: float, *, busy: bool = False) -> LsthState:
         it_s = _idle_s(state.last_end_s, arrival_s, busy)
-        if it_s is None:
-            return state
         minute = math.floor(arrival_s / MINUTE_S)
+        if it_s is None:  # the first arrival: no idle time, but its minute is taken
+            return replace(state, sampled_minute=minute)
         if state.minute is not None:
             minute = max(minute, state.minute)  # keep the log ordered if time steps back
         state = self._advance(state, minute)
+        sampled = not self.config.short_per_minute or state.sampled_minute != minute
+        short_times = 1 if sampled else 0
         hcfg = self.config.histogram
         b = bin_of(it_s, hcfg.bin_s)
         log = list(state.log)
@@ -203,17 +208,19 @@ class LsthPolicy:
             it_s = b * hcfg.bin_s
             i = len(log) - 1
             while not merged and i >= state.short_start and log[i][0] == minute:
-                if log[i][1] == it_s:
-                    log[i] = (minute, it_s, log[i][2] + 1)
+                _, logged_s, long_times, logged_short = log[i]
+                if logged_s == it_s:
+                    log[i] = (minute, it_s, long_times + 1, logged_short + short_times)
                     merged = True
                 i -= 1
         if not merged:
-            log.append((minute, it_s, 1))
+            log.append((minute, it_s, 1, short_times))
         return replace(
             state,
             log=tuple(log),
             long=state.long.add(it_s, hcfg.bin_s),
-            short=state.short.add(it_s, hcfg.bin_s),
+            short=state.short.add(it_s, hcfg.bin_s, short_times),
+            sampled_minute=minute if sampled else state.sampled_minute,
         )
 
     def decide(self, state: LsthState, now_s: float) -> tuple[Windows, LsthState]:
@@ -239,15 +246,15 @@ class LsthPolicy:
         short_cut = minute - self.config.short_window_min
         dropped = 0
         while dropped < len(log) and log[dropped][0] <= long_cut:
-            _, it_s, times = log[dropped]
-            long = long.add(it_s, bin_s, -times)
+            _, it_s, long_times, short_times = log[dropped]
+            long = long.add(it_s, bin_s, -long_times)
             if dropped >= start:
-                short = short.add(it_s, bin_s, -times)
+                short = short.add(it_s, bin_s, -short_times)
             dropped += 1
         start = max(start, dropped)
         while start < len(log) and log[start][0] <= short_cut:
-            _, it_s, times = log[start]
-            short = short.add(it_s, bin_s, -times)
+            _, it_s, _, short_times = log[start]
+            short = short.add(it_s, bin_s, -short_times)
             start += 1
         return replace(
             state,

@@ -12,7 +12,8 @@ Model (the same for every policy; see the evaluation docstring for the reasoning
   first and last arrival of each active minute matter (every gap inside a minute is < 1
   bin), so they are drawn directly as order statistics of k uniforms: exact and O(minutes);
 * burst grace: arrivals after the first one in the same trace minute find the instance the
-  first one used (warm); all their gaps are recorded by the policy (bin 0) and count as
+  first one used (warm); all their gaps are recorded by the policy (bin 0; LSTH's
+  per-minute short histogram records only the minute's first gap) and count as
   idle warm time. The policy's windows after the last arrival of an active minute decide
   the first arrival of the next active minute: warm iff pw <= gap <= pw + ka.
 """
@@ -100,19 +101,21 @@ def fixed_windows(arrivals: Arrivals, keepalive_s: float) -> tuple[FloatArray, F
 
 
 def histogram_rows(
-    arrivals: Arrivals, cfg: HistogramConfig, window_min: int | None
+    arrivals: Arrivals, cfg: HistogramConfig, window_min: int | None, per_minute: bool = False
 ) -> HistogramStats:
     """Histogram statistics after the last arrival of every active minute.
 
     `window_min` None: all ITs so far (HHP). Otherwise only ITs observed in minutes
-    (M − window_min, M], M the row's minute (LSTH's sliding windows).
+    (M − window_min, M], M the row's minute (LSTH's sliding windows). `per_minute`: only
+    the first arrival of each minute records its IT (LSTH's short histogram); otherwise
+    every arrival does, the later ones of a minute in bin 0.
     """
     gap = arrivals.gap_s
     parts: list[HistogramStats] = []
     for f in range(arrivals.n_functions):
         lo, hi = int(arrivals.offsets[f]), int(arrivals.offsets[f + 1])
         if hi > lo:
-            parts.append(_function_rows(arrivals, gap, lo, hi, cfg, window_min))
+            parts.append(_function_rows(arrivals, gap, lo, hi, cfg, window_min, per_minute))
     if not parts:
         zi, zf = np.zeros(0, dtype=np.int64), np.zeros(0)
         return HistogramStats(zi, zi, zf, zi, zi, zi)
@@ -131,6 +134,7 @@ def _function_rows(
     hi: int,
     cfg: HistogramConfig,
     window_min: int | None,
+    per_minute: bool,
 ) -> HistogramStats:
     rows = hi - lo
     g = gap[lo:hi]
@@ -142,7 +146,8 @@ def _function_rows(
     inc = np.zeros((rows + 1, columns.shape[0]), dtype=np.int64)
     where = np.flatnonzero(in_range)
     inc[where + 1, np.searchsorted(columns, bins[where])] += 1
-    inc[1:, 0] += arrivals.count[lo:hi] - 1  # gaps inside a minute: bin 0
+    if not per_minute:
+        inc[1:, 0] += arrivals.count[lo:hi] - 1  # gaps inside a minute: bin 0
     cum = np.cumsum(inc, axis=0)  # row 0 is the empty prefix
     oob_cum = np.concatenate(([0], np.cumsum(oob)))
     oob_sum = np.concatenate(([0.0], np.cumsum(np.where(oob, g, 0.0))))
@@ -175,10 +180,11 @@ def lsth_rows(
     long_window_min: int,
     short_window_min: int,
     short_min_its: int,
+    short_per_minute: bool = True,
 ) -> dict[float, tuple[FloatArray, FloatArray]]:
     """LSTH windows for several γ at once (the histograms do not depend on γ)."""
     long_stats = histogram_rows(arrivals, cfg, long_window_min)
-    short_stats = histogram_rows(arrivals, cfg, short_window_min)
+    short_stats = histogram_rows(arrivals, cfg, short_window_min, short_per_minute)
     out: dict[float, tuple[FloatArray, FloatArray]] = {}
     for gamma in gammas:
         pw, ka, _ = lsth_blend(

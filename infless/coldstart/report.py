@@ -119,18 +119,18 @@ def to_json(evaluation: EvalResult) -> dict[str, Any]:
         entry[result.param_name] = result.headline_param
         entry["curve"] = [{result.param_name: p.param, **asdict(p.metrics)} for p in result.curve]
         entry["by_class"] = {c: asdict(m) for c, m in result.by_class.items()}
-        out[name] = _finite(entry)
+        out[name] = finite(entry)
     return out
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """NaN (e.g. waste normalised to a zero reference) becomes null, so the JSON is strict."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 

@@ -34,6 +34,7 @@ from infless.errors import (
     PayloadTooLarge,
     WorkerUnavailable,
 )
+from infless.modelless.cards import VariantCard
 from infless.modelless.catalog import ModellessCatalog
 
 
@@ -108,8 +109,9 @@ class FunctionFrontend:
         """Find the call's function, count the call, and refuse a body over the limit.
 
         A call naming a registered model (model-less) goes to the variant its `goals`
-        (headers, see `modelless.catalog.GOAL_HEADERS`) select; a call naming a variant's
-        function directly keeps its demand on that variant."""
+        (headers, see `modelless.catalog.GOAL_HEADERS`) select — or, when that one could
+        not admit it in time, to another running variant meeting them that can; a call
+        naming a variant's function directly keeps its demand on that variant."""
         function = self._functions.get(call.name)
         if function is None:
             function = self._choose(call, goals)
@@ -127,7 +129,7 @@ class FunctionFrontend:
         return function
 
     def _choose(self, call: Call, goals: Mapping[str, str] | None) -> DeployedFunction:
-        chosen = self._catalog.choose(call.model or call.name, goals)
+        chosen = self._catalog.choose(call.model or call.name, goals, self._has_room)
         if chosen is None:
             return self.find(call.name)
         entry, card = chosen
@@ -138,6 +140,12 @@ class FunctionFrontend:
             )
         call.model, call.variant = entry.model, card.name
         return function
+
+    def _has_room(self, card: VariantCard) -> bool:
+        """Whether the variant's function could admit a query in time now (selection spills
+        a query its first choice cannot admit to another running variant)."""
+        function = self._functions.get(card.function)
+        return function is not None and function.router.has_room(self.budget_s(function))
 
     def rebind(self, call: Call, goals: Mapping[str, str]) -> DeployedFunction:
         """A model-less call whose goals came with its body (V2 `parameters`): select

@@ -306,7 +306,9 @@ class ModellessService:
             "progress": self._progress.get(model),  # variants done of all, while generating
             "apps": {k: msgspec.to_builtins(g) for k, g in self._store.apps(model).items()},
             "target": entry.target if entry else None,
+            "overflow": entry.overflow if entry else None,
             "switches": entry.switches if entry else 0,
+            "spilled": entry.spilled if entry else 0,
             "variants": variants,
         }
 

@@ -79,6 +79,16 @@ class FunctionRouter:
             found.append((instance, best))
         return found
 
+    def has_room(self, budget_s: float) -> bool:
+        """Whether a ready instance would serve a request admitted now within `budget_s`,
+        by its prediction — an idle one too: its tail at batch 1 must fit (admission takes
+        a request on an idle instance whatever it predicts; a caller choosing between
+        functions wants the one that makes it). Counts nothing. False with no ready
+        instance (a cold start)."""
+        now = self._clock.now()
+        ready = [i for i in self.instances if i.state is InstanceState.READY]
+        return bool(ready) and min(i.finish_by_s(now) for i in ready) <= now + budget_s
+
     def check_room(self, budget_s: float) -> None:
         """Refuse (Overloaded, 429) a request that no ready instance could serve within
         `budget_s` even if it were the only one left — before its body is decoded, so that

@@ -133,7 +133,11 @@ SCHEMAS: dict[str, Schema] = {
         "model! image! slo_ms!:num max_batch!:int metric status! error registered_at "
         "generation_s:num"
     ),
-    "ModelVariants": fields("model! status! target switches:int", apps=obj(), variants=arr(obj())),
+    "ModelVariants": fields(
+        "model! status! target overflow switches:int spilled:int",
+        apps=obj(),
+        variants=arr(obj()),
+    ),
     "PackageManifest": fields(
         "name! architecture! format weights_file program_file handler digest requirements:strs",
         inputs=arr(obj()),

@@ -5,7 +5,8 @@ what a query's latency goal is checked against), and the configuration <b, c> th
 the most requests per core within the SLO (INFless's feasibility: t_exec <= SLO for b = 1,
 t_exec <= SLO/2 for larger batches), which gives the variant's saturation throughput per
 instance Q, its hardware cost per instance C (cores) and its cost per request C/Q; and Q
-where the variant runs slower than profiled (`sustained_qps`). Cards judge the points
+where the variant runs slower than profiled (`sustained_qps`), and whether it still meets
+the SLO there at all (`meets_slo_at`). Cards judge the points
 measured on CPU cores only: a variant's GPU points price GPU instances (`latency`), the
 cores a card counts are what vertical scaling hands between variants. Pure: no I/O.
 """
@@ -109,6 +110,14 @@ def sustained_qps(card: VariantCard, factor: float) -> float:
         return max(fits)
     b, t = min(mine)
     return b * 1000.0 * f / t
+
+
+def meets_slo_at(card: VariantCard, factor: float) -> bool:
+    """Whether some batch size of the card is still feasible for the SLO where the variant
+    runs at `factor` of its profiled speed (without profiled points: yes, as admitted)."""
+    f = max(factor, 1e-3)
+    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
+    return not mine or any(feasible(b, t / f, card.slo_ms) for b, t in mine)
 
 
 def instances_needed(qps: float, load_rps: float, slack: float) -> int:

@@ -1,26 +1,26 @@
 """`ModellessCatalog`: the registered models as the request path, the monitor and the
 autoscaler share them — each model's variant cards, its applications' goals, its variants'
-live states, the variant model-vertical scaling chose (the target) and the arrivals that
-had to go elsewhere (pinned).
+live states, the variant model-vertical scaling chose (the target), the one it keeps warm
+beside it (the overflow) and the arrivals that had to go elsewhere (pinned).
 
 Who writes what: registration (`control.modelless`) puts and removes models; the monitor
 (`control.variant_monitor`) writes `states`, `tracked` and `capacity`; the vertical planner
-(`modelless.planner`) writes `target` and counts `switches`; the request path (`choose`,
-`pin`) counts `served`, `pinned` and `direct`. Everybody reads. In memory only:
-the metadata store (SQLite) holds the durable part. No I/O, no clock.
+(`modelless.planner`) writes `target` and `overflow` and counts `switches`; the request
+path (`choose`, `pin`) counts `served`, `pinned`, `direct` and `spilled`. Everybody reads.
+In memory only: the metadata store (SQLite) holds the durable part. No I/O, no clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from infless.errors import GoalsUnmet, InvalidInput
 from infless.modelless.capacity import Capacity
 from infless.modelless.cards import VariantCard, cards_for
 from infless.modelless.profiles import Goals, VariantProfile
-from infless.modelless.selection import Catalogue, NoVariant, meets, select
+from infless.modelless.selection import Catalogue, NoVariant, Selected, fallbacks, meets, select
 from infless.modelless.states import Tracked, VariantState
 
 DEFAULT_APP = "default"  # the application of queries that name none
@@ -45,10 +45,12 @@ class ModelEntry:
     tracked: dict[str, Tracked] = field(default_factory=dict)
     target: str | None = None
     released: frozenset[str] = frozenset()  # variants vertical scaling lets go (no new load)
+    overflow: str | None = None  # the variant kept warm beside the target (`[modelless]`)
     pinned: dict[str, int] = field(default_factory=dict)  # arrivals by variant, ever
     served: dict[str, int] = field(default_factory=dict)  # queries routed, by variant
     direct: int = 0  # calls to a variant's function by name, ever
     switches: int = 0  # vertical moves (upgrades and downgrades)
+    spilled: int = 0  # queries sent to another variant: the selected one had no room
     # what each variant delivers against its profile here (`modelless.capacity`)
     capacity: Capacity = field(default_factory=Capacity)
 
@@ -145,15 +147,26 @@ class ModellessCatalog:
             entry.direct += 1
 
     def choose(
-        self, model: str, goals_in: Mapping[str, str] | None
+        self,
+        model: str,
+        goals_in: Mapping[str, str] | None,
+        has_room: Callable[[VariantCard], bool] | None = None,
     ) -> tuple[ModelEntry, VariantCard] | None:
         """The variant a query for `model` goes to, or None when `model` is not model-less.
-        Raises InvalidInput for malformed goals, GoalsUnmet when no variant meets them."""
+        Raises InvalidInput for malformed goals, GoalsUnmet when no variant meets them.
+
+        `has_room`: whether a running variant can admit the query in time now (the
+        admission control's test). When the selected variant cannot, the query spills over
+        to the best other running variant meeting its goals that can (`fallbacks`) — the
+        overflow variant vertical scaling keeps warm, typically — rather than being refused;
+        when none can, it stays with the selected one (which refuses it)."""
         entry = self._models.get(model)
         if entry is None:
             return None
         goals = query_goals(entry, goals_in)
         choice = select(entry.catalogue, entry.states, goals, entry.target, entry.released)
+        if has_room is not None and isinstance(choice, Selected):
+            choice = _spill(entry, choice, goals, has_room)
         if isinstance(choice, NoVariant):
             raise GoalsUnmet(
                 choice.message(model),
@@ -169,6 +182,22 @@ class ModellessCatalog:
             entry.pinned[card.name] = entry.pinned.get(card.name, 0) + 1
         entry.served[card.name] = entry.served.get(card.name, 0) + 1
         return entry, card
+
+
+def _spill(
+    entry: ModelEntry, choice: Selected, goals: Goals, has_room: Callable[[VariantCard], bool]
+) -> Selected:
+    """`choice`, or where that running variant cannot admit the query in time, the best
+    other running variant meeting `goals` that can (counted as spilled); a cold start (an
+    Inactive choice) is left as it is."""
+    if choice.state is VariantState.INACTIVE or has_room(choice.card):
+        return choice
+    others = fallbacks(entry.catalogue, entry.states, goals, choice.card.name, entry.released)
+    spare = next((c for c in others if has_room(c)), None)
+    if spare is None:
+        return choice
+    entry.spilled += 1
+    return Selected(spare, entry.states[spare.name])
 
 
 def query_goals(entry: ModelEntry, given: Mapping[str, str] | None) -> Goals:

@@ -42,6 +42,9 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     settle_s: float = 15.0  # a move waits this long at most for its variant to serve
     capacity_min_batches: int = 5  # batches a window needs to measure a variant's capacity
     capacity_recovery: float = 0.5  # per window unmeasured, share of the gap to the host
+    # keep the cheapest variant meeting the goals warm beside the target (one instance at
+    # least), and send it the queries the target cannot admit in time (`vertical`)
+    overflow: bool = True
 
 
 def check_modelless(cfg: ModellessConfig) -> list[str]:

@@ -13,7 +13,12 @@ one carrying the most — the bridge — down to one instance; those with no ins
 without) — so
 Algorithm 1, planning every variant function like any function, replicates the target
 (horizontal scaling, with its own <b, c> choice) and releases what no longer carries load
-once the target serves. The same object runs on the server and in the simulator.
+once the target serves (at once: they are marked `retired`, which the scaling stability does
+not hold back). With `[modelless] overflow`, one variant is not let go: the
+cheapest per request meeting the goals (`vertical.overflow_card`) stays warm beside the
+target with the demand it serves — the queries the target has no room for spill over to
+it at admission (`catalog.choose`) — and it starts once the target serves. The same object
+runs on the server and in the simulator.
 Pure apart from the catalogue it writes: no I/O, no clock.
 """
 
@@ -22,11 +27,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from infless.modelless.cards import sustained_qps
+from infless.modelless.cards import VariantCard, sustained_qps
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import VariantState
-from infless.modelless.vertical import AppLoad, Hold, VerticalDecision, decide, retarget
+from infless.modelless.vertical import (
+    AppLoad,
+    Hold,
+    VerticalDecision,
+    decide,
+    overflow_card,
+    retarget,
+)
 from infless.scaling.config import DemandConfig
 from infless.scaling.demand import Demand, DemandState, estimate, record_interval
 from infless.scaling.view import FunctionView, InstanceState, PoolView
@@ -79,7 +91,10 @@ class ModellessPlanner:
         out = []
         for function in view.functions:
             if function.name in tick.cold:
-                function = replace(function, keep_warm=False, min_instances=0)  # noqa: PLW2901
+                # not kept warm, and its releases are not held back (stability.hold)
+                function = replace(  # noqa: PLW2901
+                    function, keep_warm=False, min_instances=0, retired=True
+                )
             elif function.name in tick.frozen:
                 cap = min(function.max_instances, max(1, tick.frozen[function.name]))
                 function = replace(function, max_instances=cap)  # noqa: PLW2901
@@ -98,9 +113,12 @@ class ModellessPlanner:
             app_rps = max(rates.get(c.function, 0.0) for c in present)
         pinned = {c.name: counted.rate_rps(_pinned_key(c.function)) for c in present}
         live = {c.name: _live(functions[c.function]) for c in present}
-        decision = self._decide(entry, live, app_rps, pinned, free, tick.now_s)
+        keep = self._overflow(entry, present)
+        decision = self._decide(entry, live, app_rps, pinned, free, tick.now_s, keep)
         if decision.target is None:
             return
+        if keep == decision.target:
+            keep = None  # the target is the overflow variant: nothing else to keep
         # the target serves (Active, or busy: then more of it needs the others' cores)
         serving = entry.states.get(decision.target, VariantState.INACTIVE)
         target_serving = serving is not VariantState.INACTIVE
@@ -116,20 +134,24 @@ class ModellessPlanner:
         if target_card is not None and free is not None:
             missing = max(0, wanted - live.get(decision.target, 0)) * target_card.cpus
             short = max(0, missing - free)
+        own = {c.name: rates.get(c.function, 0.0) for c in present}
         for card in present:
             rates[card.function] = moved[card.name]
         if target_serving:
-            let_go = [c for c in present if c.name != decision.target]
+            let_go = [c for c in present if c.name not in (decision.target, keep)]
             cold.update(c.function for c in let_go)
             entry.released = frozenset(c.name for c in let_go)
+            if keep is not None:  # warm, with what spills over to it
+                card = next(c for c in present if c.name == keep)
+                rates[card.function] = max(moved[keep], own[keep])
             return
         # until the target serves, the variants it replaces give up the cores its new
         # instances need beyond what is free: the weakest first and wholly, the one
-        # carrying the most (the bridge) down to one instance
+        # carrying the most (the bridge) and the overflow variant down to one instance
         others = [c for c in present if c.name != decision.target]
         others.sort(key=lambda c: live[c.name] * sustained_qps(c, entry.capacity.factor(c.name)))
         for index, card in enumerate(others):
-            floor = 1 if index == len(others) - 1 else 0
+            floor = 1 if index == len(others) - 1 or card.name == keep else 0
             give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))
             short -= give * card.cpus
             if live[card.name] - give <= 0:
@@ -138,6 +160,13 @@ class ModellessPlanner:
             else:
                 frozen[card.function] = live[card.name] - give
         entry.released = frozenset(c.name for c in others if c.function in cold)
+
+    def _overflow(self, entry: ModelEntry, present: list[VariantCard]) -> str | None:
+        """The variant kept warm beside the target (`vertical.overflow_card`), if the
+        `[modelless] overflow` setting asks for one."""
+        card = overflow_card(present, entry.planning_goals) if self._cfg.overflow else None
+        entry.overflow = card.name if card is not None else None
+        return entry.overflow
 
     def _count(self, entries: list[ModelEntry], since: float, now: float) -> Demand:
         """One arrival-rate estimate per application and per variant's pinned queries, from
@@ -174,6 +203,7 @@ class ModellessPlanner:
         pinned: dict[str, float],
         free_cpus: int | None,
         now_s: float,
+        overflow: str | None,
     ) -> VerticalDecision:
         load = AppLoad(
             model=entry.model,
@@ -183,6 +213,7 @@ class ModellessPlanner:
             load_rps=max(0.0, app_rps - sum(pinned.values())),
             free_cpus=free_cpus,
             capacity=entry.capacity,
+            overflow=overflow,
         )
         current = entry.target
         if current is None:  # nothing chosen yet: the variant running the most, if any

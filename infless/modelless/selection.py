@@ -20,6 +20,10 @@ cards and their live states:
 5. else nothing meets the goals: `NoVariant` names the closest variants (by how far each
    misses the accuracy and the latency).
 
+`fallbacks` orders the other running variants that meet a query's goals — Active and kept
+first, then the busy or released ones, each by score — for a query its first choice cannot
+admit in time (the catalogue's spill-over, `ModellessCatalog.choose`).
+
 Pure and cheap: one pass over the cards (a few microseconds per hundred variants; measured
 in `bench/modelless.py`). No I/O, no clock.
 """
@@ -128,6 +132,32 @@ def select(
     if best_inactive is not None:
         return Selected(best_inactive, _INACTIVE)
     return NoVariant(goals, closest(catalogue.cards, goals))
+
+
+def fallbacks(
+    catalogue: Catalogue,
+    states: Mapping[str, VariantState],
+    goals: Goals,
+    first: str,
+    released: Set[str] = frozenset(),
+) -> list[VariantCard]:
+    """The running variants other than `first` that meet `goals`, the best first: Active and
+    not being released before the others, then by score. Inactive ones are left out (a
+    cold start takes longer than most SLOs)."""
+    weight = goals.cost_weight
+    found = [
+        card
+        for card in catalogue.cards
+        if card.name != first
+        and states.get(card.name, _INACTIVE) is not _INACTIVE
+        and meets(card, goals)
+    ]
+
+    def rank(card: VariantCard) -> tuple[bool, float]:
+        kept = states.get(card.name) is _ACTIVE and card.name not in released
+        return (not kept, catalogue.score(card, weight))
+
+    return sorted(found, key=rank)
 
 
 def _start_cost(card: VariantCard) -> tuple[float, float]:

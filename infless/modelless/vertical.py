@@ -16,17 +16,25 @@ less than replicating. With nothing chosen yet, an application starts on the
 option best once loaded (C·n, then accuracy, then the load term).
 
 A move the load forces (the current variant would need more instances than it runs, and
-another option costs less, load term included) happens at once: an *upgrade*; if none
-costs less, the current variant is replicated. Without load pressure, an option is judged
+another option that serves more requests per core by its profile costs less, load term
+included) happens at once: an *upgrade*; if none costs less, the current variant is
+replicated. Without load pressure, an option is judged
 by what it costs once loaded (C·n) and then by accuracy — with the load term in, an
 application would stay on whatever it runs — and a move to a better one (fewer cores, or
 as many and more accurate: back to fp32 when the load has fallen) waits until the same
 choice was made on `scale_down_ticks` consecutive ticks: a *downgrade*, delayed like the
 reference's scale-down, and judged at the load plus `downgrade_headroom` of it (a variant
-that carries the load only just would be upgraded from again at the next burst). How many
+that carries the load only just would be upgraded from again at the next burst), among the
+variants that still meet the SLO at their capacity factor (`cards.meets_slo_at`: on a busy
+host, fp32's batch-1 time can pass the SLO however light the load). How many
 instances, and with which <b, c>, stays Algorithm 1's business: this module only decides
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
+
+The overflow variant (`overflow_card`, with `[modelless] overflow`): the variant a fixed
+deployment would pick — the cheapest per request meeting the goals — stays warm beside the
+target, and a query the target cannot admit in time goes there (`catalog.choose`). Its
+cores are not the other options' to take (`AppLoad.overflow`).
 Pure: no I/O, no clock.
 """
 
@@ -37,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from infless.modelless.capacity import Capacity
-from infless.modelless.cards import VariantCard, instances_needed, sustained_qps
+from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
@@ -56,6 +64,7 @@ class AppLoad:
     load_rps: float  # the demand that may go to any variant meeting the goals
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
     capacity: Capacity = field(default_factory=Capacity)  # measured / profiled Q
+    overflow: str | None = None  # the variant kept warm whatever is chosen (its one instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +107,20 @@ def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
     if load.free_cpus is None:
         return True
     held = sum(cards[name].cpus * count for name, count in load.live.items() if name in cards)
-    return opt.instances * opt.card.cpus <= load.free_cpus + held
+    reserved = 0  # the overflow's one instance stays, whichever option is taken
+    if load.overflow is not None and load.overflow != opt.card.name and load.overflow in cards:
+        reserved = cards[load.overflow].cpus
+    return opt.instances * opt.card.cpus <= load.free_cpus + held - reserved
+
+
+def overflow_card(cards: Sequence[VariantCard], goals: Goals) -> VariantCard | None:
+    """The variant kept warm beside the target: the cheapest per request that meets `goals`
+    (what one would deploy as a fixed variant: the most requests per core)."""
+    return min(
+        (c for c in cards if meets(c, goals)),
+        key=lambda c: (c.cost_per_request, -c.accuracy, c.name),
+        default=None,
+    )
 
 
 def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
@@ -134,7 +156,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         move = "replicate" if now.instances > live else "keep"
         return VerticalDecision(load.model, current, current, move, ranked, Hold())
     if now.instances > live:  # the load needs more than the current variant runs
-        others = [o for o in ranked if o.card.name != current]
+        # only towards variants that serve more per core by their profiles: the measured
+        # factors size the options, they do not reverse the variants' order (a variant
+        # refusing on a busy host measures low, and would send the load to a slower one)
+        faster = _per_core(now.card)
+        others = [o for o in ranked if o.card.name != current and _per_core(o.card) > faster]
         best = min(others, key=_rank, default=now)
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
@@ -142,8 +168,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs
+    # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
+    # SLO would answer every query late; its profile on an idle core says nothing of that)
     roomy = options(replace(load, load_rps=load.load_rps * (1.0 + cfg.downgrade_headroom)), cfg)
-    steady = min(roomy, key=_steady_rank, default=now)
+    here = [o for o in roomy if meets_slo_at(o.card, load.capacity.factor(o.card.name))]
+    steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
         return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
@@ -152,6 +181,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     return VerticalDecision(
         load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
     )
+
+
+def _per_core(card: VariantCard) -> float:
+    """Requests a second per core at the card's configuration, by its profile."""
+    return card.qps / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:

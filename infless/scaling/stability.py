@@ -8,7 +8,9 @@ smaller ones ("downsize") and back. `hold` filters a plan:
 - a release (`StopInstance` for "release", "zero-demand" or "keep-alive") of an instance
   younger than `min_lifetime_s` is dropped unless the function's demand is now below
   `fall_ratio` × its demand when the instance was first seen (stops for being over the
-  function's maximum always go through);
+  function's maximum always go through, and so do those of a function its owner has
+  `retired` — a model-less variant moved away from, whose cores the new variant needs: an
+  instance kept warm at zero demand could otherwise never see its demand "fall");
 - starts planned while the function's demand is below its band (the downsize, which
   adds no capacity) are dropped until the function has been below the band for
   `downsize_after_s`.
@@ -40,6 +42,7 @@ def hold(
     """The plan without the releases the minimum lifetime holds back, and the new state."""
     seen: dict[str, float] = {}
     started: dict[str, tuple[str, float]] = {}
+    retired = {f.name for f in view.functions if f.retired}
     for view_of in view.functions:
         rate = demand.rate_rps(view_of.name)
         for instance in view_of.instances:
@@ -60,7 +63,7 @@ def hold(
             name, started_s = started.get(action.instance_id, ("", -1e18))
             young = view.now_s - started_s < cfg.min_lifetime_s
             fallen = demand.rate_rps(name) < cfg.fall_ratio * seen.get(action.instance_id, 0.0)
-            if young and not fallen:
+            if young and not fallen and name not in retired:
                 continue
         kept.append(action)
     for name in downsized:  # the next downsize waits its turn again

@@ -68,6 +68,7 @@ class FunctionView:
     max_instances: int = 1_000_000
     keep_warm: bool = True  # keep one instance with zero demand (the cold-start policy says)
     instances: tuple[InstanceView, ...] = ()
+    retired: bool = False  # let go by its owner (a replaced model-less variant): no release held
 
 
 @dataclass(frozen=True, slots=True)

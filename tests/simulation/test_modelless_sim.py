@@ -165,19 +165,25 @@ def test_modelless_uses_fewer_cores_than_fp32_replicated() -> None:
         cores["fp32"] += fixed.core_seconds_of([name])
         violations["modelless"] += summary.violations
         violations["fp32"] += baseline.violations
-    # Measured (seeds 1-4): ~0.6x the core-seconds, ~1.3x the violations — they come in the
-    # second after a load step, while the old variant (frozen at its size) carries the load
-    # and the new one starts; fp32 alone replicates in the same second (docs/modelless.md).
+    # Measured (seeds 1-4): ~0.5x the core-seconds, ~0.4x the violations (before the
+    # overflow variant was kept warm: ~1.3x; they come in the second after a load step,
+    # while the old variant carries the load and the new one starts). The simulator has no
+    # admission control, so no query spills over here (docs/modelless.md).
     assert cores["modelless"] < 0.75 * cores["fp32"]
-    assert violations["modelless"] <= 1.4 * violations["fp32"]
+    assert violations["modelless"] <= 0.6 * violations["fp32"]
 
 
 # -- what the simulator showed about the policies (fixed; these keep them fixed) -----------
-def test_only_the_target_variant_starts_at_first() -> None:
+def test_only_the_target_and_then_the_overflow_variant_start_at_first() -> None:
     sim, _, _ = run_app(SimApp("m", SLO_MS, 16, VARIANTS, RateSchedule(((0.0, 50.0),))), 20.0)
     assert starts_of(sim, "fp32", 0.0, 20.0) >= 1
     assert starts_of(sim, "bf16", 0.0, 20.0) == 0
-    assert starts_of(sim, "int8", 0.0, 20.0) == 0
+    # the overflow variant (the cheapest per request, kept warm beside the target) starts
+    # once the target serves, not before: its core is not taken from the target's start
+    assert starts_of(sim, "int8", 0.0, 20.0) == 1
+    first_fp32 = min(t for t, e, i in sim.cluster.events if e == "start" and "--fp32-" in i)
+    first_int8 = min(t for t, e, i in sim.cluster.events if e == "start" and "--int8-" in i)
+    assert first_int8 > first_fp32
 
 
 def test_after_the_downgrade_at_a_moderate_load_the_app_stays_on_fp32() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from infless.cli import main
 from infless.coldstart.evaluate import EvalConfig, EvalResult, evaluate
+from tests.support.traces import write_trace
 
 CFG = EvalConfig(fixed_keepalive_min=(10, 60), hhp_range_h=(4,), lsth_gammas=(0.5, 1.0))
 
@@ -79,13 +80,6 @@ def test_config_errors_name_the_value() -> None:
         EvalConfig(lsth_gammas=(2.0,))
     with pytest.raises(ValueError, match="one value per function"):
         evaluate(periodic(2), np.ones(3), CFG)
-
-
-def write_trace(path: Path, counts: np.ndarray) -> None:
-    header = ",".join(["HashFunction", "HashApp", "HashOwner"])
-    header += "," + ",".join(f"minute_{m + 1}" for m in range(counts.shape[1]))
-    rows = [f"f{i},f{i},f{i}," + ",".join(map(str, row)) for i, row in enumerate(counts)]
-    path.write_text("\n".join([header, *rows]) + "\n")
 
 
 def test_command_prints_a_table_and_ends_with_one_json_object(

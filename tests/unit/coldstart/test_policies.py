@@ -102,6 +102,42 @@ def test_lsth_falls_back_to_the_long_windows_when_the_short_history_is_thin() ->
     assert windows.alive_until_s == pytest.approx(1.1 * 121 * 60)
 
 
+def busy_with_pauses(pause_min: int = 3, bursts: int = 12) -> list[float]:
+    """A busy function: 50 requests in each of 4 minutes, then `pause_min` minutes idle."""
+    arrivals: list[float] = []
+    minute = 0
+    for _ in range(bursts):
+        for m in range(minute, minute + 4):
+            arrivals += [m * 60.0 + 1.0 + j for j in range(50)]
+        minute += 4 + pause_min
+    return arrivals
+
+
+def test_lsth_short_histogram_samples_each_active_minute_once() -> None:
+    windows, state = run(LsthPolicy(), busy_with_pauses())
+    # the last hour holds 8 or 9 bursts: 4 active minutes each, one IT per minute
+    assert state.short.in_range <= 36
+    assert state.long.in_range == 12 * 4 * 50 - 1  # every request but the first
+    per_request, request_state = run(
+        LsthPolicy(LsthConfig(short_per_minute=False)), busy_with_pauses()
+    )
+    assert request_state.short.in_range > 1000
+    # per minute, a pause is one IT in 4: the tail sees the pauses (191 s); per request it
+    # is one in 200 and the tail is bin 0 (kept about a minute: every pause ends cold)
+    assert windows.alive_until_s > 191.0
+    assert per_request.alive_until_s < 2 * 60.0
+
+
+def test_lsth_per_minute_short_histogram_keeps_a_busy_function_through_its_pauses() -> None:
+    arrivals = busy_with_pauses()
+    hhp, _ = run(HhpPolicy(), arrivals)
+    lsth, _ = run(LsthPolicy(), arrivals)
+    pause_s = 3 * 60.0 + 11.0  # from the last request of a burst to the next burst
+    assert hhp.alive_until_s < pause_s  # HHP's tail (per request) is bin 0
+    assert lsth.prewarm_s == 0.0
+    assert lsth.alive_until_s > pause_s
+
+
 def test_lsth_long_window_forgets_old_idle_times() -> None:
     policy = LsthPolicy(LsthConfig(long_window_min=120, short_window_min=30))
     # ITs observed in minutes 20, 40 and 60; the short window at minute 60 is (30, 60]
@@ -126,6 +162,8 @@ def test_build_policy_by_name_with_parameters() -> None:
     lsth = build_policy("lsth", {"gamma": 0.3, "min_its": 5})
     assert lsth == LsthPolicy(LsthConfig(gamma=0.3, histogram=HistogramConfig(min_its=5)))
     assert build_policy("lsth").name == "lsth"
+    by_request = build_policy("lsth", {"short_per_minute": False})
+    assert by_request == LsthPolicy(LsthConfig(short_per_minute=False))
 
 
 @pytest.mark.parametrize(
@@ -136,10 +174,11 @@ def test_build_policy_by_name_with_parameters() -> None:
         ("lsth", {"gamma": 1.5}, "gamma=1.5"),
         ("fixed", {"keepalive_s": 0.0}, "keepalive_s"),
         ("lsth", {"short_window_min": 2000}, "short_window_min"),
+        ("lsth", {"short_per_minute": 1}, "short_per_minute=1: must be true or false"),
     ],
 )
 def test_build_policy_rejects_bad_input_with_the_field(
     name: str, params: dict[str, float], message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         build_policy(name, params)

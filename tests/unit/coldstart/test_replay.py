@@ -120,7 +120,8 @@ def _step_by_step(
     return cold, idle_s
 
 
-def test_vectorised_replay_matches_the_pure_policies_step_by_step() -> None:
+@pytest.mark.parametrize("short_per_minute", [True, False])
+def test_vectorised_replay_matches_the_pure_policies_step_by_step(short_per_minute: bool) -> None:
     rng = np.random.default_rng(11)
     minutes = 600
     rates = np.repeat([0.005, 0.02, 0.1, 0.4, 1.5], 4)
@@ -130,7 +131,12 @@ def test_vectorised_replay_matches_the_pure_policies_step_by_step() -> None:
     counts[1, [5, 200, 400, 590]] = 1  # long gaps: out-of-bounds with a 1 h range
     hist = HistogramConfig(range_min=60, min_its=3)
     lsth_cfg = LsthConfig(
-        gamma=0.3, long_window_min=180, short_window_min=20, short_min_its=3, histogram=hist
+        gamma=0.3,
+        long_window_min=180,
+        short_window_min=20,
+        short_min_its=3,
+        short_per_minute=short_per_minute,
+        histogram=hist,
     )
     arrivals = synthesize_arrivals(counts, seed=5)
     _, _, branches = hhp_windows(histogram_rows(arrivals, hist, None), hist)
@@ -145,6 +151,7 @@ def test_vectorised_replay_matches_the_pure_policies_step_by_step() -> None:
             long_window_min=180,
             short_window_min=20,
             short_min_its=3,
+            short_per_minute=short_per_minute,
         )[0.3],
     )
     for policy, outcome in ((HhpPolicy(hist), hhp), (LsthPolicy(lsth_cfg), lsth)):
@@ -152,3 +159,17 @@ def test_vectorised_replay_matches_the_pure_policies_step_by_step() -> None:
             cold, idle_s = _step_by_step(policy, arrivals, f, rng)
             assert cold == outcome.cold_starts[f], (policy.name, f)
             assert idle_s == pytest.approx(float(outcome.idle_warm_s[f]), rel=1e-9, abs=1e-6)
+
+
+def test_per_minute_sampling_keeps_one_idle_time_per_active_minute() -> None:
+    # minute 0: 3 arrivals; minute 5: 4 arrivals (gap 280 s, bin 4); minute 6: 1 (gap < 60 s)
+    arrivals = hand_made([(0, 3, 5.0, 50.0), (5, 4, 330.0, 350.0), (6, 1, 370.0, 370.0)], 600.0)
+    hist = HistogramConfig(range_min=60)
+    every = histogram_rows(arrivals, hist, None)
+    sampled = histogram_rows(arrivals, hist, None, per_minute=True)
+    # per request: 2 + (1 + 3) + 1 idle times; per minute: the gaps before minutes 5 and 6
+    assert every.n_in.tolist() == [2, 6, 7]
+    assert sampled.n_in.tolist() == [0, 1, 2]
+    assert sampled.tail_bin.tolist() == [0, 4, 4]
+    assert every.tail_bin.tolist() == [0, 4, 4]
+    assert sampled.head_bin.tolist() == [0, 4, 0]

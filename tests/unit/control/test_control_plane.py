@@ -34,6 +34,7 @@ from infless.scaling.view import Prewarm, ReleaseToZero, ScalingPlan, StartInsta
 from infless.types import FunctionSpec, InstanceConfig
 from infless.workers.inprocess import InProcessModel, InProcessStarter
 from tests.support.clock import FakeClock
+from tests.support.frontend import Recorder
 
 SLO_MS = 100.0
 MANIFEST = PackageManifest(
@@ -51,31 +52,6 @@ SPEC = FunctionSpec(
 def latency_ms(batch_size: int, cpus: int) -> float:
     """Batching amortises, cores help sub-linearly: 1 core serves ~450 rps at b = 16."""
     return float((4.0 + 2.0 * batch_size) / cpus**0.7)
-
-
-class Recorder:
-    """Stands in for the gateway's metrics: counts what the frontend reports."""
-
-    def __init__(self) -> None:
-        self.served_count = 0
-        self.done: dict[int, int] = {}
-
-    def request_started(self, function: str) -> None:
-        return None
-
-    def served(
-        self,
-        function: str,
-        batch_size: int,
-        queue_ms: float,
-        exec_ms: float,
-        cold_start: bool,
-        cold_start_ms: float | None,
-    ) -> None:
-        self.served_count += 1
-
-    def request_done(self, function: str, code: int, seconds: float) -> None:
-        self.done[code] = self.done.get(code, 0) + 1
 
 
 class Harness:

@@ -24,7 +24,8 @@ from infless.scaling.config import DemandConfig, ScalingConfig
 from infless.types import FunctionSpec
 from infless.workers.inprocess import InProcessModel, InProcessStarter, LatencyMs
 from tests.support.clock import FakeClock
-from tests.unit.control.test_control_plane import MANIFEST, Harness, Recorder
+from tests.support.frontend import Recorder
+from tests.unit.control.test_control_plane import MANIFEST, Harness
 
 SLO_MS = 100.0
 SLOW_SLO_MS = 400.0

@@ -19,7 +19,8 @@ from infless.dataplane.request import Array
 from infless.scaling.view import ServerView
 from infless.workers.inprocess import InProcessModel, InProcessStarter
 from tests.support.clock import FakeClock
-from tests.unit.control.test_control_plane import MANIFEST, SPEC, Recorder
+from tests.support.frontend import Recorder
+from tests.unit.control.test_control_plane import MANIFEST, SPEC
 
 
 def view(server_id: str, free: int, affinity: float = 0.0) -> ServerView:

@@ -114,6 +114,29 @@ async def test_check_room_refuses_before_anything_is_decoded() -> None:
         await clock.advance(0.01)
 
 
+async def test_has_room_predicts_the_finish_even_when_idle_and_counts_nothing() -> None:
+    clock = FakeClock()
+    harness = Harness(clock)
+    assert not harness.router.has_room(1.0)  # nothing ready: a query would wait (cold)
+    instance = harness.add(batch_size=1)
+    model = instance.model
+    assert model is not None
+    tail_s = model.tail_ms(1) / 1000.0
+    # idle: admission would take it whatever the budget; the probe wants it in time
+    harness.router.check_room(0.0)
+    assert not harness.router.has_room(tail_s - 0.001)
+    assert harness.router.has_room(tail_s + 0.001)
+    for _ in range(5):
+        harness.submit(1.0)
+    instance = harness.router.instances[0]
+    ahead_s = instance.finish_by_s(clock.now()) - clock.now()
+    assert harness.router.has_room(ahead_s + 0.001)
+    assert not harness.router.has_room(ahead_s - 0.001)
+    assert (harness.router.rejected, harness.router.arrivals) == (0, 5)
+    for _ in range(12):
+        await clock.advance(0.01)
+
+
 async def test_a_partial_batch_waits_a_bounded_time_and_never_past_its_latest_start() -> None:
     clock = FakeClock()
     harness = Harness(clock)

@@ -108,6 +108,22 @@ def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> 
     assert not function(out_view, "m--fp32").keep_warm
 
 
+def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None:
+    _, entry, planner = setup()
+    entry.target = "fp32"
+    entry.states["fp32"] = ACTIVE
+    running = {"fp32": [instance("m--fp32", 1)]}
+    out_view, _ = ticks(planner, entry, running, {"fp32": 600.0}, 2.0)
+    assert entry.target == "int8"
+    assert not function(out_view, "m--fp32").retired  # it serves until int8 does
+    running["int8"] = [instance("m--int8", 1)]
+    entry.states["int8"] = ACTIVE
+    out_view, _ = ticks(planner, entry, running, {"int8": 600.0}, 1.0, start=2.0)
+    # its instance goes at once, young or not: the scaling stability does not hold it
+    assert function(out_view, "m--fp32").retired
+    assert not function(out_view, "m--int8").retired
+
+
 def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
     _, entry, planner = setup()
     entry.target = "bf16"
@@ -189,3 +205,62 @@ def test_the_autoscaler_predicts_variants_from_their_profiles() -> None:
     # served at half its profiled speed here: predicted twice as slow
     entry.capacity = Capacity(host=0.5)
     assert predictor.predict_latency_ms("/r/fp32", 8, 1) == 36.0
+
+
+def test_the_overflow_variant_stays_warm_beside_the_target_with_what_spills_to_it() -> None:
+    _, entry, planner = setup()
+    entry.target = "fp32"
+    entry.states.update({"fp32": ACTIVE, "int8": ACTIVE})
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    # a low load: fp32 (the most accurate) carries it; a burst spilled 30 rps to int8
+    out_view, out = ticks(planner, entry, running, {"fp32": 50.0, "int8": 30.0}, 2.0)
+    assert entry.target == "fp32"
+    assert entry.overflow == "int8"
+    assert function(out_view, "m--int8").keep_warm
+    assert entry.released == {"bf16"}  # int8 keeps getting what fp32 has no room for
+    assert 20.0 < out.rate_rps("m--int8") <= 35.0  # planned for what it served
+    assert out.rate_rps("m--fp32") > 60.0  # the application's load: fp32 is to carry it
+    assert not function(out_view, "m--bf16").keep_warm
+
+
+def test_without_an_overflow_variant_the_others_go_cold() -> None:
+    catalog = ModellessCatalog()
+    entry = ModelEntry("m", 50.0, tuple(three_variants()))
+    catalog.put(entry)
+    cfg = ModellessConfig(scale_down_ticks=2, overflow=False)
+    planner = ModellessPlanner(catalog, cfg, DemandConfig())
+    entry.target = "fp32"
+    entry.states.update({"fp32": ACTIVE, "int8": ACTIVE})
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    out_view, _ = ticks(planner, entry, running, {"fp32": 50.0, "int8": 30.0}, 2.0)
+    assert entry.overflow is None
+    assert not function(out_view, "m--int8").keep_warm
+    assert entry.released == {"bf16", "int8"}
+
+
+def test_the_overflow_variant_starts_once_the_target_serves() -> None:
+    _, entry, planner = setup()
+    out_view, _ = planner.adjust(view(0.5, {}), Demand(), 0.5)
+    assert entry.target == "fp32"  # one core each at no load: the most accurate
+    assert not function(out_view, "m--int8").keep_warm  # its core is fp32's to start on
+    running = {"fp32": [instance("m--fp32", 1)]}
+    entry.states["fp32"] = ACTIVE
+    out_view, _ = planner.adjust(view(1.0, running), Demand(), 0.5)
+    assert function(out_view, "m--int8").keep_warm
+    assert not function(out_view, "m--bf16").keep_warm
+
+
+def test_a_load_fall_keeps_the_overflow_variant_while_the_accurate_one_starts() -> None:
+    _, entry, planner = setup()
+    entry.target = "int8"
+    entry.states["int8"] = ACTIVE
+    running = {"int8": [instance("m--int8", 1)]}
+    out_view, _ = ticks(planner, entry, running, {"int8": 5.0}, 1.0)
+    assert (entry.target, planner.decisions["m"].move) == ("fp32", "downgrade")
+    assert function(out_view, "m--int8").keep_warm  # it serves until fp32 does, and after
+    running["fp32"] = [instance("m--fp32", 1)]
+    entry.states["fp32"] = ACTIVE
+    out_view, _ = ticks(planner, entry, running, {"fp32": 5.0}, 1.0, start=1.0)
+    assert entry.target == "fp32"
+    assert function(out_view, "m--int8").keep_warm
+    assert entry.released == {"bf16"}

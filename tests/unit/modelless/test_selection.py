@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from infless.errors import GoalsUnmet, InvalidInput
-from infless.modelless.cards import card_for, cards_for, slo_problem, sustained_qps
+from infless.modelless.cards import VariantCard, card_for, cards_for, slo_problem, sustained_qps
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.profiles import Goals
-from infless.modelless.selection import Catalogue, NoVariant, Selected, select
+from infless.modelless.selection import Catalogue, NoVariant, Selected, fallbacks, select
 from infless.modelless.states import VariantState
 from tests.unit.modelless.support import profile, three_variants
 
@@ -187,6 +187,56 @@ def test_a_busy_running_variant_is_preferred_to_a_cold_start() -> None:
     result = select(catalogue(), {"fp32": OVERLOADED}, Goals(min_accuracy=0.9), target="int8")
     assert isinstance(result, Selected)
     assert result.card.name == "fp32"
+
+
+def test_fallbacks_are_the_other_running_variants_meeting_the_goals_kept_ones_first() -> None:
+    states = {"fp32": ACTIVE, "bf16": OVERLOADED, "int8": ACTIVE}
+    names = [c.name for c in fallbacks(catalogue(), states, Goals(min_accuracy=0.9), "fp32")]
+    assert names == ["int8", "bf16"]  # Active before busy
+    all_active = dict.fromkeys(states, ACTIVE)
+    released = fallbacks(catalogue(), all_active, Goals(min_accuracy=0.9), "fp32", {"int8"})
+    assert [c.name for c in released] == ["bf16", "int8"]  # being let go: after the kept
+    assert fallbacks(catalogue(), {"fp32": ACTIVE}, Goals(min_accuracy=0.9), "fp32") == []
+    strict = fallbacks(catalogue(), states, Goals(min_accuracy=0.99), "fp32")
+    assert [c.name for c in strict] == ["bf16"]  # int8 misses the goal
+
+
+def test_a_query_the_target_cannot_admit_spills_over_to_a_running_variant_that_can() -> None:
+    catalog = ModellessCatalog()
+    e = entry()
+    e.target = "fp32"
+    catalog.put(e)
+    room = {"fp32": False, "bf16": False, "int8": True}
+    got = catalog.choose("m", None, lambda card: room[card.name])
+    assert got is not None
+    assert got[1].name == "int8"  # bf16 is cheaper than fp32 but has no room either
+    assert e.spilled == 1
+    assert e.served == {"int8": 1}
+    room["fp32"] = True
+    got = catalog.choose("m", None, lambda card: room[card.name])
+    assert got is not None
+    assert got[1].name == "fp32"  # the target has room again: it serves
+    room = dict.fromkeys(room, False)
+    got = catalog.choose("m", None, lambda card: room[card.name])
+    assert got is not None
+    assert got[1].name == "fp32"  # no room anywhere: the target, which refuses it
+    assert e.spilled == 1
+
+
+def test_a_cold_start_is_not_probed_for_room() -> None:
+    catalog = ModellessCatalog()
+    e = ModelEntry("m", 50.0, tuple(three_variants()))  # nothing runs: every variant Inactive
+    catalog.put(e)
+    probed: list[str] = []
+
+    def has_room(card: VariantCard) -> bool:
+        probed.append(card.name)
+        return False
+
+    got = catalog.choose("m", None, has_room)
+    assert got is not None
+    assert got[1].name == "fp32"  # the quickest to load and run
+    assert probed == []
 
 
 def test_the_manifest_knows_every_transform_the_generator_makes() -> None:

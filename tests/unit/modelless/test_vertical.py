@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infless.modelless.capacity import Capacity
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
-from infless.modelless.vertical import AppLoad, Hold, decide, options, retarget
+from infless.modelless.vertical import AppLoad, Hold, decide, options, overflow_card, retarget
 from tests.unit.modelless.support import three_variants
 
 CFG = ModellessConfig(scale_down_ticks=3)
@@ -130,3 +132,56 @@ def test_under_pressure_a_switch_must_cost_less_than_replicating() -> None:
                    Capacity(own={"int8": 0.35}))  # fmt: skip
     got = decide(slow, "int8", Hold(), cfg)
     assert (got.target, got.move) == ("int8", "replicate")
+
+
+def test_the_overflow_variant_is_the_cheapest_per_request_meeting_the_goals() -> None:
+    loose = overflow_card(CARDS, Goals(latency_ms=50.0))
+    assert loose is not None
+    assert loose.name == "int8"
+    strict = overflow_card(CARDS, Goals(latency_ms=50.0, min_accuracy=0.99))
+    assert strict is not None
+    assert strict.name == "bf16"
+    assert overflow_card(CARDS, Goals(latency_ms=50.0, min_accuracy=1.1)) is None
+
+
+def test_the_overflow_variants_core_is_not_another_options_to_take() -> None:
+    # two cores, both held: int8 (the overflow) and bf16; fp32 may take bf16's core only
+    live = {"int8": 1, "bf16": 1}
+    kept = replace(load(10.0, live, free=0), overflow="int8")
+    assert {o.card.name for o in options(kept, CFG)} == {"int8", "bf16", "fp32"}
+    # with one core held by the overflow and none free, nothing else fits beside it
+    alone = replace(load(10.0, {"int8": 1}, free=0), overflow="int8")
+    assert [o.card.name for o in options(alone, CFG)] == ["int8"]
+    # without an overflow variant its core is anyone's
+    names = {o.card.name for o in options(load(10.0, {"int8": 1}, free=0), CFG)}
+    assert names == {"int8", "bf16", "fp32"}
+
+
+def test_under_pressure_the_load_never_moves_to_a_slower_variant() -> None:
+    # bf16 refuses on a busy host and measures 30 % of its profile; fp32, barely used,
+    # measures 90 %: by the factors one fp32 would carry what two bf16 would. The move
+    # would trade a variant that serves more per core for one that serves less.
+    goals = Goals(latency_ms=50.0, min_accuracy=0.99)  # int8 is out
+    measured = Capacity(own={"bf16": 0.3, "fp32": 0.9})
+    busy = AppLoad("m", goals, CARDS, {"bf16": 1}, 300.0, None, measured)
+    by_name = {o.card.name: o for o in options(busy, CFG)}
+    assert by_name["fp32"].instances < by_name["bf16"].instances  # what the factors say
+    got = decide(busy, "bf16", Hold(), CFG)
+    assert (got.target, got.move) == ("bf16", "replicate")
+
+
+def test_a_downgrade_never_goes_to_a_variant_this_host_runs_past_the_slo() -> None:
+    cfg = ModellessConfig(scale_down_ticks=1)
+    tight = cards_for(three_variants(), 5.0)  # batch 1: fp32 4 ms, bf16 3 ms, int8 2 ms
+
+    def low(host: float) -> AppLoad:
+        return AppLoad("m", Goals(latency_ms=5.0), tight, {"int8": 1}, 5.0, None,
+                       Capacity(host=host, own={"int8": host}))  # fmt: skip
+
+    # profiled speed: back to the exact variant
+    assert decide(low(1.0), "int8", Hold(), cfg).target == "fp32"
+    # at 0.7 of it fp32 takes 5.7 ms at batch 1, past the 5-ms SLO; bf16's 4.3 ms fits
+    got = decide(low(0.7), "int8", Hold(), cfg)
+    assert (got.target, got.move) == ("bf16", "downgrade")
+    # at 0.5 only int8 fits: it stays
+    assert decide(low(0.5), "int8", Hold(), cfg).move == "keep"

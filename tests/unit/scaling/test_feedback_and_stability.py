@@ -1,7 +1,9 @@
 """Latency feedback raises a function's demand while it misses (and a core is idle), decays
-it after; young instances are not released unless demand fell."""
+it after; young instances are not released unless demand fell or their owner retired them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -76,3 +78,17 @@ def test_stops_over_the_maximum_are_never_held() -> None:
     plan = ScalingPlan((StopInstance("f", "f-1", "over-max"),))
     kept, _ = hold(plan, _view(1.0, 0.0), Demand({"f": 100.0}), Stability(), cfg)
     assert kept.actions == plan.actions
+
+
+def test_a_retired_function_releases_its_young_instance_at_once() -> None:
+    cfg = StabilityConfig(min_lifetime_s=30.0, fall_ratio=0.6)
+    plan = ScalingPlan((StopInstance("f", "f-1", "zero-demand"),))
+    # started at zero demand (kept warm): its demand can never fall below 60 % of that
+    _, state = hold(ScalingPlan(), _view(0.0, 0.0), Demand({}), Stability(), cfg)
+    held, state = hold(plan, _view(5.0, 0.0), Demand({}), state, cfg)
+    assert held.actions == ()
+    # once its owner retires it (a model-less variant moved away from), the stop goes through
+    retired = _view(5.0, 0.0)
+    retired = PoolView(retired.servers, (replace(retired.functions[0], retired=True),), 5.0)
+    gone, _ = hold(plan, retired, Demand({}), state, cfg)
+    assert gone.actions == plan.actions

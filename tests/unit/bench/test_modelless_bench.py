@@ -1,0 +1,44 @@
+"""`bench.modelless`'s figures from answers: violations, accuracy served, phases, and the
+verdict against the best fixed variant."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.modelless_load import Answer, Run, summarize, verdict
+
+ACCURACY = {"fp32": 1.0, "int8": 0.95}
+PHASES = [(10.0, 1.0), (100.0, 1.0)]
+
+
+def test_violations_are_late_answers_refusals_and_errors() -> None:
+    answers: list[Answer] = [
+        (5.0, 200, "fp32", 0),
+        (60.0, 200, "fp32", 0),  # late: over the 50-ms SLO
+        (1.0, 429, "", 1),
+        (2.0, 599, "", 1),
+        (10.0, 200, "int8", 1),
+        (12.0, 200, "int8", 1),
+    ]
+    run = summarize("model-less", answers, PHASES, 50.0, ACCURACY, None)
+    assert (run.requests, run.ok, run.refused, run.errors, run.violations) == (6, 4, 1, 1, 3)
+    assert run.by_variant == {"fp32": 2, "int8": 2}
+    assert run.accuracy == pytest.approx(0.975)
+    assert [p["violations"] for p in run.phases] == [1, 2]
+    assert [p["requests"] for p in run.phases] == [2, 4]
+
+
+def test_a_fixed_arms_answers_count_its_variant() -> None:
+    run = summarize("fixed int8", [(5.0, 200, "", 0)], PHASES, 50.0, ACCURACY, "int8")
+    assert run.by_variant == {"int8": 1}
+    assert run.accuracy == 0.95
+
+
+def test_the_verdict_wants_no_more_violations_and_a_higher_accuracy() -> None:
+    best = Run("fixed int8", violations=200, accuracy=0.95)
+    good = verdict(Run("model-less", violations=150, accuracy=0.97), best)
+    assert good["no_more_violations"]
+    assert good["higher_accuracy"]
+    bad = verdict(Run("model-less", violations=201, accuracy=0.95), best)
+    assert not bad["no_more_violations"]
+    assert not bad["higher_accuracy"]

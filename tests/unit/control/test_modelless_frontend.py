@@ -1,0 +1,131 @@
+"""A model-less query at the front door: it goes to the variant selection picks, or, when
+that variant cannot admit it in time, to another running variant that can — on real
+routers with in-process workers and a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from infless.cluster.cpus import CpuAllocator
+from infless.control.frontend import Call, FunctionFrontend
+from infless.control.pool import WorkerPool
+from infless.control.servers import LOCAL_SERVER, Server
+from infless.dataplane.config import BatchingConfig
+from infless.dataplane.instance import InstanceState
+from infless.dataplane.request import Array, Pending
+from infless.errors import Overloaded
+from infless.modelless.catalog import ModelEntry, ModellessCatalog
+from infless.modelless.states import VariantState
+from infless.types import FunctionSpec
+from infless.workers.inprocess import InProcessModel, InProcessStarter, constant_ms
+from infless.workers.starting import BootOrder
+from tests.support.clock import FakeClock
+from tests.support.frontend import Recorder
+from tests.unit.control.test_control_plane import MANIFEST
+from tests.unit.modelless.support import profile
+
+SLO_MS = 50.0
+EXEC_MS = {"fp32": 20.0, "int8": 2.0}  # a batch of up to 4, whatever its size
+
+
+async def serving(
+    overflow_running: bool, exec_ms: dict[str, float] = EXEC_MS
+) -> tuple[FunctionFrontend, FakeClock, WorkerPool, ModelEntry]:
+    """fp32 (the target) and int8 serving, one instance each, at `exec_ms` a batch (the
+    profiles say 20 and 2 ms)."""
+
+    def model_for(order: BootOrder) -> InProcessModel:
+        return InProcessModel(latency_ms=constant_ms(exec_ms[order.package_dir.name]))
+
+    clock = FakeClock()
+    starter = InProcessStarter(clock, model_for)
+    server = Server(LOCAL_SERVER, starter, CpuAllocator((0, 1)), 2)
+    pool = WorkerPool(clock, [server], BatchingConfig(), autoscaled=False)
+    for variant in ("fp32", "int8"):
+        spec = FunctionSpec(
+            name=f"m--{variant}",
+            image="m",
+            slo_ms=SLO_MS,
+            max_batch=4,
+            min_instances=1,
+            max_instances=1,
+            instances=1,
+        )
+        pool.deploy(spec, Path(f"/nonexistent/{variant}"), MANIFEST)
+    for _ in range(20):
+        await clock.advance(0.01)
+    catalog = ModellessCatalog()
+    entry = ModelEntry(
+        "m", SLO_MS, (profile("fp32", 1.0, 20.0, 0.0), profile("int8", 0.96, 2.0, 0.0))
+    )
+    catalog.put(entry)
+    entry.target = "fp32"
+    entry.states["fp32"] = VariantState.ACTIVE
+    if overflow_running:
+        entry.states["int8"] = VariantState.ACTIVE
+    frontend = FunctionFrontend(pool.functions, clock, Recorder(), 5.0, 1 << 20, catalog)
+    return frontend, clock, pool, entry
+
+
+async def burst(frontend: FunctionFrontend, clock: FakeClock, count: int) -> tuple[list[str], int]:
+    """`count` queries for the model at one instant, each admitted as the gateway's fast
+    path does (bind, room test, admit): the variant each went to, and the refusals."""
+    variants: list[str] = []
+    refused = 0
+    admitted: list[tuple[Call, Pending]] = []
+    for k in range(count):
+        call = frontend.open("m")
+        frontend.bind(call, None)
+        sample: dict[str, Array] = {"x": np.array([k, k], dtype=np.float32)}
+        try:
+            frontend.check_room(call)
+            admitted.append((call, frontend.admit(call, sample)))
+        except Overloaded:
+            refused += 1
+            frontend.close(call, 429)
+            continue
+        assert call.variant is not None
+        variants.append(call.variant)
+    while not all(pending.future.done() for _, pending in admitted):
+        await clock.advance(0.005)
+    for call, pending in admitted:
+        frontend.answered(call, pending)
+        frontend.close(call, 200)
+    return variants, refused
+
+
+async def test_queries_beyond_the_targets_room_spill_to_the_running_overflow_variant() -> None:
+    frontend, clock, pool, entry = await serving(overflow_running=True)
+    ready = [i for f in pool.functions.values() for i in f.router.instances]
+    assert all(i.state is InstanceState.READY for i in ready)
+    variants, refused = await burst(frontend, clock, 60)
+    assert refused == 0
+    assert variants[0] == "fp32"  # the target first, while it has room
+    assert 0 < variants.count("fp32") < 20  # 20-ms batches of 4 within a 50-ms budget
+    assert variants.count("int8") == 60 - variants.count("fp32")
+    assert entry.spilled == variants.count("int8")
+    assert entry.served == {"fp32": variants.count("fp32"), "int8": variants.count("int8")}
+    await pool.stop()
+
+
+async def test_without_a_running_overflow_variant_the_target_refuses_what_it_has_no_room_for() -> (
+    None
+):
+    frontend, clock, pool, entry = await serving(overflow_running=False)
+    variants, refused = await burst(frontend, clock, 60)
+    assert set(variants) == {"fp32"}
+    assert refused == 60 - len(variants) > 0
+    assert entry.spilled == 0
+    await pool.stop()
+
+
+async def test_a_target_too_slow_here_even_when_idle_leaves_the_query_to_the_overflow() -> None:
+    # the host runs fp32 at 60 ms a batch (its profile: 20): idle, it would still answer
+    # after the 50-ms SLO; int8 answers in time
+    frontend, clock, pool, entry = await serving(True, {"fp32": 60.0, "int8": 2.0})
+    variants, refused = await burst(frontend, clock, 1)
+    assert (variants, refused) == (["int8"], 0)
+    assert entry.spilled == 1
+    await pool.stop()
