@@ -41,6 +41,12 @@ class InvalidDeployment(BadRequest):
     code = "invalid_deployment"
 
 
+class BadContentEncoding(BadRequest):
+    """A body that is not what its `Content-Encoding` says (not gzip, truncated)."""
+
+    code = "bad_content_encoding"
+
+
 class UnknownModel(BadRequest):
     code = "unknown_model"
 
@@ -145,6 +151,14 @@ class HandlerRefused(InflessError):
 class WorkerUnavailable(InflessError):
     status = 503
     code = "worker_unavailable"
+
+
+class FunctionFailed(InflessError):
+    """A function that could not be deployed (its image or package is missing or broken):
+    it stays listed as `failed` with the reason until it is redeployed or removed."""
+
+    status = 503
+    code = "function_failed"
 
 
 class ConfigError(Exception):

@@ -51,6 +51,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from infless.app import AUTH_KEY, PLATFORM_KEY, Platform, create_app
     from infless.config import load_config, with_overrides
     from infless.gateway.fastpath import FastPath, FastPathConfig
+    from infless.gateway.http1 import UPSTREAM_SETTINGS
     from infless.gateway.invoke import Invoker
 
     config = load_config(args.config)
@@ -78,7 +79,8 @@ async def _serve(args: argparse.Namespace) -> int:
             config.gateway.host,
         )
     app = create_app(config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # aiohttp's own limits are wider than the listening socket's: it refuses first, in JSON
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **UPSTREAM_SETTINGS)
     await runner.setup()
     # the application listens on an internal socket; the listening one is the fast path's,
     # which answers invokes itself and passes every other request on (`gateway.fastpath`)

@@ -20,7 +20,7 @@ from aiohttp import web
 from infless.config import Config
 from infless.gateway.auth import AuthSettings, auth_middleware, load_auth
 from infless.gateway.context import GatewayContext
-from infless.gateway.errors import json_errors, v2_errors
+from infless.gateway.errors import errors_as_json, json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
 from infless.gateway.logs import GatewayLogHandler, LogsRoute
 from infless.gateway.modelless import ModellessRoutes
@@ -31,7 +31,7 @@ from infless.gateway.secrets import SecretsRoutes
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
-from infless.gateway.v2.routes import MODEL_PATHS, V2Routes, v2_json_errors
+from infless.gateway.v2.routes import MODEL_PATHS, V2Routes
 from infless.packaging.archive import Limits
 
 LOGGER_NAME = "infless"  # gateway log records about instances land in the function logs
@@ -44,8 +44,9 @@ def auth_middlewares(config: Config, settings: AuthSettings | None = None) -> li
 
 
 def middlewares(config: Config, settings: AuthSettings | None = None) -> list[Any]:
-    """Auth (when configured), then V2's JSON errors for unknown `/v2/...` routes."""
-    return [*auth_middlewares(config, settings), v2_json_errors]
+    """Every error as JSON (outermost: it sees what the others raise), then auth (when
+    configured)."""
+    return [errors_as_json, *auth_middlewares(config, settings)]
 
 
 def route_table(ctx: GatewayContext) -> list[web.RouteDef]:

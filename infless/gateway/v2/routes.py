@@ -17,7 +17,6 @@ from infless import __version__
 from infless.control.frontend import FunctionFrontend
 from infless.control.functions import DeployedFunction
 from infless.errors import WorkerUnavailable
-from infless.gateway.errors import Handler, http_error_json
 from infless.gateway.v2.byte_inputs import BODY_INPUT, BODY_SHAPE, BYTES
 from infless.gateway.v2.datatypes import CONFIG_TYPE_PREFIX, v2_datatype
 from infless.gateway.v2.infer import MODEL_VERSION, find_model
@@ -30,19 +29,6 @@ MODEL_PATHS = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
 
 def _json(data: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(data), content_type="application/json")
-
-
-@web.middleware
-async def v2_json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Unknown `/v2/...` routes and wrong methods answer `{"error": ...}`, not plain text."""
-    if not request.path.startswith("/v2"):
-        return await handler(request)
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return http_error_json(exc)
 
 
 def tensor_metadata(spec: TensorSpec) -> dict[str, object]:
