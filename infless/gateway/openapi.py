@@ -55,8 +55,8 @@ ERRORS = {
     "package's requirements are not installed",
     429: "Every instance queue is full (Retry-After)",
     500: "The model raised on this batch",
-    503: "No instance can serve: starting failed, the worker died twice, or not ready "
-    "(Retry-After)",
+    503: "No instance can serve: starting failed, the worker died twice, not ready "
+    "(Retry-After), or the function failed to deploy (function_failed)",
     504: "No answer within gateway.request_timeout_s",
 }
 # Who may call: "" open, "management" basic auth when on, "invoke" bearer token when set.
@@ -160,8 +160,10 @@ def _v2(method: str, path: str, summary: str, schema: Schema, *errors: int, **kw
     return Route(method, path, summary, 200, _j(schema), (401, 404, *errors), "invoke", **kw)
 
 
+_READINESS = _j(obj(ready=BOOL, starting=arr(STR), failed=obj()))
 ROUTES: list[Route] = [
-    Route("get", "/healthz", "Gateway health: OK", 200, {"text/plain": {"schema": STR}}),
+    Route("get", "/healthz", "Liveness: OK", 200, {"text/plain": {"schema": STR}}),
+    Route("get", "/readyz", "Readiness: the startup functions settled", 200, _READINESS, (503,)),
     Route("get", "/metrics", "Prometheus text format", 200, {"text/plain": {"schema": STR}}),
     Route("get", "/openapi.json", "This document", 200, _j(obj())),
     _mg("get", "/system/info", "Versions", 200, ref("GatewayInfo")),
@@ -286,7 +288,9 @@ ROUTES: list[Route] = [
     ),
     Route("get", "/v2", "Server metadata", 200, _j(ref("ServerMetadata"))),
     Route("get", "/v2/health/live", "Live", 200, _j(obj(live=BOOL))),
-    Route("get", "/v2/health/ready", "Ready", 200, _j(obj(ready=BOOL))),
+    Route(
+        "get", "/v2/health/ready", "Ready: the startup functions settled", 200, _READINESS, (503,)
+    ),
     *(
         route
         for base in _MODEL_BASES

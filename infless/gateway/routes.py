@@ -2,8 +2,8 @@
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/metrics`), `secrets` (`/system/secrets`), `packages` (`/system/packages`),
-`modelless` (`/system/register`, `/system/models`, `/system/variants`),
+`/healthz`, `/readyz`, `/metrics`), `secrets` (`/system/secrets`), `packages`
+(`/system/packages`), `modelless` (`/system/register`, `/system/models`, `/system/variants`),
 `v2/` (the Open Inference Protocol), `logs` and `openapi`; the composition root (`app`) calls
 `middlewares` and `install`. Must not hold request logic.
 """
@@ -54,7 +54,7 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
     invoke = InvokeHandler(ctx.frontend).__call__  # a coroutine function: aiohttp wants one
     system = SystemRoutes(ctx)
     secrets = SecretsRoutes(ctx.secrets)
-    v2 = V2Routes(ctx.frontend)
+    v2 = V2Routes(ctx.frontend, ctx.readiness)
     infer = V2InferHandler(ctx.frontend).__call__
     package_limits = Limits(ctx.config.gateway.max_package_bytes)
     packages = PackageRoutes(ctx.packages, package_limits)
@@ -75,6 +75,7 @@ def route_table(ctx: GatewayContext) -> list[web.RouteDef]:
         web.route("*", "/function/{name}", invoke),
         web.route("*", "/function/{name}/{path:.*}", invoke),
         web.get("/healthz", system.healthz),
+        web.get("/readyz", system.readyz),
         web.get("/system/info", json_errors(system.info)),
         web.get("/system/functions", json_errors(system.list_functions)),
         web.post("/system/functions", json_errors(system.create)),
