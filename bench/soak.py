@@ -17,11 +17,14 @@ loaded functions — `mnist` (SLO 200 ms) and `text` (`textcnn-69`, SLO 50 ms) �
 Every `--sample-s`: each process of the gateway's tree (gateway, workers, templates,
 zygote and helpers) with its RSS and open file descriptors, and the tensor store's files
 and bytes (`bench.soak_measure`), and once more at the same point of every churn cycle
-(just before it deploys again: a quiet sample). At the end: growth of each series, read on
+(just before it deploys again: a quiet sample; not before its first deploy, since the
+store keeps a removed function's tensors for `store.keepalive_s`, so the baseline is a
+state the churn function has been through once). At the end: growth of each series, read on
 the quiet samples — late third against early third after a warm-up share, and the slope
 per hour: the baseline is the run's own start — with its peak over all samples; requests by
 outcome (200, 429, anything else is an error: nothing accepted may be lost), kills and how
-long their replacements took, a plot (`soak.png`, `bench.soak_plot`) and one JSON line last.
+long their replacements took, a plot (`soak.png`, `bench.soak_plot`), every sample
+(`samples.json`) and one JSON line last.
 
     .venv/bin/python -m bench.soak [--minutes 20] [--out DIR] [--kill-every-s 60]
         [--churn-step-s 30] [--sample-s 5] [--peak-rps 8] [--minute-s 10]
@@ -46,7 +49,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,7 @@ class Driver:
     kills: list[Kill] = field(default_factory=list)
     churn_statuses: list[tuple[float, int]] = field(default_factory=list)
     failed_events: list[str] = field(default_factory=list)
+    cycles_done: int = 0  # churn cycles ended by a removal
 
     def now_s(self) -> float:
         return time.monotonic() - self.started
@@ -115,8 +119,8 @@ class Driver:
         if event.kind == "kill":
             self._kill(event)
             return
-        if event.kind == "deploy":  # the same point of every churn cycle: a quiet sample
-            self.sample(quiet=True)
+        if event.kind == "deploy":  # the same point of every churn cycle after the first
+            self.sample(quiet=self.cycles_done > 0)
         deployment = {
             "service": CHURN,
             "image": CHURN_IMAGE,
@@ -134,6 +138,8 @@ class Driver:
             status = _call(self.gw, "POST", f"/system/scale-function/{CHURN}", body)
         if status != 202:
             self.failed_events.append(f"{event.kind} at {event.at_s:.0f} s: {status}")
+        if event.kind == "remove":
+            self.cycles_done += 1
         if event.kind != "remove":
             for _ in range(CHURN_CALLS):
                 answer = _call(self.gw, "POST", f"/function/{CHURN}", CIFAR_BODY)
@@ -215,12 +221,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if load.poll() is None:
             load.kill()
         _, stderr = load.communicate()
-        driver.sample(quiet=True)  # the churn function is removed by the end
+        driver.sample(quiet=driver.cycles_done > 0)  # the churn function is removed by the end
         if load.returncode != 0:
             raise RuntimeError(f"loadgen failed: {stderr.decode(errors='replace')[-2000:]}")
     outcomes = load_outcomes(work / "load") + driver.churn_statuses
     windows = window_counts(outcomes, args.window_s)
     plot = plot_soak(work / "soak.png", driver.samples, windows, events)
+    samples_json = json.dumps([asdict(s) for s in driver.samples], indent=1)
+    (work / "samples.json").write_text(samples_json, encoding="utf-8")
     return summarize(args, driver.samples, outcomes, driver, plot)
 
 
