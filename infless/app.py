@@ -23,11 +23,13 @@ from infless.cluster.gpus import GpuInventory, inventory_for
 from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
+from infless.control.failed import FailedDeployments
 from infless.control.frontend import FunctionFrontend, LoopLagProbe
 from infless.control.functions import DeployedFunction
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
+from infless.control.readiness import Readiness
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.control.service import FunctionService
 from infless.control.structures import StructureCache
@@ -88,6 +90,7 @@ class Platform:
     packages: PackageStore
     modelless: ModellessService
     variant_store: VariantStore
+    readiness: Readiness
     gpu: GpuSide | None = None  # this machine's GPU layer, monitor and MPS, when it has GPUs
     cluster: ClusterBackend | None = None  # set at startup when [cluster] asks for one
 
@@ -98,6 +101,7 @@ class Platform:
             self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
             gpus=None if gpu is None else gpu.monitor,
             gpu_sharing=tuple if gpu is None else gpu.mps.all, clock=self.clock,
+            readiness=self.readiness,
         )  # fmt: skip
 
 
@@ -238,7 +242,8 @@ def build_platform(
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     packages = PackageStore(config.model_repository)
     resolver = PackageResolver(config.model_repository, packages=packages)
-    functions = FunctionService(clock, registry, pool, resolver, secrets)
+    failed: FailedDeployments = {}  # functions whose package could not be had
+    functions = FunctionService(clock, registry, pool, resolver, secrets, failed)
     variant_store = VariantStore(state_dir / REGISTRY_FILE)
     modelless = ModellessService(
         config, clock, variant_store, catalog, functions, resolver, pool.functions,
@@ -249,13 +254,13 @@ def build_platform(
     gateway = config.gateway
     frontend = FunctionFrontend(
         pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes,
-        catalog,
+        catalog, failed,
     )  # fmt: skip
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
         logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
-        modelless, variant_store, gpu,
+        modelless, variant_store, Readiness(pool.functions, failed), gpu,
     )  # fmt: skip
 
 
@@ -283,7 +288,8 @@ def create_app(
             platform.gpu.monitor.start()
         if config.cluster.enabled:
             platform.cluster = await attach_cluster(config, platform.pool)
-        await platform.functions.restore(list(config.functions))
+        started = await platform.functions.restore(list(config.functions))
+        platform.readiness.started(started)  # ready once each of them settled
         platform.modelless.restore()
         for ticker in platform.tickers:
             ticker.start()

@@ -41,6 +41,12 @@ class InvalidDeployment(BadRequest):
     code = "invalid_deployment"
 
 
+class BadContentEncoding(BadRequest):
+    """A body that is not what its `Content-Encoding` says (not gzip, truncated)."""
+
+    code = "bad_content_encoding"
+
+
 class UnknownModel(BadRequest):
     code = "unknown_model"
 
@@ -152,6 +158,14 @@ class TooManyViewers(InflessError):
 
     status = 503
     code = "too_many_viewers"
+
+
+class FunctionFailed(InflessError):
+    """A function that could not be deployed (its image or package is missing or broken):
+    it stays listed as `failed` with the reason until it is redeployed or removed."""
+
+    status = 503
+    code = "function_failed"
 
 
 class ConfigError(Exception):

@@ -95,6 +95,7 @@ async def _run(config: Config, claim: StateClaim) -> int:
 
     from infless.app import AUTH_KEY, PLATFORM_KEY, Platform, create_app
     from infless.gateway.connections import ConnectionLimits
+    from infless.gateway.http1 import UPSTREAM_SETTINGS
     from infless.gateway.invoke import Invoker
     from infless.gateway.listener import FastPath, FastPathConfig
     from infless.statedir import PRIVATE_DIR_PREFIX
@@ -107,7 +108,8 @@ async def _run(config: Config, claim: StateClaim) -> int:
             config.gateway.host,
         )
     app = create_app(config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # aiohttp's own limits are wider than the listening socket's: it refuses first, in JSON
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **UPSTREAM_SETTINGS)
     await runner.setup()
     # the application listens on an internal socket; the listening one is the fast path's,
     # which answers invokes itself and passes every other request on (`gateway.fastpath`)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from infless.clock import Clock
+from infless.control.failed import FailedDeployment
 from infless.control.functions import DeployedFunction
 from infless.dataplane.latency import LoopLag
 from infless.dataplane.request import Outcome, Pending, Sample
@@ -77,8 +78,10 @@ class FunctionFrontend:
         timeout_s: float,
         max_body_bytes: int,
         catalog: ModellessCatalog | None = None,
+        failed: Mapping[str, FailedDeployment] | None = None,
     ) -> None:
         self._functions = functions
+        self._failed = failed if failed is not None else {}
         self._catalog = catalog if catalog is not None else ModellessCatalog()
         self._clock = clock
         self._observer = observer
@@ -87,7 +90,8 @@ class FunctionFrontend:
         self.loop_lag = LoopLag()  # fed by `LoopLagProbe`
 
     def find(self, name: str) -> DeployedFunction:
-        """`name` or OpenFaaS's `name.namespace` -> the deployed function, else 404."""
+        """`name` or OpenFaaS's `name.namespace` -> the deployed function, else 404 (503
+        naming the reason for a function that failed to deploy)."""
         function = self._functions.get(name)
         if function is not None:
             return function
@@ -95,9 +99,22 @@ class FunctionFrontend:
         function = self._functions.get(base)
         if base and function is not None and function.spec.namespace == namespace:
             return function
+        failed = self.failed(name)
+        if failed is not None:
+            raise failed.refusal()
         raise FunctionNotFound(
             f"function {name!r} is not deployed; GET /system/functions lists them"
         )
+
+    def failed(self, name: str) -> FailedDeployment | None:
+        """The failed deployment `name` (or `name.namespace`) names, if it is one."""
+        failed = self._failed.get(name)
+        if failed is None:
+            base, _, namespace = name.rpartition(".")
+            failed = self._failed.get(base)
+            if failed is None or failed.spec.namespace != namespace:
+                return None
+        return failed
 
     def open(self, name: str) -> Call:
         """A call begins; `bind` it to its function (which may raise 404) before decoding."""

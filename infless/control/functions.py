@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from infless.dataplane.activity import FunctionActivity
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.policy import powers_of_two_up_to
 from infless.dataplane.router import FunctionRouter
+from infless.dataplane.starting import START_WINDOW, predicted_start_s
 from infless.models.package import NO_TRANSFORM, PackageManifest
 from infless.scaling.view import StartInstance
 from infless.types import FunctionSpec, InstanceConfig, TensorSpec
@@ -45,10 +47,18 @@ class StartHealth:
     failures: int = 0  # consecutive failed starts (0 after a success)
     last_error: str | None = None
     retry_at_s: float = 0.0  # no new start before this (backoff after failures)
+    recent_starts_s: deque[float] = field(default_factory=lambda: deque(maxlen=START_WINDOW))
 
     def started(self, took_s: float) -> None:
         self.failures = 0
         self.last_start_s = took_s
+        self.recent_starts_s.append(took_s)
+
+    def expected_ready_s(self, started_at_s: float) -> float | None:
+        """When an instance that began starting at `started_at_s` should be ready, from the
+        recent starts measured (`dataplane.starting`); None while none was measured."""
+        took_s = predicted_start_s(list(self.recent_starts_s))
+        return None if took_s is None else started_at_s + took_s
 
     def failed(self, error: str, now_s: float) -> float:
         """A start failed: the backoff before the next one (0.5 s doubling, 30 s at most)."""

@@ -64,6 +64,8 @@ class InstanceRegistry:
             server_id=server.server_id,
             gpu_index=entry.gpu_index if entry.config.gpu_pct > 0 else None,
         )
+        # what admission may count on while it starts (`dataplane.starting`)
+        instance.expected_ready_s = function.health.expected_ready_s(instance.started_at_s)
         order = function.boot_order(
             worker_id, entry.instance_id, entry.config, cores,
             on_death=lambda: on_death(instance), gpu_index=entry.gpu_index,

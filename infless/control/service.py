@@ -3,7 +3,9 @@
 The one place where a deployment becomes durable (SQLite) and live (worker pool). Before
 that, a deployment's secrets must exist and this server must be able to give its workers
 what it asks for (a memory limit, private secret files): else a 400 that says why. On start
-it restores what the registry holds, then deploys the config's functions that are missing.
+it restores what the registry holds, then deploys the config's functions that are missing;
+one whose image or package is missing or broken is recorded as failed with its reason
+(`control.failed`) and the others serve. Deploying it again, or removing it, clears that.
 A manual scale is a person's write of the desired state (`control.desired.scaled`): the
 function is manual from then on, and the autoscaler leaves it alone.
 """
@@ -18,8 +20,9 @@ from functools import partial
 from infless.clock import Clock
 from infless.config import FunctionConfig
 from infless.control import desired
+from infless.control.failed import FailedDeployment, FailedDeployments
 from infless.control.pool import WorkerPool
-from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
+from infless.errors import FunctionExists, FunctionNotFound, InflessError, InvalidDeployment
 from infless.models.resolver import PackageResolver
 from infless.registry.deployment import parse_deployment
 from infless.registry.secrets import SecretStore
@@ -41,12 +44,14 @@ class FunctionService:
         pool: WorkerPool,
         resolver: PackageResolver,
         secrets: SecretStore | None = None,
+        failed: FailedDeployments | None = None,
     ) -> None:
         self._clock = clock
         self._registry = registry
         self._pool = pool
         self._resolver = resolver
         self._secrets = secrets
+        self.failed = failed if failed is not None else {}  # what could not be deployed
 
     async def create(self, body: object) -> FunctionSpec:
         spec = parse_deployment(body, rfc3339(self._clock.wall()))
@@ -61,12 +66,16 @@ class FunctionService:
     async def update(self, body: object) -> FunctionSpec:
         spec = parse_deployment(body, rfc3339(self._clock.wall()))
         old = self._registry.get(spec.name)
+        failed = self.failed.get(spec.name)
+        if old is None and failed is not None:
+            old = failed.spec  # deployed again with a fix
         if old is None:
             raise FunctionNotFound(f"function {spec.name!r} does not exist; create it with POST")
         await self._check_runtime(spec)
         spec = replace(spec, created_at=old.created_at or spec.created_at)
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
+        self.failed.pop(spec.name, None)
         await self._pool.redeploy(spec, package_dir, manifest)
         return spec
 
@@ -75,6 +84,7 @@ class FunctionService:
         redeploy it when it exists."""
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
+        self.failed.pop(spec.name, None)
         await self._pool.redeploy(spec, package_dir, manifest)
 
     async def _check_runtime(self, spec: FunctionSpec) -> None:
@@ -102,10 +112,12 @@ class FunctionService:
     async def _activate(self, spec: FunctionSpec) -> None:
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
+        self.failed.pop(spec.name, None)
         self._pool.deploy(spec, package_dir, manifest)
 
     async def remove(self, name: str) -> None:
         known = self._registry.delete(name)
+        known = self.failed.pop(name, None) is not None or known
         try:
             await self._pool.remove(name)
         except FunctionNotFound:
@@ -127,17 +139,21 @@ class FunctionService:
         self._pool.change(name, partial(desired.scaled, count=instances))
         return spec
 
-    async def restore(self, defaults: list[FunctionConfig]) -> None:
-        """Bring back every registered function, then deploy config functions not yet known."""
+    async def restore(self, defaults: list[FunctionConfig]) -> list[str]:
+        """Bring back every registered function, then deploy config functions not yet known;
+        those whose package cannot be had are recorded as failed (one broken package must
+        not keep the others down). Returns the names of all of them, failed or not."""
+        names = []
         for spec in self._registry.all():
+            names.append(spec.name)
             try:
                 package_dir, manifest = await self._resolver.resolve(spec.image)
-            except Exception:  # one broken package must not keep the others down
-                log.exception("cannot restore function %s (image %s)", spec.name, spec.image)
+            except Exception as exc:
+                self._failed_to_deploy(spec, exc)
                 continue
             self._pool.deploy(spec, package_dir, manifest)
         for fn in defaults:
-            if fn.name in self._pool.functions:
+            if fn.name in self._pool.functions or fn.name in self.failed:
                 continue
             spec = FunctionSpec(
                 name=fn.name,
@@ -152,4 +168,18 @@ class FunctionService:
                 tenant=fn.tenant,
                 gpu_pct=fn.gpu_pct,
             )
-            await self._activate(spec)
+            names.append(spec.name)
+            try:
+                await self._activate(spec)
+            except Exception as exc:
+                self._failed_to_deploy(spec, exc)
+        return names
+
+    def _failed_to_deploy(self, spec: FunctionSpec, exc: Exception) -> None:
+        if isinstance(exc, InflessError):
+            error = exc.message
+            log.error("function %s failed to deploy: %s", spec.name, error)
+        else:  # not a known refusal: the traceback goes to the log
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("function %s failed to deploy (image %s)", spec.name, spec.image)
+        self.failed[spec.name] = FailedDeployment(spec, error)

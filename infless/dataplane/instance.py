@@ -135,6 +135,11 @@ class Instance:
         self._dispatched_s = 0.0
         self._retune: Retune | None = None
         self.model: ExecModel | None = None  # service times at their tail, once ready
+        # while starting: when it should be ready (the pool, from the function's measured
+        # starts) and the service times of an instance like it (the router): what admission
+        # may count on (`dataplane.starting`); None: unknown, nothing is counted
+        self.expected_ready_s: float | None = None
+        self.expected_model: ExecModel | None = None
 
     @property
     def pid(self) -> int:

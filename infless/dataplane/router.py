@@ -5,11 +5,14 @@ arrival plus a budget, see `control.frontend`). The rate-share dispatcher propos
 instance; the request joins it when that instance's predicted finish (the batch in flight
 at its tail, the full batches queued ahead at their mean service time, its own batch at its
 tail) meets the deadline — or when it is idle: nothing would serve it sooner — else the
-instance that would finish it first, if that one meets it (or is idle); else it is refused
-at once (429) with a Retry-After from the predicted drain — work that cannot finish
-in time is never queued. The router holds requests in a bounded waiting room while the
-function has no ready instance (a cold start, which it asks the pool to begin), and retries
-requests orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
+instance that would finish it first, if that one meets it (or is idle); else it waits for
+an instance that is starting (a dead worker's replacement, a scale-out), if that one,
+ready when the function's measured starts say, would serve it by its deadline
+(`dataplane.starting`); else it is refused at once (429) with a Retry-After from the
+predicted drain — work that cannot finish in time is never queued. The router holds
+requests in a bounded waiting room while the function has no ready instance (a cold start,
+which it asks the pool to begin) or they wait for a starting one, and retries requests
+orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from collections.abc import Callable
 from infless.clock import Clock
 from infless.dataplane.dispatcher import RateShareDispatcher
 from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.latency import ExecModel
 from infless.dataplane.queue import QueueClosed, QueueFull
 from infless.dataplane.request import Pending, Sample
+from infless.dataplane.starting import Expected, finish_after_start_s
 from infless.errors import Overloaded, WorkerUnavailable
 
 MAX_ATTEMPTS = 2  # the first try and one retry after a worker died
+KEPT_MODELS = 16  # service times of removed instances kept for their replacements
 
 
 class FunctionRouter:
@@ -50,6 +56,7 @@ class FunctionRouter:
         self.arrivals = 0  # samples submitted ever, admitted or not: the demand (only grows)
         self.rejected = 0  # samples refused for lack of capacity (429), ever
         self.start_error: str | None = None  # the last start failed (cleared by a ready one)
+        self._models: dict[str, ExecModel] = {}  # by instance id: removed ones' service times
 
     # -- the request path ---------------------------------------------------------------
     def submit(self, inputs: Sample, budget_s: float = math.inf) -> Pending:
@@ -92,12 +99,15 @@ class FunctionRouter:
     def check_room(self, budget_s: float) -> None:
         """Refuse (Overloaded, 429) a request that no ready instance could serve within
         `budget_s` even if it were the only one left — before its body is decoded, so that
-        an overload costs as little as it can. With no ready instance it may wait (cold)."""
+        an overload costs as little as it can. With no ready instance it may wait (cold), and
+        so it may when an instance that is starting would serve it in time."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
         if not ready or any(i.idle for i in ready):
             return
         finish_s = min(i.finish_by_s(now) for i in ready)
+        if finish_s > now + budget_s:
+            finish_s = min(finish_s, self._after_start_s(now))  # or wait for a start
         if finish_s > now + budget_s:
             self.arrivals += 1
             self.rejected += 1
@@ -123,14 +133,32 @@ class FunctionRouter:
                 return
         ready = [i for i in self.instances if i.state is InstanceState.READY]
         if ready:
+            after_start_s = self._after_start_s(now)
+            if after_start_s <= deadline_s and after_start_s < math.inf:  # served in time
+                self._wait_for_instance(pending)
+                return
             self.rejected += 1
-            drain_s = min(i.finish_by_s(now) for i in ready) - deadline_s
+            finish_s = min(after_start_s, *(i.finish_by_s(now) for i in ready))
             raise Overloaded(
                 f"function {self.name!r} is at capacity: no instance can answer within its "
                 "latency target",
-                retry_after_s=max(1.0, drain_s),
+                retry_after_s=max(1.0, finish_s - deadline_s),
             )
         self._wait_for_instance(pending)
+
+    def _after_start_s(self, now: float) -> float:
+        """When a request waiting now would be served by the first instance that is
+        starting with a known expected start (all waiting requests ahead of it); inf: none."""
+        first: Expected | None = None
+        for instance in self.instances:
+            ready_at_s, model = instance.expected_ready_s, instance.expected_model
+            if instance.state is not InstanceState.STARTING or ready_at_s is None:
+                continue
+            if model is not None and (first is None or ready_at_s < first.ready_at_s):
+                first = Expected(ready_at_s, model, instance.config.batch_size)
+        if first is None:
+            return math.inf
+        return finish_after_start_s(first, now, len(self._waiting))
 
     def _wait_for_instance(self, pending: Pending, *, admitted: bool = False) -> None:
         if not admitted and len(self._waiting) >= self._waiting_capacity:
@@ -162,7 +190,22 @@ class FunctionRouter:
 
     # -- instance lifecycle ------------------------------------------------------------
     def add(self, instance: Instance) -> None:
+        """A new (starting) instance: it expects the service times its predecessor (a
+        removed instance of the same id) measured, else those of a ready one of its shape."""
         self.instances.append(instance)
+        model = self._models.pop(instance.instance_id, None)
+        if model is None:
+            model = next(
+                (
+                    i.model
+                    for i in self.instances
+                    if i.state is InstanceState.READY
+                    and i.config.cpus == instance.config.cpus
+                    and i.config.gpu_pct == instance.config.gpu_pct
+                ),
+                None,
+            )
+        instance.expected_model = model
 
     def instance_ready(self, instance: Instance) -> None:
         """Move every waiting request (all already admitted) into the ready queues."""
@@ -178,11 +221,28 @@ class FunctionRouter:
         if instance in self.instances:
             self.instances.remove(instance)
         self._dispatcher.forget(instance.instance_id)
+        if instance.model is not None:  # its replacement (same id) starts from these
+            self._models.pop(instance.instance_id, None)
+            self._models[instance.instance_id] = instance.model
+            while len(self._models) > KEPT_MODELS:
+                del self._models[next(iter(self._models))]
+        self._release_waiting()
+
+    def _release_waiting(self) -> None:
+        """Requests that waited for a start that will not come (it failed or was cancelled)
+        go to the ready instances, if any (they were admitted: never dropped)."""
+        if not self._waiting or any(i.state is InstanceState.STARTING for i in self.instances):
+            return
+        if self.ready_count:
+            waiting, self._waiting = list(self._waiting), deque()
+            for pending in waiting:
+                self._reroute(pending)
 
     def start_failed(self, error: str) -> None:
         """No instance could start: every waiting request gets a 503 now, not a timeout,
         and so does every new one until an instance is starting or ready again."""
         self.start_error = error
+        self._release_waiting()
         if any(i.state in (InstanceState.READY, InstanceState.STARTING) for i in self.instances):
             return
         failure = WorkerUnavailable(

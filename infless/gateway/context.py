@@ -16,6 +16,7 @@ from infless.control.frontend import FunctionFrontend
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
+from infless.control.readiness import Readiness
 from infless.control.service import FunctionService
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
@@ -40,3 +41,4 @@ class GatewayContext:
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
     clock: Clock = field(default_factory=RealClock)  # the live board's interval
+    readiness: Readiness | None = None  # /readyz, /v2/health/ready (None: ready once serving)

@@ -4,17 +4,18 @@ path, everything else passed to the aiohttp application.
 aiohttp costs tens of microseconds of CPU per request before a handler runs (its protocol,
 request and response objects, routing, middlewares) — as much again as infless's own work
 on an invoke. So the listening socket speaks HTTP/1.1 itself, with `httptools` (the C parser
-aiohttp's client and uvicorn use): `POST /function/{name}` is parsed, authenticated (the
-invoke token, when set), answered by `gateway.invoke.Invoker` and written as one buffer.
-Any other request — management routes, metrics, the Open Inference Protocol, other
-methods, a `/function/{name}/...` sub-path — is forwarded to the aiohttp application on an
-internal unix socket with `Connection: close`, and its response piped back as it comes
-(streamed responses and protocol upgrades included), so those routes behave exactly as
-aiohttp serves them. Keep-alive and pipelining are honoured (answers in request order),
-`Expect: 100-continue` is answered, a body over `gateway.max_body_bytes` gets 413, a head
-over `MAX_HEAD_BYTES` 431 and a malformed request 400, each as JSON; the connection closes
-after an error it cannot resync. A connection reports its phase (reading, owed an answer,
-idle) to the listener's table (`gateway.connections`), which bounds them: a request
+aiohttp's client and uvicorn use; reading and its limits are `gateway.reader`'s):
+`POST /function/{name}` is parsed, authenticated (the invoke token, when set), its
+`Content-Encoding` undone (`gateway.encoding`), answered by `gateway.invoke.Invoker` and
+written as one buffer. Any other request — management routes, metrics, the Open Inference
+Protocol, other methods, a `/function/{name}/...` sub-path — is forwarded to the aiohttp
+application on an internal unix socket with `Connection: close`, and its response piped
+back as it comes (streamed responses and protocol upgrades included), so those routes
+behave exactly as aiohttp serves them. Keep-alive and pipelining are honoured (answers in
+request order), `Expect: 100-continue` is answered; a request that cannot be read
+(malformed, over a limit, a body too large) is answered as JSON in its turn, then the
+connection closes. A connection reports its phase (reading, owed an answer, idle) to the
+listener's table (`gateway.connections`), which bounds them: a request
 arriving too slowly gets 408, an idle connection is closed, at the limit a new one takes
 an idle one's place. Once the gateway drains (SIGTERM), what is in flight is answered and
 every request not yet begun gets 503 `draining`. The listening socket as a whole (the
@@ -25,26 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
-import httptools
-
 from infless.dataplane.request import Outcome
-from infless.errors import PayloadTooLarge, Unauthorized
+from infless.errors import InflessError, Unauthorized
 from infless.gateway.auth import REALM, invoke_allowed
+from infless.gateway.encoding import decode_body
 from infless.gateway.forwarding import Forwarding
 from infless.gateway.http1 import (
     DRAINING,
-    MAX_HEAD_BYTES,
     TOO_MANY_CONNECTIONS,
-    LowerHeaders,
     Request,
     encode_answer,
     json_error,
 )
 from infless.gateway.invoke import Answer, Started, error_answer
+from infless.gateway.reader import RequestReader
 
 if TYPE_CHECKING:
     from infless.gateway.listener import FastPath
@@ -55,23 +53,15 @@ INVOKE_PREFIX = b"/function/"
 MAX_PIPELINED = 64  # requests parsed ahead of their answers before reading pauses
 
 
-def _head_too_large() -> None:
-    message = f"the request line and headers exceed {MAX_HEAD_BYTES} bytes"
-    raise httptools.HttpParserError(message)  # answered 431 by data_received
-
-
-class Connection(Forwarding, asyncio.Protocol):
-    """One client connection: parse, answer invokes in order, forward the rest."""
+class Connection(Forwarding, RequestReader):
+    """One client connection: answer the requests read (`RequestReader`) in order —
+    invokes here, the rest forwarded."""
 
     def __init__(self, server: FastPath) -> None:
+        super().__init__(server.config.max_body_bytes)
         self._server = server
-        self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
-        self._current: Request | None = None
-        self._url = bytearray()
-        self._head_bytes = 0
         self._begun_s = 0.0  # when the request being read began
-        self._queue: deque[Request] = deque()
         self._worker: asyncio.Task[None] | None = None  # a forwarded request, or an upgrade
         self._started: Started | None = None  # the invoke being answered
         self._started_s = 0.0
@@ -117,56 +107,18 @@ class Connection(Forwarding, asyncio.Protocol):
         if self._held is not None:  # an upgrade is being forwarded: hold them until spliced
             self._held += data
             return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade as upgrade:
-            self._upgrade(data[upgrade.args[0] :] if upgrade.args else b"")
-        except httptools.HttpParserError as exc:
-            if self._head_bytes > MAX_HEAD_BYTES:
-                self._fail(json_error(431, f"{exc}; send less", "headers_too_large"))
-            else:
-                self._fail(json_error(400, f"malformed HTTP request: {exc}", "bad_request"))
+        self.feed(data)
 
-    # -- httptools callbacks -------------------------------------------------------------
+    # -- what the reader hands over -------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._url = bytearray()
-        self._head_bytes = 0
-        self._current = Request(b"", b"", LowerHeaders(), [])
+        super().on_message_begin()
         self._begun_s = self._server.clock.now()
         if not self._queue and not self._busy():  # else: when its predecessors are answered
             self._server.table.reading(self, self._begun_s)
 
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-        self._head_bytes += len(url)
-        if self._head_bytes > MAX_HEAD_BYTES:
-            _head_too_large()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value)
-        if self._head_bytes > MAX_HEAD_BYTES:
-            _head_too_large()
-        request = self._current
-        assert request is not None
-        request.raw_headers.append((name, value))
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        request.headers[key] = f"{request.headers[key]}, {text}" if key in request.headers else text
-
-    def on_headers_complete(self) -> None:
-        request = self._current
-        assert request is not None
-        request.method = self._parser.get_method()
-        request.url = bytes(self._url)
-        request.version = self._parser.get_http_version()
-        length = request.headers.get("content-length")
-        if (
-            length is not None
-            and length.isdigit()
-            and int(length) > self._server.config.max_body_bytes
-        ):
-            request.too_large = True
-            return
+    def _head_read(self, request: Request) -> None:
+        """An invoke may be refused at its headers (its body is then never read); an
+        `Expect: 100-continue` is answered unless it is."""
         name = self._invoke_name(request)
         if name is not None and self._authorized(request.headers):
             request.refused = self._server.refusal(name, request.keep_alive_guess())
@@ -176,23 +128,8 @@ class Connection(Forwarding, asyncio.Protocol):
             assert self._transport is not None
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
-    def on_body(self, body: bytes) -> None:
-        request = self._current
-        assert request is not None
-        if request.too_large or request.refused is not None:
-            return
-        request.body += body
-        if len(request.body) > self._server.config.max_body_bytes:
-            request.too_large = True
-            request.body = bytearray()
-
-    def on_message_complete(self) -> None:
-        request = self._current
-        assert request is not None
-        request.keep_alive = self._parser.should_keep_alive()
-        self._current = None
+    def _queued(self) -> None:
         self._server.table.owed(self)
-        self._queue.append(request)
         if len(self._queue) >= MAX_PIPELINED and self._transport is not None:
             self._transport.pause_reading()
             self._paused = True
@@ -210,8 +147,9 @@ class Connection(Forwarding, asyncio.Protocol):
             if self._paused and self._transport is not None:
                 self._transport.resume_reading()
                 self._paused = False
-            if self._server.draining:  # not begun: refused, and the connection closes
-                self._write(DRAINING, False)
+            last = self._last_answer(request)
+            if last is not None:  # the connection ends with it
+                self._write(last, False)
                 return
             name = self._invoke_name(request)
             if name is None:
@@ -221,16 +159,16 @@ class Connection(Forwarding, asyncio.Protocol):
                 if not self._write_raw(request.refused, request.keep_alive):
                     return
                 continue
-            answer = self._refusal(request)
-            if answer is None:
-                started = self._server.invoker.start(name, request.headers, bytes(request.body))
+            body = self._body(request)
+            if isinstance(body, bytes):
+                started = self._server.invoker.start(name, request.headers, body)
                 if isinstance(started, Started):
                     self._started, self._keep_alive = started, request.keep_alive
                     self._started_s = self._server.clock.now()
                     started.pending.future.add_done_callback(self._done)
                     return
-                answer = started
-            if not self._write(answer, request.keep_alive and not request.too_large):
+                body = started
+            if not self._write(body, request.keep_alive):
                 return
         if not self._queue and not self._busy():  # owed nothing: idle, or reading the next
             if self._current is None:
@@ -238,16 +176,27 @@ class Connection(Forwarding, asyncio.Protocol):
             else:
                 self._server.table.reading(self, self._begun_s)
 
-    def _refusal(self, request: Request) -> Answer | None:
-        """A body too large (413) or a missing invoke token (401), before anything else."""
-        if request.too_large:
-            limit = self._server.config.max_body_bytes
-            return error_answer(PayloadTooLarge(f"body exceeds gateway.max_body_bytes = {limit}"))
+    def _last_answer(self, request: Request) -> Answer | None:
+        """What ends the connection instead of serving `request`: 503 `draining` when the
+        gateway drains (the request had not begun), or why it could not be read."""
+        return DRAINING if self._server.draining else request.error
+
+    def _body(self, request: Request) -> bytes | Answer:
+        """An invoke's body, decoded (`Content-Encoding`), or why it is refused first: a
+        missing invoke token (401), a body that is not what its encoding says (400, 413,
+        415)."""
         if not self._authorized(request.headers):
             answer = error_answer(Unauthorized("invalid credentials"))
             answer.headers["WWW-Authenticate"] = f"Bearer {REALM}"
             return answer
-        return None
+        body = bytes(request.body)
+        encoding = request.headers.get("content-encoding")
+        if encoding is None:
+            return body
+        try:
+            return decode_body(encoding, body, self._max_body_bytes)
+        except InflessError as error:
+            return error_answer(error)
 
     def _done(self, future: asyncio.Future[Outcome]) -> None:
         """The invoke's sample is done: its answer goes out, then the next request."""
@@ -306,7 +255,7 @@ class Connection(Forwarding, asyncio.Protocol):
         """A protocol upgrade (WebSocket): forward it, then splice the two sockets."""
         request = self._current
         if request is None:
-            self._fail(json_error(400, "malformed upgrade request", "bad_request"))
+            self._broken(json_error(400, "malformed upgrade request", "bad_request"))
             return
         request.method = self._parser.get_method()
         request.url = bytes(self._url)

@@ -1,8 +1,9 @@
 """Requests the listening socket does not answer itself, passed on to the aiohttp
 application on its private unix socket, the response piped back as it streams (and a
 protocol upgrade spliced both ways). A mixin of `gateway.fastpath.Connection`, whose
-state it shares; it answers 413 for a body over the limit and 503 when the application's
-socket is gone (the gateway is stopping). Gateway side: never imports torch.
+state it shares (a body over the limit never gets here: `gateway.reader` answers 413); it
+answers 503 when the application's socket is gone (the gateway is stopping). Gateway side:
+never imports torch.
 """
 
 from __future__ import annotations
@@ -33,17 +34,6 @@ class Forwarding:
         """Pass the request to the aiohttp application and pipe its response back."""
         transport = self._transport
         assert transport is not None
-        if request.too_large:
-            limit = self._server.config.max_body_bytes
-            transport.write(
-                encode_answer(
-                    json_error(
-                        413, f"body exceeds gateway.max_body_bytes = {limit}", "payload_too_large"
-                    ),
-                    False,
-                )
-            )
-            return False
         try:
             reader, writer = await asyncio.open_unix_connection(self._server.config.upstream)
         except OSError as exc:

@@ -1,18 +1,48 @@
 """HTTP/1.1 on the wire, as the gateway's listening socket speaks it (`gateway.fastpath`):
-a parsed request, headers read case-insensitively, an answer as response bytes, and the
-head of a request forwarded to the aiohttp application. Pure: no I/O.
+a parsed request, headers read case-insensitively, the limits on a request's head, an
+answer as response bytes, and the head of a request forwarded to the aiohttp application.
+Pure: no I/O.
+
+The listening socket enforces the limits (414, 431, as JSON) before aiohttp sees a request;
+aiohttp is given wider ones (`UPSTREAM_SETTINGS`), so that its own plain-text refusals never
+reach a client.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import TypedDict
 
 import orjson
 
 from infless.gateway.invoke import JSON, Answer
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
+
+MAX_TARGET_BYTES = 8190  # the request target (aiohttp's own default line limit)
+MAX_FIELD_BYTES = 8190  # one header, name and value
+MAX_HEADERS = 100  # header lines in one request
+MAX_HEAD_BYTES = 64 * 1024  # the whole head, request line and headers
+
+
+class UpstreamSettings(TypedDict):
+    """What aiohttp is told: limits wider than the above, with room for the headers
+    forwarding adds; no lingering over a body its route did not read (a forwarded body is
+    whole, and one aiohttp cannot decode would be read again only to log an error)."""
+
+    max_line_size: int
+    max_field_size: int
+    max_headers: int
+    lingering_time: float
+
+
+UPSTREAM_SETTINGS = UpstreamSettings(
+    max_line_size=2 * MAX_TARGET_BYTES,
+    max_field_size=2 * MAX_FIELD_BYTES,
+    max_headers=MAX_HEADERS + 16,
+    lingering_time=0.0,
+)
 
 
 class LowerHeaders(dict[str, str]):
@@ -34,8 +64,8 @@ class Request:
     body: bytearray = field(default_factory=bytearray)
     keep_alive: bool = True
     version: str = "1.1"
-    too_large: bool = False
     refused: bytes | None = None  # a 429 decided before its body was read
+    error: Answer | None = None  # it could not be read: this answers it, then the end
 
     def keep_alive_guess(self) -> bool:
         """Keep-alive as the headers say (the parser's own answer comes with the body)."""
@@ -64,7 +94,6 @@ def json_error(status: int, message: str, code: str) -> Answer:
     return Answer(status, orjson.dumps({"error": message, "code": code}), JSON, {})
 
 
-MAX_HEAD_BYTES = 64 * 1024  # a request line and headers longer than this get 431
 DRAINING = json_error(
     503,
     "the gateway is shutting down and accepts no new requests; retry on another gateway, "
@@ -78,6 +107,37 @@ TOO_MANY_CONNECTIONS = json_error(
 TOO_MANY_CONNECTIONS.headers["Retry-After"] = "1"
 
 
+def target_too_long(length: int) -> Answer:
+    return json_error(
+        414,
+        f"the request target is {length} bytes or more, over the limit of {MAX_TARGET_BYTES}; "
+        "send long inputs in the body",
+        "uri_too_long",
+    )
+
+
+def header_too_large(name: bytes, length: int) -> Answer:
+    field = name[:64].decode("latin-1")
+    return json_error(
+        431,
+        f"header {field!r} is {length} bytes, over the limit of {MAX_FIELD_BYTES}; "
+        "send large values in the body",
+        "header_too_large",
+    )
+
+
+def too_many_headers() -> Answer:
+    return json_error(431, f"more than {MAX_HEADERS} header lines; send fewer", "too_many_headers")
+
+
+def head_too_large() -> Answer:
+    return json_error(
+        431,
+        f"the request's head exceeds {MAX_HEAD_BYTES} bytes; send large values in the body",
+        "header_too_large",
+    )
+
+
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
 
 
@@ -85,6 +145,9 @@ def forwarded_head(request: Request, upgrade: bool) -> bytes:
     """The request line and headers sent on to aiohttp: its own body length, and one
     request per connection (an upgrade keeps its Connection header)."""
     lines = [b"%s %s HTTP/%s\r\n" % (request.method, request.url, request.version.encode())]
+    if not any(name.lower() == b"host" for name, _ in request.raw_headers):
+        # aiohttp refuses HTTP/1.1 without one, in plain text; invokes need none either
+        lines.append(b"Host: localhost\r\n")
     for name, value in request.raw_headers:
         lower = name.lower()
         if lower in _HOP_BY_HOP and not (upgrade and lower == b"connection"):

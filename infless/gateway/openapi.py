@@ -55,8 +55,9 @@ ERRORS = {
     "package's requirements are not installed",
     429: "Every instance queue is full (Retry-After)",
     500: "The model raised on this batch",
-    503: "No instance can serve: starting failed, the worker died twice, or not ready "
-    "(Retry-After); /ui/events: ui.max_viewers pages are open",
+    503: "No instance can serve: starting failed, the worker died twice, not ready "
+    "(Retry-After), or the function failed to deploy (function_failed); /ui/events: "
+    "ui.max_viewers pages are open",
     504: "No answer within gateway.request_timeout_s",
 }
 # Who may call: "" open, "management" basic auth when on, "invoke" bearer token when set.
@@ -166,6 +167,7 @@ _EVENTS = {"text/event-stream": {"schema": STR}}
 _BOARD = "The live board: servers, instances and each function's SLO (a page)"
 _ASSETS = "The board's script and styles"
 _STREAM = "Server-sent events: the series so far, then one snapshot per ui.interval_s"
+_READINESS = _j(obj(ready=BOOL, starting=arr(STR), failed=obj()))
 
 ROUTES: list[Route] = [
     Route("get", "/ui", _BOARD, 200, _PAGE, (401,), "management"),
@@ -173,7 +175,8 @@ ROUTES: list[Route] = [
     Route("get", "/ui/static/{name}", _ASSETS, 200, _ASSET, (401, 404), "management"),
     Route("get", "/ui/events", _STREAM, 200, _EVENTS, (401, 503), "management"),
     _mg("get", "/ui/function/{name}", "A function's detail on the board", 200, obj(), 404),
-    Route("get", "/healthz", "Gateway health: OK", 200, {"text/plain": {"schema": STR}}),
+    Route("get", "/healthz", "Liveness: OK", 200, {"text/plain": {"schema": STR}}),
+    Route("get", "/readyz", "Readiness: the startup functions settled", 200, _READINESS, (503,)),
     Route("get", "/metrics", "Prometheus text format", 200, {"text/plain": {"schema": STR}}),
     Route("get", "/openapi.json", "This document", 200, _j(obj())),
     _mg("get", "/system/info", "Versions", 200, ref("GatewayInfo")),
@@ -298,7 +301,9 @@ ROUTES: list[Route] = [
     ),
     Route("get", "/v2", "Server metadata", 200, _j(ref("ServerMetadata"))),
     Route("get", "/v2/health/live", "Live", 200, _j(obj(live=BOOL))),
-    Route("get", "/v2/health/ready", "Ready", 200, _j(obj(ready=BOOL))),
+    Route(
+        "get", "/v2/health/ready", "Ready: the startup functions settled", 200, _READINESS, (503,)
+    ),
     *(
         route
         for base in _MODEL_BASES

@@ -2,8 +2,8 @@
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
 Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/metrics`), `secrets` (`/system/secrets`), `packages` (`/system/packages`),
-`modelless` (`/system/register`, `/system/models`, `/system/variants`),
+`/healthz`, `/readyz`, `/metrics`), `secrets` (`/system/secrets`), `packages`
+(`/system/packages`), `modelless` (`/system/register`, `/system/models`, `/system/variants`),
 `v2/` (the Open Inference Protocol), `logs`, `openapi` and `board/` (the live board at `/ui`);
 the composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
 """
@@ -23,7 +23,7 @@ from infless.gateway.board.hub import Hub
 from infless.gateway.board.pages import BoardPages
 from infless.gateway.board.readings import BoardReader
 from infless.gateway.context import GatewayContext
-from infless.gateway.errors import json_errors, v2_errors
+from infless.gateway.errors import errors_as_json, json_errors, v2_errors
 from infless.gateway.invoke import InvokeHandler
 from infless.gateway.logs import GatewayLogHandler, LogsRoute
 from infless.gateway.modelless import ModellessRoutes
@@ -35,7 +35,7 @@ from infless.gateway.server_series import ServerCollector
 from infless.gateway.system import SystemRoutes
 from infless.gateway.v2.infer import V2InferHandler
 from infless.gateway.v2.repository import RepositoryRoutes
-from infless.gateway.v2.routes import MODEL_PATHS, V2Routes, v2_json_errors
+from infless.gateway.v2.routes import MODEL_PATHS, V2Routes
 from infless.packaging.archive import Limits
 
 LOGGER_NAME = "infless"  # gateway log records about instances land in the function logs
@@ -48,8 +48,9 @@ def auth_middlewares(config: Config, settings: AuthSettings | None = None) -> li
 
 
 def middlewares(config: Config, settings: AuthSettings | None = None) -> list[Any]:
-    """Auth (when configured), then V2's JSON errors for unknown `/v2/...` routes."""
-    return [*auth_middlewares(config, settings), v2_json_errors]
+    """Every error as JSON (outermost: it sees what the others raise), then auth (when
+    configured)."""
+    return [errors_as_json, *auth_middlewares(config, settings)]
 
 
 def board_hub(ctx: GatewayContext) -> Hub:
@@ -67,7 +68,7 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
     invoke = InvokeHandler(ctx.frontend).__call__  # a coroutine function: aiohttp wants one
     system = SystemRoutes(ctx)
     secrets = SecretsRoutes(ctx.secrets)
-    v2 = V2Routes(ctx.frontend)
+    v2 = V2Routes(ctx.frontend, ctx.readiness)
     infer = V2InferHandler(ctx.frontend).__call__
     package_limits = Limits(ctx.config.gateway.max_package_bytes)
     packages = PackageRoutes(ctx.packages, package_limits)
@@ -88,6 +89,7 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
         web.route("*", "/function/{name}", invoke),
         web.route("*", "/function/{name}/{path:.*}", invoke),
         web.get("/healthz", system.healthz),
+        web.get("/readyz", system.readyz),
         web.get("/system/info", json_errors(system.info)),
         web.get("/system/functions", json_errors(system.list_functions)),
         web.post("/system/functions", json_errors(system.create)),

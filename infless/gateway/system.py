@@ -1,8 +1,11 @@
-"""OpenFaaS-compatible management routes (`/system/*`), health, info, instances, templates, metrics.
+"""OpenFaaS-compatible management routes (`/system/*`), health, readiness, info, instances,
+templates, metrics.
 
 Shapes follow faas-provider's types strictly (integers as integers, string maps, RFC 3339
 `createdAt`) because faas-cli decodes them with Go's encoding/json. PUT on an unknown
-function answers 404: faas-cli deploys with PUT and falls back to POST only on 404.
+function answers 404: faas-cli deploys with PUT and falls back to POST only on 404. A
+function that failed to deploy is listed with the rest, `state: "failed"` and its reason in
+`lastError`, and can be deployed again or removed like any other.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from aiohttp import web
 
 from infless import __version__
 from infless.control.desired import Owner
+from infless.control.failed import FailedDeployment
 from infless.control.functions import DeployedFunction
+from infless.control.readiness import Readiness
 from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import InvalidDeployment, InvalidInput, MalformedBody
-from infless.types import TensorSpec
+from infless.types import FunctionSpec, TensorSpec
 
 if TYPE_CHECKING:
     from infless.control.autoscaler import Autoscaler
@@ -40,9 +45,7 @@ def _signature(specs: tuple[TensorSpec, ...]) -> list[dict[str, object]]:
     return [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in specs]
 
 
-def function_status(function: DeployedFunction) -> dict[str, object]:
-    spec = function.spec
-    manifest = function.manifest
+def _spec_status(spec: FunctionSpec) -> dict[str, object]:
     return {
         "name": spec.name,
         "image": spec.image,
@@ -53,9 +56,6 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "annotations": spec.annotations,
         "secrets": list(spec.secrets),
         "limits": spec.limits or None,
-        "invocationCount": float(function.activity.invocations),
-        "replicas": function.desired.count,
-        "availableReplicas": function.router.ready_count,
         "createdAt": spec.created_at or None,
         "latencyTargetMs": spec.slo_ms,
         "maxBatch": spec.max_batch,
@@ -63,6 +63,29 @@ def function_status(function: DeployedFunction) -> dict[str, object]:
         "minInstances": spec.min_instances,
         "maxInstances": spec.max_instances,
         "tenant": spec.tenant,
+    }
+
+
+def failed_status(failed: FailedDeployment) -> dict[str, object]:
+    """A function that could not be deployed: what was asked, `failed`, and why."""
+    return {
+        **_spec_status(failed.spec),
+        "invocationCount": 0.0,
+        "replicas": 0,
+        "availableReplicas": 0,
+        "state": "failed",
+        "lastError": failed.error,
+        "signature": {"inputs": [], "outputs": []},
+    }
+
+
+def function_status(function: DeployedFunction) -> dict[str, object]:
+    manifest = function.manifest
+    return {
+        **_spec_status(function.spec),
+        "invocationCount": float(function.activity.invocations),
+        "replicas": function.desired.count,
+        "availableReplicas": function.router.ready_count,
         "coldStarts": function.router.cold_starts,
         "rejected": function.router.rejected,
         "retries": function.router.retries,
@@ -134,14 +157,31 @@ def planner_report(
     }
 
 
+def readiness_answer(readiness: Readiness | None) -> web.Response:
+    """200 with what settled when the gateway is ready (`control.readiness`), else 503."""
+    if readiness is None:
+        return _json({"ready": True})
+    report = readiness.report()
+    if report.ready:
+        return _json(report.to_json())
+    waiting = ", ".join(report.starting)
+    error = f"not ready: waiting for {waiting} to start; GET /system/functions shows them"
+    return _json({**report.to_json(), "error": error, "code": "not_ready"}, status=503)
+
+
 class SystemRoutes:
-    """The handlers of `/system/*`, `/healthz` and `/metrics` (registered in `routes`)."""
+    """The handlers of `/system/*`, `/healthz`, `/readyz` and `/metrics` (registered in
+    `routes`)."""
 
     def __init__(self, ctx: GatewayContext) -> None:
         self._ctx = ctx
 
     async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness: the gateway answers (readiness is `readyz`)."""
         return web.Response(text="OK")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        return readiness_answer(self._ctx.readiness)
 
     async def info(self, request: web.Request) -> web.Response:
         version = {"sha": "infless", "release": __version__, "commit_message": ""}
@@ -160,15 +200,14 @@ class SystemRoutes:
     async def list_functions(self, request: web.Request) -> web.Response:
         functions = self._ctx.pool.functions.values()
         namespace = request.query.get("namespace")
-        return _json(
-            [
-                function_status(f)
-                for f in functions
-                if not namespace or f.spec.namespace == namespace
-            ]
-        )
+        listed = [function_status(f) for f in functions]
+        listed += [failed_status(f) for f in self._ctx.functions.failed.values()]
+        return _json([f for f in listed if not namespace or f["namespace"] == namespace])
 
     async def get_function(self, request: web.Request) -> web.Response:
+        failed = self._ctx.frontend.failed(request.match_info["name"])
+        if failed is not None:
+            return _json(failed_status(failed))
         function = self._ctx.frontend.find(request.match_info["name"])
         status = function_status(function)
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
@@ -192,7 +231,9 @@ class SystemRoutes:
         name = body.get("functionName") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidDeployment('functionName: is required, e.g. {"functionName": "mnist"}')
-        await self._ctx.functions.remove(self._ctx.frontend.find(name).name)
+        failed = self._ctx.frontend.failed(name)
+        name = failed.spec.name if failed is not None else self._ctx.frontend.find(name).name
+        await self._ctx.functions.remove(name)
         return web.Response(status=202)
 
     async def scale(self, request: web.Request) -> web.Response:

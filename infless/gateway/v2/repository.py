@@ -1,7 +1,8 @@
 """Triton's model repository extension mapped onto infless's functions.
 
-`POST /v2/repository/index` lists deployed functions (with a Triton state) and the zoo
-models not deployed yet (UNAVAILABLE, "unloaded"); `load` deploys a function — a zoo model
+`POST /v2/repository/index` lists deployed functions (with a Triton state), those that
+failed to deploy (UNAVAILABLE, with the reason) and the zoo models not deployed yet
+(UNAVAILABLE, "unloaded"); `load` deploys a function — a zoo model
 name deploys that model with default settings, and `parameters.config` may carry a JSON
 FunctionDeployment (image, labels, annotations) — and `unload` removes it. A load whose
 parameters carry files (`file:<path>`, base64, as tritonclient's `load_model(files=...)`
@@ -142,7 +143,13 @@ class RepositoryRoutes:
                 {"name": name, "version": MODEL_VERSION, "state": state, "reason": reason}
             )
         if not ready_only:
-            for name in sorted(set(ZOO) - set(deployed)):
+            failed = self._functions.failed
+            for name, failure in sorted(failed.items()):
+                entries.append(
+                    {"name": name, "version": MODEL_VERSION, "state": "UNAVAILABLE",
+                     "reason": failure.error}
+                )  # fmt: skip
+            for name in sorted(set(ZOO) - set(deployed) - set(failed)):
                 entries.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
         return _json(entries)
 
@@ -167,6 +174,8 @@ class RepositoryRoutes:
 
     async def unload(self, request: web.Request) -> web.Response:
         _parameters(await _optional_json(request))  # unload_dependents: nothing depends here
-        name = self._frontend.find(request.match_info["name"]).name
+        name = request.match_info["name"]
+        failed = self._frontend.failed(name)
+        name = failed.spec.name if failed is not None else self._frontend.find(name).name
         await self._functions.remove(name)
         return _json({"name": name, "unloaded": True})

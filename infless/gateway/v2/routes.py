@@ -16,8 +16,9 @@ from aiohttp import web
 from infless import __version__
 from infless.control.frontend import FunctionFrontend
 from infless.control.functions import DeployedFunction
+from infless.control.readiness import Readiness
 from infless.errors import WorkerUnavailable
-from infless.gateway.errors import Handler, http_error_json
+from infless.gateway.system import readiness_answer
 from infless.gateway.v2.byte_inputs import BODY_INPUT, BODY_SHAPE, BYTES
 from infless.gateway.v2.datatypes import CONFIG_TYPE_PREFIX, v2_datatype
 from infless.gateway.v2.infer import MODEL_VERSION, find_model
@@ -30,19 +31,6 @@ MODEL_PATHS = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
 
 def _json(data: object, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(data), content_type="application/json")
-
-
-@web.middleware
-async def v2_json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Unknown `/v2/...` routes and wrong methods answer `{"error": ...}`, not plain text."""
-    if not request.path.startswith("/v2"):
-        return await handler(request)
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return http_error_json(exc)
 
 
 def tensor_metadata(spec: TensorSpec) -> dict[str, object]:
@@ -99,8 +87,9 @@ def is_ready(function: DeployedFunction) -> bool:
 
 
 class V2Routes:
-    def __init__(self, frontend: FunctionFrontend) -> None:
+    def __init__(self, frontend: FunctionFrontend, readiness: Readiness | None = None) -> None:
         self._frontend = frontend
+        self._readiness = readiness
 
     async def server_metadata(self, request: web.Request) -> web.Response:
         return _json({"name": "infless", "version": __version__, "extensions": EXTENSIONS})
@@ -109,9 +98,9 @@ class V2Routes:
         return _json({"live": True})
 
     async def ready(self, request: web.Request) -> web.Response:
-        # Serving means startup (restoring the registry) is done; cold functions do not
-        # make the server unready, or scale-to-zero would keep it unready forever.
-        return _json({"ready": True})
+        """Ready when the functions it started with can answer (`control.readiness`): 200,
+        else 503 (tritonclient's `is_server_ready` reads the status)."""
+        return readiness_answer(self._readiness)
 
     async def metadata(self, request: web.Request) -> web.Response:
         return _json(model_metadata(find_model(self._frontend, request)))

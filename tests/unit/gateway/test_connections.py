@@ -127,7 +127,7 @@ async def test_an_endless_head_gets_431() -> None:
         connection.data_received(b"X-Pad: " + b"a" * 1000 + b"\r\n")
     (answer,) = responses(transport)
     assert answer.startswith(b"HTTP/1.1 431 ")
-    assert b'"code":"headers_too_large"' in answer
+    assert b'"code":"header_too_large"' in answer
     assert transport.closed
     assert invoker.bodies == []
 
