@@ -2,12 +2,11 @@
 
 Admission by deadline: a request carries the time by which its batch must be served (its
 arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
-instance; the request joins it when that instance's predicted finish (the batch in flight
-at its tail, the full batches queued ahead at their mean service time, its own batch at its
-tail) meets the deadline — or when it is idle: nothing would serve it sooner — else the
-instance that would finish it first, if that one meets it (or is idle); else it is refused
-at once (429) with a Retry-After from the predicted drain — work that cannot finish
-in time is never queued. The router holds requests in a bounded waiting room while the
+instance, and `admission.candidates` (pure, shared with the simulator) says which instances
+it may join, in order: the proposed one when its predicted finish meets the deadline (or it
+is idle), else the one that would finish it first if that one does; with none it is refused
+at once (429) with a Retry-After from the predicted drain — work that cannot finish in time
+is never queued. The router holds requests in a bounded waiting room while the
 function has no ready instance (a cold start, which it asks the pool to begin), and retries
 requests orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
 """
@@ -21,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from infless.clock import Clock
+from infless.dataplane import admission
 from infless.dataplane.dispatcher import RateShareDispatcher
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.queue import QueueClosed, QueueFull
@@ -85,40 +85,29 @@ class FunctionRouter:
         an overload costs as little as it can. With no ready instance it may wait (cold)."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
-        if not ready or any(i.idle for i in ready):
-            return
-        finish_s = min(i.finish_by_s(now) for i in ready)
-        if finish_s > now + budget_s:
+        retry_after_s = admission.room_refusal_s(ready, now, budget_s)
+        if retry_after_s is not None:
             self.arrivals += 1
             self.rejected += 1
             raise Overloaded(
                 f"function {self.name!r} is at capacity: no instance can answer within its "
                 "latency target",
-                retry_after_s=max(1.0, finish_s - now - budget_s),
+                retry_after_s=retry_after_s,
             )
 
     def _route(self, pending: Pending, now: float) -> None:
         deadline_s = pending.deadline_s
         chosen = self._dispatcher.choose(self.instances)
-        if chosen is not None:
-            if (chosen.idle or chosen.finish_by_s(now) <= deadline_s) and _admit(chosen, pending):
-                return
-            best, finish_s = None, math.inf
-            for instance in self.instances:
-                if instance is not chosen and instance.accepting:
-                    at_s = now if instance.idle else instance.finish_by_s(now)
-                    if at_s < finish_s:
-                        best, finish_s = instance, at_s
-            if best is not None and finish_s <= deadline_s and _admit(best, pending):
+        for instance in admission.candidates(chosen, self.instances, now, deadline_s):
+            if _admit(instance, pending):
                 return
         ready = [i for i in self.instances if i.state is InstanceState.READY]
         if ready:
             self.rejected += 1
-            drain_s = min(i.finish_by_s(now) for i in ready) - deadline_s
             raise Overloaded(
                 f"function {self.name!r} is at capacity: no instance can answer within its "
                 "latency target",
-                retry_after_s=max(1.0, drain_s),
+                retry_after_s=admission.refusal_retry_s(ready, now, deadline_s),
             )
         self._wait_for_instance(pending)
 

@@ -17,6 +17,7 @@ Rounding = Literal["paper", "reference", "exact"]
 POLICY_NAMES: tuple[str, ...] = (
     "infless",
     "batch",
+    "batch+rs",
     "openfaas+",
     "infless-nobatch",
     "infless-nors",

@@ -11,7 +11,7 @@ from infless.modelless.profiles import Goals, variant_function
 from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, Simulation
-from infless.sim.model import AppResult, SimResult
+from infless.sim.results import AppResult, SimResult
 from infless.sim.modelless import ProfilePredictor, variant_key
 from infless.sim.scenarios import STEP_MODEL, STEP_SLO_MS, main, step_load, step_profiles
 from infless.sim.workload import RateSchedule
@@ -165,11 +165,12 @@ def test_modelless_uses_fewer_cores_than_fp32_replicated() -> None:
         cores["fp32"] += fixed.core_seconds_of([name])
         violations["modelless"] += summary.violations
         violations["fp32"] += baseline.violations
-    # Measured (seeds 1-4): ~0.6x the core-seconds, ~1.3x the violations — they come in the
-    # second after a load step, while the old variant (frozen at its size) carries the load
-    # and the new one starts; fp32 alone replicates in the same second (docs/modelless.md).
+    # Measured (seeds 1-4): ~0.6x the core-seconds, ~1.6x the violations (with the server's
+    # admission, refusals at each step: 1.3x before it) — they come in the second after a
+    # load step, while the old variant (frozen at its size) carries the load and the new one
+    # starts; fp32 alone replicates in the same second (docs/modelless.md).
     assert cores["modelless"] < 0.75 * cores["fp32"]
-    assert violations["modelless"] <= 1.4 * violations["fp32"]
+    assert violations["modelless"] <= 1.8 * violations["fp32"]
 
 
 # -- what the simulator showed about the policies (fixed; these keep them fixed) -----------
