@@ -125,12 +125,9 @@ def _plan_uniform_function(
     wanted = math.ceil(demand_rps * (1.0 + cfg.headroom) / r_up - 1e-9) if demand_rps > 0 else 0
     target = min(max(function.min_instances, wanted), function.max_instances)
     starts: list[Action] = []
-    place = _scheduler(function.name, config, bounds, cfg) if scheduled else None
+    place = _scheduler(function.name, config, bounds, cfg) if scheduled else _spread(config)
     for _ in range(target - len(live)):
-        if place is not None:
-            pos = place(index)
-        else:
-            pos = index.spread_fit(config.cpus, config.gpu_pct)
+        pos = place(index)
         if pos is None:
             break
         device = index.place(pos, config.cpus, config.gpu_pct)
@@ -180,6 +177,11 @@ def _plan_uniform_function(
         stops=len(stops),
     )
     return actions, decision
+
+
+def _spread(config: InstanceConfig) -> Callable[[CapacityIndex], int | None]:
+    """Kubernetes' default placement (OpenFaaS): the server with the most free."""
+    return lambda index: index.spread_fit(config.cpus, config.gpu_pct)
 
 
 def _scheduler(

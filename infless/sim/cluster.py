@@ -27,6 +27,7 @@ from infless.dataplane.latency import ExecModel, FunctionLatency
 from infless.dataplane.policy import choose_batch_size, instance_settings, powers_of_two_up_to
 from infless.scaling.bounds import rate_bounds
 from infless.scaling.config import ScalingConfig
+from infless.scaling.planner import config_label
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
     Action,
@@ -38,7 +39,6 @@ from infless.scaling.view import (
     StartInstance,
 )
 from infless.sim.model import SimInstance, SimServer, SimState
-from infless.sim.results import config_label
 from infless.sim.workload import RateSchedule
 from infless.types import InstanceConfig
 

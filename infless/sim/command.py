@@ -10,7 +10,7 @@ per request), and prints per policy the requests, violations, cores and GPUs per
 cost per request, fragment ratio, and the scheduling overhead measured in the same run: the
 wall time of every plan the autoscaler made, in total and per instance started (the first
 plan starts the whole fleet for the t = 0 rates: INFless Figure 17). Ends with one JSON line.
-`--config FILE` reads `[sim]` and the server's sections (`sim.config`). Torch-free.
+`--config FILE` reads `[sim]` and the server's sections (`sim.settings`). Torch-free.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.view import ServerView
 from infless.sim import mixes
 from infless.sim.cluster import SimFunction
-from infless.sim.config import SimConfig, check_sim, load_sim_config, server_shape
 from infless.sim.engine import Simulation
 from infless.sim.fluid import FluidSimulation
 from infless.sim.latency import load_zoo
 from infless.sim.overhead import Scheduled, schedule_once
 from infless.sim.results import SimResult
+from infless.sim.settings import SimConfig, check_sim, load_sim_config, server_shape
 
 PLANNER_OFFSET = 1.1  # the planner sees the truth through INFless §3.3's 10 % offset
 

@@ -27,6 +27,8 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from infless.control.autoscaler import Autoscaler
+from infless.control.prewarm import PrewarmManager
 from infless.dataplane import admission
 from infless.dataplane.policy import update_interarrival
 from infless.dataplane.release import next_target, release_at_s
@@ -36,11 +38,11 @@ from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import ScalingPlan
 from infless.sim.cluster import SimFunction, SimFunctionState
-from infless.sim.config import SimConfig, with_sections
 from infless.sim.memory import ModelMemory
 from infless.sim.model import SimInstance, SimState
 from infless.sim.modelless import AppRun, SimApp
 from infless.sim.results import SimResult
+from infless.sim.settings import SimConfig, with_sections
 from infless.sim.world import World
 
 __all__ = ["SimApp", "SimConfig", "SimFunction", "Simulation", "simulate"]
@@ -81,11 +83,11 @@ class Simulation:
         self.late_by_s: Counter[int] = Counter()  # second of arrival -> late or rejected
 
     @property
-    def autoscaler(self) -> object:
+    def autoscaler(self) -> Autoscaler:
         return self.world.autoscaler
 
     @property
-    def prewarm(self) -> object | None:
+    def prewarm(self) -> PrewarmManager | None:
         return self.world.prewarm
 
     @property

@@ -28,6 +28,7 @@ import math
 import random
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
 from infless.modelless.config import ModellessConfig
@@ -36,10 +37,10 @@ from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim import flow
 from infless.sim.cluster import SimFunction, SimFunctionState
-from infless.sim.config import SimConfig, with_sections
 from infless.sim.memory import ModelMemory
 from infless.sim.model import SimInstance, SimState
 from infless.sim.results import SimResult
+from infless.sim.settings import SimConfig, with_sections
 from infless.sim.world import World
 
 _SPREAD = (0.125, 0.375, 0.625, 0.875)  # where a step's answers sit between mean and tail
@@ -58,7 +59,8 @@ class FluidSimulation:
         memory: dict[str, ModelMemory] | None = None,
         modelless: ModellessConfig | None = None,
     ) -> None:
-        self.cfg = cfg = with_sections(cfg or SimConfig(mode="fluid"), scaling, modelless)
+        cfg = with_sections(cfg or SimConfig(), scaling, modelless)
+        self.cfg = cfg = msgspec.structs.replace(cfg, mode="fluid")
         self.world = World(functions, truth, cfg, self._started, planner_predictor, policy,
                            memory=memory)  # fmt: skip
         self.functions = self.world.functions

@@ -178,10 +178,6 @@ def core_seconds(instances: Iterable[Held], end_s: float) -> float:
     return total
 
 
-def config_label(config: InstanceConfig) -> str:
-    return f"b{config.batch_size}/c{config.cpus}/g{config.gpu_pct}"
-
-
 def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return 0.0

@@ -27,11 +27,11 @@ from infless.scaling.demand import Demand
 from infless.scaling.predictors import CachedPredictor, LatencyPredictor
 from infless.scaling.view import ScalingPlan
 from infless.sim.cluster import SimCluster, SimFunction, SimFunctionState
-from infless.sim.config import SimConfig, server_shape
 from infless.sim.memory import ModelMemory
 from infless.sim.model import SimInstance, SimServer
 from infless.sim.modelless import ProfilePredictor, SimApp, SimApps
 from infless.sim.results import SimResult, core_seconds, percentile
+from infless.sim.settings import SimConfig, server_shape
 from infless.sim.usage import TimedPolicy, UsageMeter
 from infless.sim.workload import arrivals
 

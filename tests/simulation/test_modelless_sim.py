@@ -11,8 +11,8 @@ from infless.modelless.profiles import Goals, variant_function
 from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, Simulation
-from infless.sim.results import AppResult, SimResult
 from infless.sim.modelless import ProfilePredictor, variant_key
+from infless.sim.results import AppResult, SimResult
 from infless.sim.scenarios import STEP_MODEL, STEP_SLO_MS, main, step_load, step_profiles
 from infless.sim.workload import RateSchedule
 from tests.unit.modelless.support import profile
