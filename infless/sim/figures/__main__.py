@@ -1,6 +1,6 @@
 """`python -m infless.sim.figures FIGURE...`: compute the figures, write their PNGs, print them.
 
-    python -m infless.sim.figures fig17 fig11 table4 fig15 --out docs/figures
+    python -m infless.sim.figures fig17 fig11 table4 fig15 conditions --out docs/figures
 
 Each figure prints as a Markdown table (for docs/reproduction.md), then its PNG is written
 to `--out/<name>.png`; the last line is one JSON object with every figure's rows. `--small`
@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
 from infless.sim.command import servers, truth_and_planner
-from infless.sim.figures import cost, overhead, throughput
+from infless.sim.figures import conditions, cost, overhead, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
 from infless.sim.latency import load_zoo
 from infless.sim.settings import SimConfig
-
-FIGURES = ("fig17", "fig11", "table4", "fig15")
 
 
 def _scale(small: bool) -> SimConfig:
@@ -32,26 +30,53 @@ def _scale(small: bool) -> SimConfig:
     return SimConfig(servers=2000, gpus_per_server=2, mode="fluid", duration_s=30.0, step_s=0.25)
 
 
-def build(name: str, small: bool) -> Rows:
-    """The figure called `name`, at full scale or `small`."""
+def _fig17(small: bool) -> Rows:
     cfg = _scale(small)
-    models = load_zoo().models
+    _, planner = truth_and_planner(cfg)
+    counts = (50, 100) if small else (1000, 2500, 5000, 10_000)
     functions = 10 if small else 40
-    if name == "fig17":
-        _, planner = truth_and_planner(cfg)
-        counts = (50, 100) if small else (1000, 2500, 5000, 10_000)
-        return overhead.fig17(servers(cfg), planner, cfg.scaling, models, counts, functions)
-    if name == "fig11":
-        if small:
-            cluster = throughput.local_cluster(duration_s=5.0)
-            return throughput.fig11(cluster, ("infless", "batch"))
-        return throughput.fig11()
-    if name == "table4":
-        return cost.table4(cfg, models, 100 if small else 10_000, functions)
-    # Fig. 15: twelve runs, so on a tenth of the cluster and of the instances (minutes)
+    return overhead.fig17(servers(cfg), planner, cfg.scaling, load_zoo().models, counts, functions)
+
+
+def _fig11(small: bool) -> Rows:
+    if small:
+        return throughput.fig11(throughput.local_cluster(duration_s=5.0), ("infless", "batch"))
+    return throughput.fig11()
+
+
+def _table4(small: bool) -> Rows:
+    return cost.table4(_scale(small), load_zoo().models, 100 if small else 10_000,
+                       10 if small else 40)  # fmt: skip
+
+
+def _fig15(small: bool) -> Rows:
+    """Twelve runs: on a tenth of the cluster and of the instances at full scale (minutes)."""
+    cfg = _scale(small)
     if not small:
         cfg = msgspec.structs.replace(cfg, servers=cfg.servers // 10)
-    return cost.fig15(cfg, models, 100 if small else 1000, functions)
+    return cost.fig15(cfg, load_zoo().models, 100 if small else 1000, 10 if small else 40)
+
+
+def _conditions(small: bool) -> Rows:
+    if small:
+        few = SimConfig(servers=4, mode="fluid", duration_s=5.0, step_s=0.5)
+        return conditions.advantage(load_zoo().models, few, conditions.CASES[:2])
+    return conditions.advantage(load_zoo().models)
+
+
+BUILDERS: dict[str, Callable[[bool], Rows]] = {
+    "fig17": _fig17,
+    "fig11": _fig11,
+    "table4": _table4,
+    "fig15": _fig15,
+    "conditions": _conditions,
+}
+FIGURES = tuple(BUILDERS)
+
+
+def build(name: str, small: bool) -> Rows:
+    """The figure called `name`, at full scale or `small`."""
+    return BUILDERS[name](small)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

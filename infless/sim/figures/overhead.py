@@ -16,7 +16,7 @@ from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import ServerView
 from infless.sim import mixes
-from infless.sim.figures.table import Cell, Rows, bars
+from infless.sim.figures.table import Cell, Rows
 from infless.sim.overhead import schedule_once
 
 POLICIES = ("infless", "batch+rs", "batch", "openfaas+")
@@ -86,6 +86,12 @@ def _plot(rows: Rows, figure: PlotFigure) -> None:
     ax.set_title("(a) scheduling overhead")
     last = max(int(r["target"]) for r in rows.rows)
     labels = [str(r["policy"]) for r in rows.rows if r["target"] == last]
-    bars(figure, 2, labels, rows.values("cpu_fragment", target=last), "CPU fragment ratio")
-    figure.axes[-1].axhline(GOAL_FRAGMENT, color="grey", linestyle=":")
-    figure.axes[-1].set_title(f"(b) fragments at {last} instances (INFless's loads)")
+    panel = figure.add_subplot(1, 2, 2)
+    xs = list(range(len(labels)))
+    for shift, column in ((-0.2, "cpu_fragment"), (0.2, "gpu_fragment")):
+        panel.bar([x + shift for x in xs], rows.values(column, target=last), 0.4, label=column)
+    panel.set_xticks(xs, labels)
+    panel.axhline(GOAL_FRAGMENT, color="grey", linestyle=":", label="goal: 15 %")
+    panel.set_ylabel("fragment ratio on the servers used")
+    panel.legend()
+    panel.set_title(f"(b) fragments at {last} instances (INFless's loads)")
