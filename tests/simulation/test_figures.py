@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from infless.sim.figures import __main__ as figures
-from infless.sim.figures import throughput
+from infless.sim.figures import tetris, throughput
 from infless.sim.figures.table import Rows, markdown
+from infless.sim.memory import MIB, ModelMemory
 
 
 def test_every_figure_writes_its_png_and_ends_with_one_json_line(
@@ -42,6 +43,15 @@ def test_max_rps_is_sustained_and_twice_it_is_not() -> None:
     assert rate > 0
     assert throughput.sustains("qa", rate, cfg, "infless")
     assert not throughput.sustains("qa", 2.0 * rate, cfg, "infless")
+
+
+def test_sharing_saves_more_with_more_instances_up_to_the_tensors_share() -> None:
+    rows = tetris.fig9({"m": ModelMemory(weight_bytes=300 * MIB, activation_bytes_per_sample=0,
+                                         runtime_bytes=100 * MIB)})  # fmt: skip
+    saved = rows.values("reduction", model="m")
+    assert saved == sorted(saved)
+    assert saved[0] > 0
+    assert saved[-1] < 300 / 400  # never more than the tensors' share of an instance
 
 
 def test_markdown_lists_every_row_under_its_columns() -> None:

@@ -1,6 +1,7 @@
 """`python -m infless.sim.figures FIGURE...`: compute the figures, write their PNGs, print them.
 
     python -m infless.sim.figures fig17 fig11 table4 fig15 conditions --out docs/figures
+    python -m infless.sim.figures tetris_fig9 tetris_fig13 --out docs/figures
 
 Each figure prints as a Markdown table (for docs/reproduction.md), then its PNG is written
 to `--out/<name>.png`; the last line is one JSON object with every figure's rows. `--small`
@@ -17,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from infless.sim.command import servers, truth_and_planner
-from infless.sim.figures import conditions, cost, overhead, throughput
+from infless.sim.figures import conditions, cost, overhead, tetris, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
 from infless.sim.latency import load_zoo
 from infless.sim.settings import SimConfig
@@ -64,12 +65,25 @@ def _conditions(small: bool) -> Rows:
     return conditions.advantage(load_zoo().models)
 
 
+def _tetris_fig9(small: bool) -> Rows:
+    return tetris.fig9(load_zoo().memory, (2, 32) if small else tetris.INSTANCES)
+
+
+def _tetris_fig13(small: bool) -> Rows:
+    servers_count, rate_rps = (4, 3000.0) if small else (16, 40_000.0)
+    cfg = SimConfig(servers=servers_count, mode="fluid", duration_s=10.0 if small else 60.0,
+                    step_s=0.25)  # fmt: skip
+    return tetris.fig13(cfg, rate_rps)
+
+
 BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "fig17": _fig17,
     "fig11": _fig11,
     "table4": _table4,
     "fig15": _fig15,
     "conditions": _conditions,
+    "tetris_fig9": _tetris_fig9,
+    "tetris_fig13": _tetris_fig13,
 }
 FIGURES = tuple(BUILDERS)
 
