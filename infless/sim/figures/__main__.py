@@ -1,7 +1,7 @@
 """`python -m infless.sim.figures FIGURE...`: compute the figures, write their PNGs, print them.
 
     python -m infless.sim.figures fig17 fig11 table4 fig15 conditions --out docs/figures
-    python -m infless.sim.figures tetris_fig9 tetris_fig13 --out docs/figures
+    python -m infless.sim.figures tetris_fig9 tetris_fig13 infaas --out docs/figures
 
 Each figure prints as a Markdown table (for docs/reproduction.md), then its PNG is written
 to `--out/<name>.png`; the last line is one JSON object with every figure's rows. `--small`
@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from infless.sim.command import servers, truth_and_planner
-from infless.sim.figures import conditions, cost, overhead, tetris, throughput
+from infless.sim.figures import conditions, cost, infaas, overhead, tetris, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
 from infless.sim.latency import load_zoo
 from infless.sim.settings import SimConfig
@@ -76,6 +76,11 @@ def _tetris_fig13(small: bool) -> Rows:
     return tetris.fig13(cfg, rate_rps)
 
 
+def _infaas(small: bool) -> Rows:
+    cfg = SimConfig(servers=8, duration_s=30.0 if small else 80.0, exec_jitter=0.05)
+    return infaas.fig_modelless(cfg, (1,) if small else (1, 2, 3))
+
+
 BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "fig17": _fig17,
     "fig11": _fig11,
@@ -84,6 +89,7 @@ BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "conditions": _conditions,
     "tetris_fig9": _tetris_fig9,
     "tetris_fig13": _tetris_fig13,
+    "infaas": _infaas,
 }
 FIGURES = tuple(BUILDERS)
 
