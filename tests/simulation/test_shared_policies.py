@@ -72,7 +72,7 @@ def test_the_simulator_defines_no_policy_of_its_own() -> None:
     )
     assert {"finish_by_s", "candidates", "release_at_s", "plan"} <= policy_names
     offenders = []
-    for path in sorted(SIM.glob("*.py")):
+    for path in sorted(SIM.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
