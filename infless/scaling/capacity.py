@@ -36,6 +36,8 @@ from collections.abc import Sequence
 
 from infless.scaling.view import ServerView
 
+_UNKNOWN = -1  # `best_fit`: no best remembered for that shape (positions are >= 0)
+
 
 def _free_shares(server: ServerView) -> list[int]:
     """Each device's free share, within [0, its capacity]: a view that says more is free
@@ -92,9 +94,9 @@ class CapacityIndex:
     def best_fit(self, cpus: int, gpu_pct: int) -> int | None:
         """The fitting server with the smallest free score (ties: lowest position)."""
         key = (cpus, gpu_pct)
-        if key in self._best:
-            return self._best[key]
-        found = self._best[key] = self._search(cpus, gpu_pct)
+        found = self._best.get(key, _UNKNOWN)
+        if found == _UNKNOWN:
+            found = self._best[key] = self._search(cpus, gpu_pct)
         return found
 
     def _search(self, cpus: int, gpu_pct: int) -> int | None:

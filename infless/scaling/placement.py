@@ -26,6 +26,7 @@ from infless.scaling.capacity import CapacityIndex
 from infless.types import InstanceConfig
 
 _EPS = 1e-9
+_NOWHERE: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +80,8 @@ def pick(
     current: int | None = None
     best: tuple[float, Candidate, int] | None = None
     affine = function if affinity_weight > 0 and index.has_affinity(function) else None
-    places: dict[tuple[int, int], list[tuple[int, float]]] = {}
     scores: dict[int, float] = {}
+    found: Sequence[tuple[int, float]]
     floor_rate = max(residual_rps, 1.0)
     for cand in cands:  # grouped by batch size, largest first
         config, bounds = cand.config, cand.bounds
@@ -91,10 +92,11 @@ def pick(
             current = b
         if b > 1 and residual_rps + _EPS < bounds.r_low_rps:
             continue
-        key = (config.cpus, config.gpu_pct)
-        found = places.get(key)
-        if found is None:
-            found = places[key] = _servers(index, key, affine)
+        if affine is None:  # the plain best fit: most functions, most of the time
+            fit = index.best_fit(config.cpus, config.gpu_pct)
+            found = _NOWHERE if fit is None else ((fit, 0.0),)
+        else:  # the best fit and the servers with an affinity for the function
+            found = index.choices(config.cpus, config.gpu_pct, function=affine)
         rate_rps = bounds.r_up_rps
         if served and rate_rps > floor_rate:
             rate_rps = floor_rate
@@ -109,14 +111,3 @@ def pick(
             if best is None or e_ij > best[0]:
                 best = (e_ij, cand, pos)
     return None if best is None else (best[1], best[2], best[0])
-
-
-def _servers(
-    index: CapacityIndex, key: tuple[int, int], affine: str | None
-) -> list[tuple[int, float]]:
-    """The servers `pick` weighs for one (cores, share): the plain best fit when no server
-    has an affinity for the function (most functions, most of the time), else `choices`."""
-    if affine is None:
-        fit = index.best_fit(*key)
-        return [] if fit is None else [(fit, 0.0)]
-    return index.choices(*key, function=affine)
