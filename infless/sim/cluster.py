@@ -142,8 +142,10 @@ class SimCluster:
         planner: LatencyPredictor,
         truth: LatencyPredictor,
         on_start: Callable[[SimInstance], None],
+        store_affinity: bool = False,
     ) -> None:
         self.functions = functions
+        self._store_affinity = store_affinity
         self.servers = list(servers)
         self._server_by_id = {s.server_id: s for s in self.servers}
         self._scaling = scaling
@@ -167,11 +169,21 @@ class SimCluster:
                 tuple(s.gpu_pct),
                 tuple(s.free_gpu_pct),
                 idle_cores=max(0, s.free_cpus),  # a simulated instance runs on its own cores
+                affinity=self._affinity(s),
             )
             for s in self.servers
         )
         states = tuple(self._function_state(fn) for fn in self.functions.values())
         return Snapshot(servers, states, self.now_s)
+
+    def _affinity(self, server: SimServer) -> dict[str, float]:
+        """With `store_affinity`: 1 for every function whose model's tensors the server's
+        store holds (an instance of that model runs there), as the server's store reports
+        (`control.transforms`: the share of a function's tensors stored); else none."""
+        if not self._store_affinity or not server.models:
+            return {}
+        return {name: 1.0 for name, fn in self.functions.items()
+                if fn.spec.model_key in server.models}  # fmt: skip
 
     def _function_state(self, fn: SimFunctionState) -> FunctionState:
         spec = fn.spec
@@ -245,7 +257,7 @@ class SimCluster:
     def _start(self, fn: SimFunctionState, entry: d.WantedInstance) -> None:
         server = self._server_by_id.get(entry.server_id) or self._roomiest()
         c = entry.config
-        server.allocate(c.cpus, c.gpu_pct, entry.gpu_index)
+        server.allocate(c.cpus, c.gpu_pct, entry.gpu_index, fn.spec.model_key)
         exec_ms = entry.exec_ms or self._planner.predict_latency_ms(
             fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
         )
@@ -280,7 +292,7 @@ class SimCluster:
         instance.state = SimState.STOPPED
         instance.stopped_s = self.now_s
         c = instance.config
-        instance.server.release(c.cpus, c.gpu_pct, instance.device)
+        instance.server.release(c.cpus, c.gpu_pct, instance.device, instance.model_key)
         self.functions[instance.function].instances.pop(instance.instance_id, None)
         self.stops += 1
 

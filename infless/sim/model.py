@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
+from collections import Counter, deque
 
 from infless.dataplane import admission
 from infless.dataplane.latency import ExecModel
@@ -39,9 +39,11 @@ class SimServer:
         self.free_gpu_pct = [100] * gpus
         self.overruns = 0
         self.instances = 0  # live or draining instances holding capacity here
+        self.models: Counter[str] = Counter()  # those instances per model (the store's tensors)
 
-    def allocate(self, cpus: int, gpu_pct: int, device: int | None) -> None:
+    def allocate(self, cpus: int, gpu_pct: int, device: int | None, model_key: str) -> None:
         self.instances += 1
+        self.models[model_key] += 1
         self.free_cpus -= cpus
         if self.free_cpus < 0:
             self.overruns += 1
@@ -53,8 +55,11 @@ class SimServer:
             if self.free_gpu_pct[device] < 0:
                 self.overruns += 1
 
-    def release(self, cpus: int, gpu_pct: int, device: int | None) -> None:
+    def release(self, cpus: int, gpu_pct: int, device: int | None, model_key: str) -> None:
         self.instances -= 1
+        self.models[model_key] -= 1
+        if self.models[model_key] <= 0:
+            del self.models[model_key]
         self.free_cpus += cpus
         if gpu_pct > 0 and device is not None and 0 <= device < len(self.free_gpu_pct):
             self.free_gpu_pct[device] += gpu_pct

@@ -39,6 +39,9 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # counts per `step_s`, instances as rates (decisions at scale: `sim.fluid`)
     mode: Mode = "request"
     step_s: float = 0.1  # "fluid": the step arrivals are counted and served in
+    # servers report an affinity of 1 for the functions whose model's tensors their store
+    # holds (`ServerView.affinity`, weighed by `scaling.affinity_weight`); off: none
+    store_affinity: bool = False
     # the server's own sections, with the server's defaults
     batching: BatchingConfig = BatchingConfig()
     scaling: ScalingConfig = ScalingConfig()

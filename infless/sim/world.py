@@ -72,7 +72,7 @@ class World:
                 self.functions[spec.name] = self._state(spec, iter(()))
         self.cluster = SimCluster(
             self.functions, self.servers, cfg.scaling, cfg.batching, self.planner_predictor,
-            self.truth, on_start,
+            self.truth, on_start, cfg.store_affinity,
         )  # fmt: skip
         self.timed = TimedPolicy(policy or get_policy(cfg.scaling.policy))
         self.autoscaler = Autoscaler(

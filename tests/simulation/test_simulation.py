@@ -120,3 +120,17 @@ def test_the_simulator_runs_the_servers_prewarm_manager_on_scale_to_zero_functio
     # requests that found nothing running waited for the woken instance, none was left
     assert result.unserved == 0
     assert result.completed + result.rejected == result.requests
+
+
+@pytest.mark.parametrize("store_affinity", [True, False])
+def test_servers_report_the_store_affinity_of_the_models_they_hold(store_affinity: bool) -> None:
+    cfg = SimConfig(servers=8, cpus_per_server=16, duration_s=5.0, store_affinity=store_affinity)
+    sim = Simulation(MIX, TRUTH, cfg, planner_predictor=PLANNER)
+    sim.run()
+    cluster = sim.world.cluster
+    held = {s.server_id: set(s.models) for s in cluster.servers}
+    assert any(held.values())  # some server holds an instance at the end
+    for view in cluster.snapshot().servers:
+        expected = {f.name for f in MIX if f.model_key in held[view.server_id]}
+        assert set(view.affinity) == (expected if store_affinity else set())
+        assert all(value == 1.0 for value in view.affinity.values())

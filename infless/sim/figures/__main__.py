@@ -1,7 +1,8 @@
 """`python -m infless.sim.figures FIGURE...`: compute the figures, write their PNGs, print them.
 
     python -m infless.sim.figures fig17 fig11 table4 fig15 conditions --out docs/figures
-    python -m infless.sim.figures tetris_fig9 tetris_fig13 infaas --out docs/figures
+    python -m infless.sim.figures tetris_fig9 tetris_fig13 infaas sharing_placement \\
+        --out docs/figures
 
 Each figure prints as a Markdown table (for docs/reproduction.md), then its PNG is written
 to `--out/<name>.png`; the last line is one JSON object with every figure's rows. `--small`
@@ -76,6 +77,14 @@ def _tetris_fig13(small: bool) -> Rows:
     return tetris.fig13(cfg, rate_rps)
 
 
+def _sharing(small: bool) -> Rows:
+    servers_count, instances = (10, 50) if small else (200, 1000)
+    cfg = msgspec.structs.replace(_scale(small), servers=servers_count)
+    return tetris.sharing_placement(
+        cfg, load_zoo().models, instances, functions=10 if small else 40
+    )
+
+
 def _infaas(small: bool) -> Rows:
     cfg = SimConfig(servers=8, duration_s=30.0 if small else 80.0, exec_jitter=0.05)
     return infaas.fig_modelless(cfg, (1,) if small else (1, 2, 3))
@@ -90,6 +99,7 @@ BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "tetris_fig9": _tetris_fig9,
     "tetris_fig13": _tetris_fig13,
     "infaas": _infaas,
+    "sharing_placement": _sharing,
 }
 FIGURES = tuple(BUILDERS)
 

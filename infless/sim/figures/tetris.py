@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.sim import mixes
-from infless.sim.command import simulate_policy
-from infless.sim.figures.table import Cell, Rows
+from infless.sim.command import servers, simulate_policy, truth_and_planner
+from infless.sim.figures.table import Cell, Rows, bars
 from infless.sim.memory import MIB, ModelMemory, reduction
 from infless.sim.settings import SimConfig
 
@@ -87,6 +89,47 @@ def fig13(
         )
     title = f"Tetris Fig. 13 (sharing only): Q&A robot under INFless, {cfg.servers} servers"
     return Rows("tetris_fig13", title, tuple(rows[0]), tuple(rows), _plot_memory)
+
+
+def sharing_placement(
+    cfg: SimConfig,
+    models: Sequence[str],
+    instances: int,
+    weights: Sequence[float] = (0.0, 0.5, 2.0),
+    functions: int = 40,
+) -> Rows:
+    """Rows of (affinity weight, memory per 100 RPS with the store, violations, cores):
+    the 40-function mix under INFless with the servers reporting the store's affinity
+    (`SimConfig.store_affinity`) and the planner weighing it (`scaling.affinity_weight`)."""
+    mix = mixes.sized(mixes.scale_mix(functions, 1000.0, cfg.duration_s, mixes.SHAPES, models),
+                      instances, servers(cfg), truth_and_planner(cfg)[1], cfg.scaling)  # fmt: skip
+    rows: list[dict[str, Cell]] = []
+    for weight in weights:
+        scaling = msgspec.structs.replace(cfg.scaling, affinity_weight=weight)
+        run_cfg = msgspec.structs.replace(cfg, store_affinity=weight > 0, scaling=scaling)
+        _, result = simulate_policy(mix, run_cfg, "infless")
+        usage, served = result.usage, result.served_rps
+        rows.append(
+            {
+                "affinity_weight": weight,
+                "mib_per_100_rps": round(100 * usage.memory_mean_mib / served, 3) if served else 0,
+                "unshared_mib_per_100_rps": round(100 * usage.unshared_mean_mib / served, 3)
+                if served
+                else 0,
+                "violation_rate": round(result.violation_rate, 4),
+                "cpus_per_100_rps": round(result.cores_per_100_rps, 3),
+                "active_servers": round(usage.active_servers, 1),
+            }
+        )
+    title = f"Memory in the placement: the store's affinity weighed, {cfg.servers} servers"
+    return Rows("sharing_placement", title, tuple(rows[0]), tuple(rows), _plot_sharing)
+
+
+def _plot_sharing(rows: Rows, figure: PlotFigure) -> None:
+    labels = [f"weight {r['affinity_weight']}" for r in rows.rows]
+    bars(figure, 1, labels, rows.values("mib_per_100_rps"), "MiB held per 100 RPS (shared)")
+    bars(figure, 2, labels, [100 * v for v in rows.values("violation_rate")],
+         "SLO violations (%)")  # fmt: skip
 
 
 def _plot_memory(rows: Rows, figure: PlotFigure) -> None:
