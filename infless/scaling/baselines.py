@@ -206,7 +206,7 @@ def _uniform_policy(batching: bool, scheduled: bool = False) -> ScalingPolicy:
     def policy(
         view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
     ) -> ScalingPlan:
-        index = CapacityIndex(view.servers, cfg.beta)
+        index = CapacityIndex(view.servers, cfg.beta, cfg.gpu_core_reserve)
         actions: list[Action] = []
         decisions: list[FunctionDecision] = []
         for function in sorted(view.functions, key=lambda f: f.name):

@@ -24,6 +24,11 @@ beats it (or was it and no longer fits); giving capacity back forgets them all. 
 asks for the same few shapes after every placement, so this keeps a plan of thousands of
 instances near O(shapes) per placement (INFless Figure 17: scheduling overhead).
 
+Cores for the GPUs (`gpu_core_reserve`, 0: off): every GPU instance needs cores too, so
+CPU-only instances that take a server's last cores strand its free GPU shares. With a
+reserve r, a CPU-only instance fits a server that has a free GPU share only if r cores
+stay free after it; a server without free GPU share, or a GPU instance, is unaffected.
+
 Mutable, but private to one `plan()` call: built from a `PoolView`, never shared or stored.
 Pure: no I/O, no clock.
 """
@@ -50,8 +55,11 @@ def _free_shares(server: ServerView) -> list[int]:
 
 
 class CapacityIndex:
-    def __init__(self, servers: Sequence[ServerView], beta: float) -> None:
+    def __init__(
+        self, servers: Sequence[ServerView], beta: float, gpu_core_reserve: int = 0
+    ) -> None:
         self.beta = beta
+        self.gpu_core_reserve = max(0, gpu_core_reserve)
         self.ids = [s.server_id for s in servers]
         self.cpu_capacity = [s.cpus for s in servers]
         self.free_cpus = [max(0, s.free_cpus) for s in servers]
@@ -87,9 +95,16 @@ class CapacityIndex:
         return self.beta * self.free_cpus[pos] + self._gpu_total(pos)
 
     def fits(self, pos: int, cpus: int, gpu_pct: int) -> bool:
+        if gpu_pct <= 0:
+            return self._cpu_room(self.free_cpus[pos], self._gpu_total(pos)) >= cpus
         if self.free_cpus[pos] < cpus:
             return False
-        return gpu_pct <= 0 or max(self.free_gpu[pos], default=0) >= gpu_pct
+        return max(self.free_gpu[pos], default=0) >= gpu_pct
+
+    def _cpu_room(self, free_cpus: int, free_gpu_total: int) -> int:
+        """The cores a CPU-only instance may take: all free ones, less the reserve while
+        the server has a free GPU share (see the module docstring)."""
+        return free_cpus - self.gpu_core_reserve if free_gpu_total > 0 else free_cpus
 
     def best_fit(self, cpus: int, gpu_pct: int) -> int | None:
         """The fitting server with the smallest free score (ties: lowest position)."""
@@ -108,10 +123,17 @@ class CapacityIndex:
             bucket = self._buckets[free]
             if not bucket:
                 continue
-            index = 0 if gpu_pct <= 0 else bisect.bisect_left(bucket, (gpu_pct, -1))
+            if gpu_pct <= 0:  # the least GPU first: if it is held back, so is the rest
+                gpu_total, pos = bucket[0]
+                if self._cpu_room(free, gpu_total) >= cpus:
+                    candidate = (self.beta * free + gpu_total, pos)
+                    if best is None or candidate < best:
+                        best = candidate
+                continue
+            index = bisect.bisect_left(bucket, (gpu_pct, -1))
             while index < len(bucket):
                 gpu_total, pos = bucket[index]
-                if gpu_pct <= 0 or max(self.free_gpu[pos]) >= gpu_pct:
+                if max(self.free_gpu[pos]) >= gpu_pct:
                     candidate = (self.beta * free + gpu_total, pos)
                     if best is None or candidate < best:
                         best = candidate
@@ -129,7 +151,7 @@ class CapacityIndex:
             if best is not None and self.beta * free + top_gpu < best[0]:
                 break
             for gpu_total, pos in reversed(self._buckets[free]):
-                if gpu_pct <= 0 or max(self.free_gpu[pos], default=0) >= gpu_pct:
+                if self.fits(pos, cpus, gpu_pct):
                     candidate = (self.beta * free + gpu_total, pos)
                     if best is None or candidate[0] > best[0]:
                         best = candidate
@@ -176,14 +198,18 @@ class CapacityIndex:
         score = self.score(pos)
         free_cpus = self.free_cpus[pos]
         free_gpu = max(self.free_gpu[pos], default=0)
+        cpu_room = self._cpu_room(free_cpus, self._gpu_total(pos))
         remembered = self._best
         for key, best in list(remembered.items()):
             cpus, gpu_pct = key
-            fits = free_cpus >= cpus and (gpu_pct <= 0 or free_gpu >= gpu_pct)
+            fits = cpu_room >= cpus if gpu_pct <= 0 else free_cpus >= cpus and free_gpu >= gpu_pct
             if best == pos:
                 if not fits:
                     del remembered[key]  # searched again when asked
-            elif best is not None and fits and (score, pos) < (self.score(best), best):
+            elif best is None:
+                if fits:  # a reserve released by the server's last GPU share
+                    remembered[key] = pos
+            elif fits and (score, pos) < (self.score(best), best):
                 remembered[key] = pos
 
     def place(self, pos: int, cpus: int, gpu_pct: int) -> int | None:

@@ -1,6 +1,7 @@
 """`python -m infless.sim.figures FIGURE...`: compute the figures, write their PNGs, print them.
 
-    python -m infless.sim.figures fig17 fig11 table4 fig15 conditions --out docs/figures
+    python -m infless.sim.figures fig17 fig11 fig11_reserve table4 fig15 conditions \\
+        --out docs/figures
     python -m infless.sim.figures tetris_fig9 tetris_fig13 infaas sharing_placement \\
         --out docs/figures
 
@@ -44,6 +45,13 @@ def _fig11(small: bool) -> Rows:
     if small:
         return throughput.fig11(throughput.local_cluster(duration_s=5.0), ("infless", "batch"))
     return throughput.fig11()
+
+
+def _fig11_reserve(small: bool) -> Rows:
+    """Fig. 11 with 2 cores per server kept for its GPUs (`scaling.gpu_core_reserve`)."""
+    cluster = throughput.local_cluster(duration_s=5.0 if small else 20.0)
+    policies = ("infless", "batch") if small else ("openfaas+", "batch", "infless", "infless-nors")
+    return throughput.fig11(throughput.with_core_reserve(cluster, 2), policies)
 
 
 def _table4(small: bool) -> Rows:
@@ -93,6 +101,7 @@ def _infaas(small: bool) -> Rows:
 BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "fig17": _fig17,
     "fig11": _fig11,
+    "fig11_reserve": _fig11_reserve,
     "table4": _table4,
     "fig15": _fig15,
     "conditions": _conditions,

@@ -36,6 +36,7 @@ class Case:
     shape: mixes.Shape = "constant"
     server_shapes: tuple[tuple[int, int], ...] = ()  # (cores, GPUs), cycled
     gpus_per_server: int = 0
+    gpu_core_reserve: int = 0  # cores kept for free GPU shares (`scaling.gpu_core_reserve`)
 
 
 BASE_RPS = 40_000.0
@@ -47,6 +48,8 @@ CASES = (
     Case("heterogeneous servers (16, 12, 6, 4 cores)", 3, BASE_RPS,
          server_shapes=((16, 0), (12, 0), (6, 0), (4, 0))),
     Case("2 GPUs per server", 3, BASE_RPS, gpus_per_server=2),
+    Case("2 GPUs per server, 2 cores kept for them", 3, BASE_RPS, gpus_per_server=2,
+         gpu_core_reserve=2),
     Case("bursty load", 3, BASE_RPS, "bursty"),
     Case("sporadic load", 3, BASE_RPS, "sporadic"),
 )  # fmt: skip
@@ -67,8 +70,12 @@ def advantage(
     base = cfg or SimConfig(servers=16, mode="fluid", duration_s=30.0, step_s=0.25)
     rows: list[dict[str, Cell]] = []
     for case in cases:
+        scaling = msgspec.structs.replace(base.scaling, gpu_core_reserve=case.gpu_core_reserve)
         run_cfg = msgspec.structs.replace(
-            base, server_shapes=case.server_shapes, gpus_per_server=case.gpus_per_server
+            base,
+            server_shapes=case.server_shapes,
+            gpus_per_server=case.gpus_per_server,
+            scaling=scaling,
         )
         mix = case_mix(case, models, run_cfg.duration_s)
         found = {p: simulate_policy(mix, run_cfg, p)[1] for p in ("batch", "infless")}

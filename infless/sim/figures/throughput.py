@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.sim import mixes
 from infless.sim.cluster import SimFunction
 from infless.sim.command import simulate_policy
@@ -39,6 +41,12 @@ def local_cluster(duration_s: float = 20.0) -> SimConfig:
     """INFless's local cluster: 8 servers of 16 cores and 2 GPUs."""
     return SimConfig(servers=8, cpus_per_server=16, gpus_per_server=2, mode="fluid",
                      duration_s=duration_s, step_s=0.25)  # fmt: skip
+
+
+def with_core_reserve(cfg: SimConfig, cores: int) -> SimConfig:
+    """`cfg` with `scaling.gpu_core_reserve = cores` (cores held back for free GPU shares)."""
+    scaling = msgspec.structs.replace(cfg.scaling, gpu_core_reserve=cores)
+    return msgspec.structs.replace(cfg, scaling=scaling)
 
 
 def sustains(app: str, rate_rps: float, cfg: SimConfig, policy: str) -> bool:
@@ -88,8 +96,12 @@ def fig11(
             }
         )
     servers = f"{cfg.servers} servers × {cfg.cpus_per_server} cores + {cfg.gpus_per_server} GPUs"
+    reserve = cfg.scaling.gpu_core_reserve
+    if reserve:
+        servers += f", {reserve} cores kept for the GPUs"
     title = f"INFless Fig. 11: max RPS at ≤ {100 * MAX_VIOLATIONS:g} % violations, {servers}"
-    return Rows("fig11", title, tuple(rows[0]), tuple(rows), _plot)
+    name = "fig11_reserve" if reserve else "fig11"
+    return Rows(name, title, tuple(rows[0]), tuple(rows), _plot)
 
 
 def _plot(rows: Rows, figure: PlotFigure) -> None:
