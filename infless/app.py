@@ -249,7 +249,7 @@ def build_platform(
         config, clock, variant_store, catalog, functions, resolver, pool.functions,
         gpu_target=lambda: None if gpu is None else gpu.starter.profile_target(),
     )  # fmt: skip
-    monitor = VariantMonitor(catalog, pool.functions, config.modelless, clock)
+    monitor = VariantMonitor(pool, catalog, config.modelless)
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway
     frontend = FunctionFrontend(

@@ -1,10 +1,11 @@
 """The port between the policies' shells and whatever runs instances: `ScalingTarget`.
 
-The autoscaler and the prewarm manager read a `Snapshot` (servers, and per function the
-planner's `FunctionView`, its owner, arrival count, request activity and measured batch
-times) and hand back a `ScalingPlan`; they never see the pool, its instances or workers.
-The worker pool implements the port on a server, the simulator implements it for thousands
-of simulated servers, so both run the very same autoscaler and manager objects.
+The autoscaler, the prewarm manager and the variant monitor read a `Snapshot` (servers,
+and per function the planner's `FunctionView`, its owner, arrival count, request activity,
+measured batch times and what its ready instances served) and the first two hand back a
+`ScalingPlan`; they never see the pool, its instances or workers. The worker pool
+implements the port on a server, the simulator implements it for thousands of simulated
+servers, so both run the very same autoscaler, manager and monitor objects.
 Pure data and a Protocol: no I/O, no clock.
 """
 
@@ -39,6 +40,21 @@ class Measured:
 
 
 @dataclass(frozen=True, slots=True)
+class Serving:
+    """What a function's ready instances did: their running totals (served requests,
+    batches, the workers' summed forward time), summed over them, and how they stand now —
+    what the variant monitor (`control.variant_monitor`) takes its windows of."""
+
+    served: int = 0
+    batches: int = 0
+    exec_ms: float = 0.0
+    ready: int = 0  # ready instances now
+    max_batch: int = 1  # the largest batch size among them (1 with none)
+    max_cpus: int = 1  # ... and core count
+    queued: int = 0  # requests waiting in their queues now
+
+
+@dataclass(frozen=True, slots=True)
 class FunctionState:
     view: FunctionView  # what the planner reads: SLO, bounds, instances with their states
     owner: Owner
@@ -49,6 +65,7 @@ class FunctionState:
     measured: tuple[Measured, ...] = ()
     p99_ms: float | None = None  # the latency it delivered lately (None: too few answers)
     refused: int = 0  # requests refused for lack of capacity (429), ever
+    serving: Serving = field(default_factory=Serving)
 
     @property
     def name(self) -> str:

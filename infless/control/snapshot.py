@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from infless.control.functions import DeployedFunction
-from infless.control.port import ActivityView, FunctionState, Measured
-from infless.dataplane.instance import InstanceState
+from infless.control.port import ActivityView, FunctionState, Measured, Serving
+from infless.dataplane.instance import Instance, InstanceState
 from infless.scaling.view import FunctionView, InstanceView, ServerView
 from infless.scaling.view import InstanceState as ViewState
 
@@ -80,6 +80,20 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
         ),
         p99_ms=function.latency.p99_ms(now),
         refused=function.router.rejected,
+        serving=serving(ready),
+    )
+
+
+def serving(ready: list[Instance]) -> Serving:
+    """The ready instances' running totals, summed, and how they stand now."""
+    return Serving(
+        served=sum(i.served for i in ready),
+        batches=sum(i.batches for i in ready),
+        exec_ms=sum(i.exec_ms_total for i in ready),
+        ready=len(ready),
+        max_batch=max((i.config.batch_size for i in ready), default=1),
+        max_cpus=max((i.config.cpus for i in ready), default=1),
+        queued=sum(i.queue_length for i in ready),
     )
 
 

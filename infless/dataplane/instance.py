@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from infless.clock import Clock
+from infless.dataplane import admission
 from infless.dataplane.latency import ExecModel
 from infless.dataplane.policy import BatchSettings, rescaled_exec_ms
 from infless.dataplane.queue import BatchQueue, QueueClosed
@@ -273,22 +274,14 @@ class Instance:
             )
 
     def finish_by_s(self, now_s: float) -> float:
-        """When a request admitted now would have its batch served: the batch in flight
-        finishes (at its tail), the full batches queued ahead of it run at their mean service
-        times (a sum of batches varies far less than each one: a tail per batch refused work
-        the machine had room for), then its own batch at its tail. What the means miss, the
-        function's budget corrects from the p99 it measures (`FunctionLatency`)."""
+        """When a request admitted now would have its batch served (`admission.finish_by_s`:
+        the batch in flight at its tail, the full batches ahead at their mean, its own at
+        its tail); infinite before the instance is ready."""
         model, queue = self.model, self.queue
         if model is None or queue is None:
             return math.inf
-        busy_until_s = now_s
-        if self._in_flight:  # a batch running past its tail is given half its mean more
-            size = len(self._in_flight)
-            expected_s = self._dispatched_s + model.tail_ms(size) / 1000.0
-            busy_until_s = max(expected_s, now_s + model.mean_ms(size) / 2000.0)
-        b = model.max_batch
-        ahead, own = divmod(len(queue), b)
-        return busy_until_s + (ahead * model.mean_ms(b) + model.tail_ms(own + 1)) / 1000.0
+        in_flight = len(self._in_flight)
+        return admission.finish_by_s(now_s, model, len(queue), in_flight, self._dispatched_s)
 
     def set_share(self, share_rps: float) -> None:
         """The dispatcher's weight for this instance (the planner's r_up)."""

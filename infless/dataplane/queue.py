@@ -1,11 +1,12 @@
 """BatchQueue: one instance's bounded queue, releasing a batch when it is due.
 
-In "slo" dispatch (the default) every request carries its deadline: a batch leaves when the
-smallest batch that sustains the recent arrival rate waits, or when the oldest request's
-deadline minus the batch's tail service time comes, or sooner when the batch cannot fill by
-then (`policy.slo_dispatch_at`; the service times and the smallest batch come from the
-instance's `ExecModel`). The other modes (INFless's "deadline", "adaptive", "eager") use the
-fixed batch timeout (`policy.dispatch_at`). A batch takes what waits, up to b. Only the
+When a batch leaves is `release.release_at_s` (pure, shared with the simulator): in "slo"
+dispatch (the default) every request carries its deadline, and a batch leaves when the
+smallest batch that sustains the recent arrival rate waits (`release.next_target`), or when
+the oldest request's deadline minus the batch's tail service time comes, or sooner when the
+batch cannot fill by then (the service times come from the instance's `ExecModel`); the
+other modes (INFless's "deadline", "adaptive", "eager") use the fixed batch timeout. A batch
+takes what waits, up to b. Only the
 instance's runner calls `next_batch`, and only when its worker is free, so at most one
 batch is in flight per instance. Time comes from the injected Clock.
 """
@@ -18,16 +19,11 @@ from collections import deque
 
 from infless.clock import Clock
 from infless.dataplane.latency import ExecModel
-from infless.dataplane.policy import (
-    BatchSettings,
-    dispatch_at,
-    slo_dispatch_at,
-    update_interarrival,
-)
+from infless.dataplane.policy import BatchSettings, update_interarrival
+from infless.dataplane.release import next_target, release_at_s, wakes
 from infless.dataplane.request import Pending
 
 _TIMER_RESOLUTION_S = 1e-6  # a wake-up this close to its time counts as on time
-TARGET_EVERY = 8  # arrivals between re-derivations of the smallest sustaining batch
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
@@ -93,13 +89,13 @@ class BatchQueue:
         self._last_arrival_s = now
         self._items.append(pending)
         self._arrivals += 1
-        if self._model is not None and self._arrivals % TARGET_EVERY == 0:
-            rate_rps = 1.0 / self.interarrival_s if self.interarrival_s > 0 else math.inf
-            self.target = self._model.smallest_sustaining(rate_rps, self._settings.utilization)
-        # Wake the runner only when its decision can change: the first request starts a
-        # deadline, a batch of the target size or a full one ends the wait.
-        length = len(self._items)
-        if length in (1, self.target, self._settings.batch_size):
+        if self._model is not None:
+            self.target = next_target(
+                self._model, self._arrivals, self.interarrival_s,
+                self._settings.utilization, self.target,
+            )  # fmt: skip
+        # Wake the runner only when its decision can change.
+        if wakes(len(self._items), self.target, self._settings.batch_size):
             self._wake()
         return pending.future  # type: ignore[return-value]
 
@@ -113,19 +109,11 @@ class BatchQueue:
             settings = self._settings
             items = self._items
             if items:
-                if self._closed:
-                    due_s = -math.inf  # draining: flush without waiting
-                elif self._model is not None and settings.mode == "slo":
-                    due_s = self._slo_due(items, settings.batch_size, self._model)
-                else:
-                    due_s = dispatch_at(
-                        len(items),
-                        settings.batch_size,
-                        items[0].arrival_s,
-                        settings.timeout_s,
-                        settings.mode,
-                        self.interarrival_s,
-                    )
+                head = items[0]
+                due_s = release_at_s(
+                    settings, self._model, len(items), head.arrival_s, head.deadline_s,
+                    self.interarrival_s, self.target, self._closed,
+                )  # fmt: skip
                 if self._clock.now() >= due_s - _TIMER_RESOLUTION_S:
                     count = min(len(items), settings.batch_size)
                     return [items.popleft() for _ in range(count)]
@@ -134,17 +122,6 @@ class BatchQueue:
                 raise QueueClosed("queue closed")
             else:
                 await self._wait(None)
-
-    def _slo_due(self, items: deque[Pending], batch_size: int, model: ExecModel) -> float:
-        head = items[0]
-        size = min(len(items), batch_size)
-        deadline_s = head.deadline_s
-        if math.isinf(deadline_s):  # no deadline given: the fixed timeout's
-            deadline_s = head.arrival_s + self._settings.timeout_s + model.tail_ms(size) / 1000
-        latest_start_s = deadline_s - model.tail_ms(size) / 1000.0
-        return slo_dispatch_at(
-            len(items), self.target, head.arrival_s, latest_start_s, self.interarrival_s
-        )
 
     async def _wait(self, deadline: float | None) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

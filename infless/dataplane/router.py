@@ -2,12 +2,11 @@
 
 Admission by deadline: a request carries the time by which its batch must be served (its
 arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
-instance; the request joins it when that instance's predicted finish (the batch in flight
-at its tail, the full batches queued ahead at their mean service time, its own batch at its
-tail) meets the deadline — or when it is idle: nothing would serve it sooner — else the
-instance that would finish it first, if that one meets it (or is idle); else it waits for
-an instance that is starting (a dead worker's replacement, a scale-out), if that one,
-ready when the function's measured starts say, would serve it by its deadline
+instance, and `admission.candidates` (pure, shared with the simulator) says which instances
+it may join, in order: the proposed one when its predicted finish meets the deadline (or it
+is idle), else the one that would finish it first if that one does; else it waits for an
+instance that is starting (a dead worker's replacement, a scale-out), if that one, ready
+when the function's measured starts say, would serve it by its deadline
 (`dataplane.starting`); else it is refused at once (429) with a Retry-After from the
 predicted drain — work that cannot finish in time is never queued. The router holds
 requests in a bounded waiting room while the function has no ready instance (a cold start,
@@ -24,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 
 from infless.clock import Clock
+from infless.dataplane import admission
 from infless.dataplane.dispatcher import RateShareDispatcher
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import ExecModel
@@ -103,33 +103,23 @@ class FunctionRouter:
         so it may when an instance that is starting would serve it in time."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
-        if not ready or any(i.idle for i in ready):
-            return
-        finish_s = min(i.finish_by_s(now) for i in ready)
-        if finish_s > now + budget_s:
-            finish_s = min(finish_s, self._after_start_s(now))  # or wait for a start
-        if finish_s > now + budget_s:
+        retry_after_s = admission.room_refusal_s(ready, now, budget_s)
+        if retry_after_s is not None and self._after_start_s(now) <= now + budget_s:
+            retry_after_s = None  # an instance that is starting would serve it in time
+        if retry_after_s is not None:
             self.arrivals += 1
             self.rejected += 1
             raise Overloaded(
                 f"function {self.name!r} is at capacity: no instance can answer within its "
                 "latency target",
-                retry_after_s=max(1.0, finish_s - now - budget_s),
+                retry_after_s=retry_after_s,
             )
 
     def _route(self, pending: Pending, now: float) -> None:
         deadline_s = pending.deadline_s
         chosen = self._dispatcher.choose(self.instances)
-        if chosen is not None:
-            if (chosen.idle or chosen.finish_by_s(now) <= deadline_s) and _admit(chosen, pending):
-                return
-            best, finish_s = None, math.inf
-            for instance in self.instances:
-                if instance is not chosen and instance.accepting:
-                    at_s = now if instance.idle else instance.finish_by_s(now)
-                    if at_s < finish_s:
-                        best, finish_s = instance, at_s
-            if best is not None and finish_s <= deadline_s and _admit(best, pending):
+        for instance in admission.candidates(chosen, self.instances, now, deadline_s):
+            if _admit(instance, pending):
                 return
         ready = [i for i in self.instances if i.state is InstanceState.READY]
         if ready:
@@ -138,11 +128,11 @@ class FunctionRouter:
                 self._wait_for_instance(pending)
                 return
             self.rejected += 1
-            finish_s = min(after_start_s, *(i.finish_by_s(now) for i in ready))
+            retry_after_s = admission.refusal_retry_s(ready, now, deadline_s)
             raise Overloaded(
                 f"function {self.name!r} is at capacity: no instance can answer within its "
                 "latency target",
-                retry_after_s=max(1.0, finish_s - deadline_s),
+                retry_after_s=min(retry_after_s, max(1.0, after_start_s - deadline_s)),
             )
         self._wait_for_instance(pending)
 

@@ -7,9 +7,12 @@ so the shell, the simulator and the benchmarks run them through the same machine
 - `openfaas+`: one request per instance (b = 1), fixed resources (`baseline_cpus`,
   `baseline_gpu_pct`), as many instances as ceil(R·(1 + headroom) / r_up), and a fixed
   keep-alive: a surplus instance is stopped once it has been idle `keep_alive_s` (300 s).
-- `batch` (BATCH / OTP): the same uniform scaling, but every instance batches with one batch
-  size chosen offline (`batch_baseline_size`, or the largest feasible at the fixed resources)
-  and timeout t_slo − t_exec.
+  Placed as OpenFaaS's Kubernetes places them: the server with the most free (spread).
+- `batch` (BATCH / OTP): the same uniform scaling and placement, but every instance batches
+  with one batch size chosen offline (`batch_baseline_size`, or the largest feasible at the
+  fixed resources) and timeout t_slo − t_exec.
+- `batch+rs` (INFless §5.3): BATCH's instances placed by INFless's scheduler (Equation 10
+  over BATCH's one configuration: the best fit, sharing affinity included).
 - `infless-nobatch`: INFless with b = 1 only. `infless-nors`: no resource scheduling — for each
   batch size only the maximum-throughput <c, g>. `infless-x1.5`, `infless-x2`: INFless with
   every prediction inflated.
@@ -36,6 +39,7 @@ from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import POLICY_NAMES, ScalingConfig
 from infless.scaling.demand import Demand
+from infless.scaling.placement import Candidate, pick
 from infless.scaling.planner import knobs_from, plan, plan_with
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.shares import Regime, regime_of
@@ -100,6 +104,7 @@ def _plan_uniform_function(
     index: CapacityIndex,
     now_s: float,
     batching: bool,
+    scheduled: bool,
 ) -> tuple[list[Action], FunctionDecision]:
     demand_rps = max(0.0, demand_rps)
     chosen = uniform_config(function, predictor, cfg, batching, index.max_cpus, index.has_gpus)
@@ -120,8 +125,9 @@ def _plan_uniform_function(
     wanted = math.ceil(demand_rps * (1.0 + cfg.headroom) / r_up - 1e-9) if demand_rps > 0 else 0
     target = min(max(function.min_instances, wanted), function.max_instances)
     starts: list[Action] = []
+    place = _scheduler(function.name, config, bounds, cfg) if scheduled else _spread(config)
     for _ in range(target - len(live)):
-        pos = index.best_fit(config.cpus, config.gpu_pct)
+        pos = place(index)
         if pos is None:
             break
         device = index.place(pos, config.cpus, config.gpu_pct)
@@ -173,11 +179,34 @@ def _plan_uniform_function(
     return actions, decision
 
 
-def _uniform_policy(batching: bool) -> ScalingPolicy:
+def _spread(config: InstanceConfig) -> Callable[[CapacityIndex], int | None]:
+    """Kubernetes' default placement (OpenFaaS): the server with the most free."""
+    return lambda index: index.spread_fit(config.cpus, config.gpu_pct)
+
+
+def _scheduler(
+    function: str, config: InstanceConfig, bounds: Bounds, cfg: ScalingConfig
+) -> Callable[[CapacityIndex], int | None]:
+    """INFless's Schedule() for one configuration: the server with the best e_ij."""
+    candidate = Candidate(config, bounds, cfg.beta * config.cpus + config.gpu_pct)
+
+    def place(index: CapacityIndex) -> int | None:
+        # BATCH decided how many; Equation 10 only places each (a full instance's rate)
+        choice = pick(
+            [candidate], bounds.r_up_rps, index, candidate.rate_per_unit, function=function,
+            served=cfg.efficiency == "served", min_fragment=cfg.min_fragment,
+            affinity_weight=cfg.affinity_weight,
+        )  # fmt: skip
+        return None if choice is None else choice[1]
+
+    return place
+
+
+def _uniform_policy(batching: bool, scheduled: bool = False) -> ScalingPolicy:
     def policy(
         view: PoolView, demand: Demand, predictor: LatencyPredictor, cfg: ScalingConfig
     ) -> ScalingPlan:
-        index = CapacityIndex(view.servers, cfg.beta)
+        index = CapacityIndex(view.servers, cfg.beta, cfg.gpu_core_reserve)
         actions: list[Action] = []
         decisions: list[FunctionDecision] = []
         for function in sorted(view.functions, key=lambda f: f.name):
@@ -189,6 +218,7 @@ def _uniform_policy(batching: bool) -> ScalingPolicy:
                 index,
                 view.now_s,
                 batching,
+                scheduled,
             )
             actions.extend(acts)
             decisions.append(decision)
@@ -302,10 +332,12 @@ def replacing_foreign(policy: ScalingPolicy, conforms: Conforms) -> ScalingPolic
 
 plan_openfaas_plus = replacing_foreign(_uniform_policy(batching=False), _unbatched_fixed)
 plan_batch = replacing_foreign(_uniform_policy(batching=True), _fixed_resources)
+plan_batch_rs = replacing_foreign(_uniform_policy(batching=True, scheduled=True), _fixed_resources)
 
 POLICIES: dict[str, ScalingPolicy] = {
     "infless": plan,
     "batch": plan_batch,
+    "batch+rs": plan_batch_rs,
     "openfaas+": plan_openfaas_plus,
     "infless-nobatch": replacing_foreign(_ablation(allow_batching=False), _unbatched),
     "infless-nors": _ablation(max_throughput_only=True),

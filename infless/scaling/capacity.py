@@ -18,6 +18,17 @@ fits), so a server fits a share when one of its devices has that much free, neve
 sum; each device's free share is kept within [0, its capacity] (no device is over-committed
 even by a view that says so).
 
+Best fits are remembered per (cores, share) until a placement can change them: placing on
+server j only lowers j's free score, so a remembered best stays best unless j now fits and
+beats it (or was it and no longer fits); giving capacity back forgets them all. Algorithm 1
+asks for the same few shapes after every placement, so this keeps a plan of thousands of
+instances near O(shapes) per placement (INFless Figure 17: scheduling overhead).
+
+Cores for the GPUs (`gpu_core_reserve`, 0: off): every GPU instance needs cores too, so
+CPU-only instances that take a server's last cores strand its free GPU shares. With a
+reserve r, a CPU-only instance fits a server that has a free GPU share only if r cores
+stay free after it; a server without free GPU share, or a GPU instance, is unaffected.
+
 Mutable, but private to one `plan()` call: built from a `PoolView`, never shared or stored.
 Pure: no I/O, no clock.
 """
@@ -29,6 +40,8 @@ import math
 from collections.abc import Sequence
 
 from infless.scaling.view import ServerView
+
+_UNKNOWN = -1  # `best_fit`: no best remembered for that shape (positions are >= 0)
 
 
 def _free_shares(server: ServerView) -> list[int]:
@@ -42,8 +55,11 @@ def _free_shares(server: ServerView) -> list[int]:
 
 
 class CapacityIndex:
-    def __init__(self, servers: Sequence[ServerView], beta: float) -> None:
+    def __init__(
+        self, servers: Sequence[ServerView], beta: float, gpu_core_reserve: int = 0
+    ) -> None:
         self.beta = beta
+        self.gpu_core_reserve = max(0, gpu_core_reserve)
         self.ids = [s.server_id for s in servers]
         self.cpu_capacity = [s.cpus for s in servers]
         self.free_cpus = [max(0, s.free_cpus) for s in servers]
@@ -56,6 +72,7 @@ class CapacityIndex:
             self._bucket_of(pos).append((self._gpu_total(pos), pos))
         for bucket in self._buckets.values():
             bucket.sort()
+        self._best: dict[tuple[int, int], int | None] = {}  # (cpus, gpu_pct) → best fit
         self._affine: dict[str, dict[int, float]] = {}  # function → {position: affinity}
         for pos, server in enumerate(servers):
             for function, value in server.affinity.items():
@@ -78,12 +95,26 @@ class CapacityIndex:
         return self.beta * self.free_cpus[pos] + self._gpu_total(pos)
 
     def fits(self, pos: int, cpus: int, gpu_pct: int) -> bool:
+        if gpu_pct <= 0:
+            return self._cpu_room(self.free_cpus[pos], self._gpu_total(pos)) >= cpus
         if self.free_cpus[pos] < cpus:
             return False
-        return gpu_pct <= 0 or max(self.free_gpu[pos], default=0) >= gpu_pct
+        return max(self.free_gpu[pos], default=0) >= gpu_pct
+
+    def _cpu_room(self, free_cpus: int, free_gpu_total: int) -> int:
+        """The cores a CPU-only instance may take: all free ones, less the reserve while
+        the server has a free GPU share (see the module docstring)."""
+        return free_cpus - self.gpu_core_reserve if free_gpu_total > 0 else free_cpus
 
     def best_fit(self, cpus: int, gpu_pct: int) -> int | None:
         """The fitting server with the smallest free score (ties: lowest position)."""
+        key = (cpus, gpu_pct)
+        found = self._best.get(key, _UNKNOWN)
+        if found == _UNKNOWN:
+            found = self._best[key] = self._search(cpus, gpu_pct)
+        return found
+
+    def _search(self, cpus: int, gpu_pct: int) -> int | None:
         best: tuple[float, int] | None = None
         start = bisect.bisect_left(self._keys, cpus)
         for free in self._keys[start:]:
@@ -92,16 +123,44 @@ class CapacityIndex:
             bucket = self._buckets[free]
             if not bucket:
                 continue
-            index = 0 if gpu_pct <= 0 else bisect.bisect_left(bucket, (gpu_pct, -1))
+            if gpu_pct <= 0:  # the least GPU first: if it is held back, so is the rest
+                gpu_total, pos = bucket[0]
+                if self._cpu_room(free, gpu_total) >= cpus:
+                    candidate = (self.beta * free + gpu_total, pos)
+                    if best is None or candidate < best:
+                        best = candidate
+                continue
+            index = bisect.bisect_left(bucket, (gpu_pct, -1))
             while index < len(bucket):
                 gpu_total, pos = bucket[index]
-                if gpu_pct <= 0 or max(self.free_gpu[pos]) >= gpu_pct:
+                if max(self.free_gpu[pos]) >= gpu_pct:
                     candidate = (self.beta * free + gpu_total, pos)
                     if best is None or candidate < best:
                         best = candidate
                     break
                 index += 1
         return None if best is None else best[1]
+
+    def spread_fit(self, cpus: int, gpu_pct: int) -> int | None:
+        """The fitting server with the most free (Kubernetes' default LeastAllocated
+        scoring: instances spread over the servers); ties: the highest position."""
+        best: tuple[float, int] | None = None
+        top_gpu = max((sum(free) for free in self.free_gpu), default=0)
+        start = bisect.bisect_left(self._keys, cpus)
+        for free in reversed(self._keys[start:]):
+            if best is not None and self.beta * free + top_gpu < best[0]:
+                break
+            for gpu_total, pos in reversed(self._buckets[free]):
+                if self.fits(pos, cpus, gpu_pct):
+                    candidate = (self.beta * free + gpu_total, pos)
+                    if best is None or candidate[0] > best[0]:
+                        best = candidate
+                    break
+        return None if best is None else best[1]
+
+    def has_affinity(self, function: str) -> bool:
+        """Whether some server has a nonzero affinity for `function`."""
+        return function in self._affine
 
     def choices(
         self, cpus: int, gpu_pct: int, function: str | None = None
@@ -115,9 +174,9 @@ class CapacityIndex:
         best = self.best_fit(cpus, gpu_pct)
         if best is None:
             return []
-        if function is None:
+        affine = self._affine.get(function, {}) if function is not None else {}
+        if not affine:
             return [(best, 0.0)]
-        affine = self._affine.get(function, {})
         found = [(best, affine.get(best, 0.0))]
         found.extend(
             (pos, value)
@@ -133,6 +192,25 @@ class CapacityIndex:
 
     def _reindex(self, pos: int) -> None:
         bisect.insort(self._bucket_of(pos), (self._gpu_total(pos), pos))
+
+    def _placed_on(self, pos: int) -> None:
+        """Server `pos` has less free now: the remembered best fits it can change."""
+        score = self.score(pos)
+        free_cpus = self.free_cpus[pos]
+        free_gpu = max(self.free_gpu[pos], default=0)
+        cpu_room = self._cpu_room(free_cpus, self._gpu_total(pos))
+        remembered = self._best
+        for key, best in list(remembered.items()):
+            cpus, gpu_pct = key
+            fits = cpu_room >= cpus if gpu_pct <= 0 else free_cpus >= cpus and free_gpu >= gpu_pct
+            if best == pos:
+                if not fits:
+                    del remembered[key]  # searched again when asked
+            elif best is None:
+                if fits:  # a reserve released by the server's last GPU share
+                    remembered[key] = pos
+            elif fits and (score, pos) < (self.score(best), best):
+                remembered[key] = pos
 
     def place(self, pos: int, cpus: int, gpu_pct: int) -> int | None:
         """Take `cpus` cores and `gpu_pct` of one device (best fit); the device index or None."""
@@ -151,6 +229,7 @@ class CapacityIndex:
             )
             free[device] -= gpu_pct
         self._reindex(pos)
+        self._placed_on(pos)
         return device
 
     def unplace(self, pos: int, cpus: int, gpu_pct: int, device: int | None) -> None:
@@ -160,3 +239,4 @@ class CapacityIndex:
         if device is not None:
             self.free_gpu[pos][device] += gpu_pct
         self._reindex(pos)
+        self._best.clear()  # more is free: any remembered best may have been beaten

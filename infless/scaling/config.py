@@ -17,6 +17,7 @@ Rounding = Literal["paper", "reference", "exact"]
 POLICY_NAMES: tuple[str, ...] = (
     "infless",
     "batch",
+    "batch+rs",
     "openfaas+",
     "infless-nobatch",
     "infless-nors",
@@ -87,6 +88,9 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     efficiency: Literal["served", "paper"] = "served"  # Equation 10's numerator (planner doc)
     min_fragment: float = 0.25  # Equation 10's denominator floor (reference code: ~0.001)
     affinity_weight: float = 0.5  # e_ij × (1 + this × server affinity for the function); 0: off
+    # cores a CPU-only instance leaves free on a server with a free GPU share, so GPU
+    # instances (which need cores too) can still be placed there (`capacity`); 0: off
+    gpu_core_reserve: int = 0
     prediction_factor: float = 1.0  # multiplies every prediction (ablations use 1.5 and 2)
     prefer_measured: bool = True  # an instance's measured t_exec beats the prediction
     downsize: bool = True  # start a smaller instance when the kept ones are underfed
@@ -119,6 +123,10 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
         problems.append(
             f"{section}.policy = {cfg.policy!r}: unknown; use one of "
             f"{', '.join(POLICY_NAMES)} or none"
+        )
+    if cfg.gpu_core_reserve < 0:
+        problems.append(
+            f"{section}.gpu_core_reserve = {cfg.gpu_core_reserve}: must be >= 0 (0: off)"
         )
     if cfg.tick_s <= 0:
         problems.append(f"{section}.tick_s = {cfg.tick_s}: must be > 0 (e.g. 1.0)")

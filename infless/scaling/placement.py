@@ -26,6 +26,7 @@ from infless.scaling.capacity import CapacityIndex
 from infless.types import InstanceConfig
 
 _EPS = 1e-9
+_NOWHERE: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,35 +75,39 @@ def pick(
     `served`: Equation 10's numerator is min(r_up, residual) (the planner's "served" mode),
     else r_up. Returns the candidate, the server's index position and its (boosted) e_ij.
     Ties keep the first: larger config order first, then the best fit, then position order.
+    (`efficiency`, inlined: this runs once per instance placed.)
     """
     current: int | None = None
     best: tuple[float, Candidate, int] | None = None
-    affine = function if affinity_weight > 0 else None
-    places: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    affine = function if affinity_weight > 0 and index.has_affinity(function) else None
+    scores: dict[int, float] = {}
+    found: Sequence[tuple[int, float]]
+    floor_rate = max(residual_rps, 1.0)
     for cand in cands:  # grouped by batch size, largest first
-        b = cand.config.batch_size
+        config, bounds = cand.config, cand.bounds
+        b = config.batch_size
         if b != current:
             if best is not None:
                 break  # a larger batch size already has a placement
             current = b
-        if b > 1 and residual_rps + _EPS < cand.bounds.r_low_rps:
+        if b > 1 and residual_rps + _EPS < bounds.r_low_rps:
             continue
-        key = (cand.config.cpus, cand.config.gpu_pct)
-        if key not in places:
-            places[key] = index.choices(*key, function=affine)
-        rate_rps = cand.bounds.r_up_rps
-        if served:
-            rate_rps = min(rate_rps, max(residual_rps, 1.0))
-        for pos, affinity in places[key]:
-            e_ij = efficiency(
-                rate_rps,
-                cand.units,
-                best_rate,
-                index.score(pos),
-                min_fragment,
-                affinity,
-                affinity_weight,
-            )
+        if affine is None:  # the plain best fit: most functions, most of the time
+            fit = index.best_fit(config.cpus, config.gpu_pct)
+            found = _NOWHERE if fit is None else ((fit, 0.0),)
+        else:  # the best fit and the servers with an affinity for the function
+            found = index.choices(config.cpus, config.gpu_pct, function=affine)
+        rate_rps = bounds.r_up_rps
+        if served and rate_rps > floor_rate:
+            rate_rps = floor_rate
+        units = cand.units
+        normalised = rate_rps / units / best_rate
+        for pos, affinity in found:
+            free_units = scores.get(pos)
+            if free_units is None:
+                free_units = scores[pos] = index.score(pos)
+            fragment = max(1.0 - units / free_units, min_fragment) if free_units > 0 else 1.0
+            e_ij = normalised / fragment * (1.0 + affinity_weight * affinity)
             if best is None or e_ij > best[0]:
                 best = (e_ij, cand, pos)
     return None if best is None else (best[1], best[2], best[0])

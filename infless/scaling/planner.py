@@ -87,6 +87,7 @@ class Knobs:
     efficiency: Literal["served", "paper"] = "served"
     min_fragment: float = 0.25
     affinity_weight: float = 0.5  # e_ij × (1 + this × affinity); 0: placement ignores sharing
+    gpu_core_reserve: int = 0  # cores CPU-only instances leave for the GPUs (`capacity`)
     allow_batching: bool = True  # False: the "no batching" ablation (b = 1 only)
     max_throughput_only: bool = False  # True: "no resource scheduling" ablation
 
@@ -106,6 +107,7 @@ def knobs_from(cfg: ScalingConfig) -> Knobs:
         efficiency=cfg.efficiency,
         min_fragment=cfg.min_fragment,
         affinity_weight=cfg.affinity_weight,
+        gpu_core_reserve=cfg.gpu_core_reserve,
     )
 
 
@@ -356,7 +358,7 @@ def plan_function(
 def plan_with(
     view: PoolView, demand: Demand, predictor: LatencyPredictor, knobs: Knobs
 ) -> ScalingPlan:
-    index = CapacityIndex(view.servers, knobs.beta)
+    index = CapacityIndex(view.servers, knobs.beta, knobs.gpu_core_reserve)
     actions: list[Action] = []
     decisions: list[FunctionDecision] = []
     for function in sorted(view.functions, key=lambda f: f.name):

@@ -1,12 +1,14 @@
 """SimCluster: the simulated servers and instances, as a target of the scaling port.
 
 It implements `control.port.ScalingTarget` like the server's worker pool does: `snapshot`
-describes servers, functions and instances as the planner and the prewarm manager read them,
-`apply` turns a plan into desired-state transitions (`control.desired`, the same functions
-the pool uses) and `_reconcile` makes the simulated instances match: start what is missing
-(ready after `cold_start_s`), drain what is no longer wanted. So the simulator runs the very
-same `Autoscaler` and `PrewarmManager` objects as a server. Simulation only: no I/O, no clock
-(`now_s` is set by the event loop).
+describes servers, functions and instances as the autoscaler, the prewarm manager and the
+variant monitor read them, `apply` turns a plan into desired-state transitions
+(`control.desired`, the same functions the pool uses) and `_reconcile` makes the simulated
+instances match: start what is missing (ready after `cold_start_s`, with the batch settings
+and `ExecModel` a real instance takes from its warm-up: `policy.instance_settings` over the
+truth's times at the warm-up's batch sizes), drain what is no longer wanted. So the
+simulator runs the very same policy objects as a server. Simulation only: no I/O, no clock
+(`now_s` is set by the engine).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from infless.control import desired as d
-from infless.control.port import ActivityView, FunctionState, Snapshot
+from infless.control.port import ActivityView, FunctionState, Serving, Snapshot
+from infless.dataplane.config import BatchingConfig
 from infless.dataplane.dispatcher import RateShareDispatcher
-from infless.dataplane.policy import choose_batch_size, powers_of_two_up_to
+from infless.dataplane.latency import ExecModel, FunctionLatency
+from infless.dataplane.policy import choose_batch_size, instance_settings, powers_of_two_up_to
 from infless.scaling.bounds import rate_bounds
 from infless.scaling.config import ScalingConfig
+from infless.scaling.planner import config_label
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
     Action,
@@ -33,7 +38,7 @@ from infless.scaling.view import (
     ServerView,
     StartInstance,
 )
-from infless.sim.model import SimInstance, SimServer, SimState, config_label
+from infless.sim.model import SimInstance, SimServer, SimState
 from infless.sim.workload import RateSchedule
 from infless.types import InstanceConfig
 
@@ -56,35 +61,43 @@ class SimFunction:
 
 @dataclass(eq=False)
 class SimFunctionState:
-    """One simulated function: its desired state, instances, queues and request activity."""
+    """One simulated function: its desired state, instances, waiting room, request activity
+    and measured latency (the budget admission gives each request: `FunctionLatency`)."""
 
     spec: SimFunction
     arrivals: Iterator[float]
     desired: d.DesiredState
+    latency: FunctionLatency
     dispatcher: RateShareDispatcher = field(default_factory=RateShareDispatcher)
     instances: dict[str, SimInstance] = field(default_factory=dict)
     ready: list[SimInstance] = field(default_factory=list)
-    waiting: deque[float] = field(default_factory=deque)
+    # admitted while no instance was ready: (arrival_s, deadline_s, requests)
+    waiting: deque[tuple[float, float, float]] = field(default_factory=deque)
     arrived: int = 0
-    outstanding: int = 0
+    outstanding: float = 0.0
     idle_since_s: float | None = 0.0
     last_finish_s: float | None = None
     idle_arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_IDLE_ARRIVALS))
     idle_arrival_count: int = 0
     last_start_s: float = 0.0
-    refused: int = 0  # arrivals that found every queue full
+    refused: int = 0  # arrivals refused for lack of capacity (429)
 
-    def arrive(self, now_s: float) -> None:
-        self.arrived += 1
-        if self.outstanding == 0:
+    def arrive(self, now_s: float, count: float = 1.0) -> None:
+        self.arrived += round(count)
+        if self.outstanding <= 0:
             self.idle_arrivals.append(now_s)
             self.idle_arrival_count += 1
-        self.outstanding += 1
+        self.outstanding += count
 
-    def finish(self, now_s: float, count: int = 1) -> None:
-        self.outstanding = max(0, self.outstanding - count)
-        if self.outstanding == 0:
+    def finish(self, now_s: float, count: float = 1.0) -> None:
+        self.outstanding = max(0.0, self.outstanding - count)
+        if self.outstanding <= 1e-9:
+            self.outstanding = 0.0
             self.idle_since_s = self.last_finish_s = now_s
+
+    @property
+    def waiting_count(self) -> float:
+        return sum(count for _, _, count in self.waiting)
 
     @property
     def starting(self) -> bool:
@@ -125,20 +138,20 @@ class SimCluster:
         functions: dict[str, SimFunctionState],
         servers: Sequence[SimServer],
         scaling: ScalingConfig,
+        batching: BatchingConfig,
         planner: LatencyPredictor,
-        slack_ms: float,
-        queue_capacity_batches: int,
-        busy_aware: bool,
+        truth: LatencyPredictor,
         on_start: Callable[[SimInstance], None],
+        store_affinity: bool = False,
     ) -> None:
         self.functions = functions
+        self._store_affinity = store_affinity
         self.servers = list(servers)
         self._server_by_id = {s.server_id: s for s in self.servers}
         self._scaling = scaling
+        self._batching = batching
         self._planner = planner
-        self._slack_ms = slack_ms
-        self._capacity_batches = queue_capacity_batches
-        self._busy_aware = busy_aware
+        self._truth = truth
         self._on_start = on_start  # schedules the instance's READY event
         self._ids = itertools.count()
         self.now_s = 0.0
@@ -149,11 +162,28 @@ class SimCluster:
     # -- the scaling port --------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         servers = tuple(
-            ServerView(s.server_id, s.cpus, s.free_cpus, tuple(s.gpu_pct), tuple(s.free_gpu_pct))
+            ServerView(
+                s.server_id,
+                s.cpus,
+                s.free_cpus,
+                tuple(s.gpu_pct),
+                tuple(s.free_gpu_pct),
+                idle_cores=max(0, s.free_cpus),  # a simulated instance runs on its own cores
+                affinity=self._affinity(s),
+            )
             for s in self.servers
         )
         states = tuple(self._function_state(fn) for fn in self.functions.values())
         return Snapshot(servers, states, self.now_s)
+
+    def _affinity(self, server: SimServer) -> dict[str, float]:
+        """With `store_affinity`: 1 for every function whose model's tensors the server's
+        store holds (an instance of that model runs there), as the server's store reports
+        (`control.transforms`: the share of a function's tensors stored); else none."""
+        if not self._store_affinity or not server.models:
+            return {}
+        return {name: 1.0 for name, fn in self.functions.items()
+                if fn.spec.model_key in server.models}  # fmt: skip
 
     def _function_state(self, fn: SimFunctionState) -> FunctionState:
         spec = fn.spec
@@ -181,15 +211,15 @@ class SimCluster:
             ),
         )
         activity = ActivityView(
-            fn.outstanding,
-            fn.idle_since_s if fn.outstanding == 0 else None,
+            round(fn.outstanding),
+            fn.idle_since_s if fn.outstanding <= 0 else None,
             fn.last_finish_s,
             tuple(fn.idle_arrivals),
             fn.idle_arrival_count,
         )
         return FunctionState(
             view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s,
-            refused=fn.refused,
+            p99_ms=fn.latency.p99_ms(self.now_s), refused=fn.refused, serving=_serving(fn.ready),
         )  # fmt: skip
 
     def apply(self, plan: ScalingPlan) -> None:
@@ -227,25 +257,15 @@ class SimCluster:
     def _start(self, fn: SimFunctionState, entry: d.WantedInstance) -> None:
         server = self._server_by_id.get(entry.server_id) or self._roomiest()
         c = entry.config
-        server.allocate(c.cpus, c.gpu_pct, entry.gpu_index)
+        server.allocate(c.cpus, c.gpu_pct, entry.gpu_index, fn.spec.model_key)
         exec_ms = entry.exec_ms or self._planner.predict_latency_ms(
             fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
         )
-        bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
-        timeout_ms = bounds.batch_timeout_ms - self._slack_ms
-        if self._busy_aware and c.batch_size > 1:
-            timeout_ms -= exec_ms
         instance = SimInstance(
-            instance_id=entry.instance_id,
-            function=fn.spec.name,
-            server=server,
-            config=c,
-            device=entry.gpu_index,
-            planned_exec_ms=exec_ms,
-            timeout_s=max(0.0, timeout_ms / 1000.0),
-            queue_capacity=c.batch_size * self._capacity_batches,
-            started_s=self.now_s,
-        )
+            entry.instance_id, fn.spec.name, fn.spec.model_key, server, c, entry.gpu_index,
+            exec_ms, self.now_s,
+        )  # fmt: skip
+        bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
         instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps
         fn.instances[instance.instance_id] = instance
         self.starts += 1
@@ -264,7 +284,7 @@ class SimCluster:
         fn.dispatcher.forget(instance.instance_id)
         instance.state = SimState.DRAINING
         self.events.append((self.now_s, "stop", instance.instance_id))
-        if instance.idle:
+        if not instance.busy and not instance.queued:
             self.finish(instance)
 
     def finish(self, instance: SimInstance) -> None:
@@ -272,21 +292,29 @@ class SimCluster:
         instance.state = SimState.STOPPED
         instance.stopped_s = self.now_s
         c = instance.config
-        instance.server.release(c.cpus, c.gpu_pct, instance.device)
+        instance.server.release(c.cpus, c.gpu_pct, instance.device, instance.model_key)
         self.functions[instance.function].instances.pop(instance.instance_id, None)
         self.stops += 1
 
-    def ready(self, instance: SimInstance) -> None:
-        """A started instance serves from now on; what waited for it goes into its queue."""
+    def ready(self, instance: SimInstance) -> bool:
+        """A started instance serves from now on, with the settings its warm-up gives;
+        False when it was stopped while starting."""
         if instance.state is not SimState.STARTING:
-            return
-        instance.state = SimState.READY
-        instance.last_active_s = self.now_s
+            return False
         fn = self.functions[instance.function]
+        spec, c = fn.spec, instance.config
+        warmup = {
+            b: self._truth.predict_latency_ms(spec.model_key, b, c.cpus, c.gpu_pct)
+            for b in powers_of_two_up_to(c.batch_size)
+        }
+        settings = instance_settings(
+            self._batching, spec.slo_ms, spec.max_batch, warmup, c.batch_size
+        )
+        model = ExecModel(warmup, settings.batch_size, self._batching.tail_quantile)
+        instance.become_ready(settings, model, self.now_s)
         fn.last_start_s = self.now_s - instance.started_s
         fn.ready.append(instance)
-        while fn.waiting:  # admitted while no instance was ready: they go in, beyond capacity
-            instance.queue.append(fn.waiting.popleft())
+        return True
 
     @property
     def used_cores(self) -> int:
@@ -295,3 +323,16 @@ class SimCluster:
     @property
     def live_instances(self) -> int:
         return sum(len(f.instances) for f in self.functions.values())
+
+
+def _serving(ready: Sequence[SimInstance]) -> Serving:
+    """What the variant monitor reads: the ready instances' totals, summed."""
+    return Serving(
+        served=round(sum(i.served for i in ready)),
+        batches=round(sum(i.batches for i in ready)),
+        exec_ms=sum(i.exec_ms_total for i in ready),
+        ready=len(ready),
+        max_batch=max((i.config.batch_size for i in ready), default=1),
+        max_cpus=max((i.config.cpus for i in ready), default=1),
+        queued=sum(i.queued for i in ready),
+    )

@@ -1,66 +1,54 @@
-"""Discrete-event simulation of a cluster driven by the server's own control plane.
+"""Per-request discrete-event simulation of a cluster driven by the server's own policies.
 
-The simulated servers and instances (`cluster.SimCluster`) implement the scaling port, so
-the simulator runs the very same `Autoscaler` (and, for scale-to-zero functions, the same
-`PrewarmManager`) as a server: each tick, the autoscaler reads the cluster's snapshot
-(arrivals since the last tick feed its demand estimate) and hands back a plan, which the
-cluster applies to each function's desired state and reconciles — a start takes capacity
-and makes an instance ready after `cold_start_s`, a stop drains it (no new requests, its
-queue finishes, then its capacity is freed). Each arrival is routed by the real
-`RateShareDispatcher` over the ready instances; a batch is taken when
-`dataplane.policy.dispatch_at` says so (b requests, or the oldest waited the timeout
-t_slo − t_exec − slack); its latency comes from the "truth" predictor at the real batch
-size. Requests that find every queue full are rejected; requests that find no ready
-instance wait for one (a cold start). No processes, no wall clock: many servers are cheap.
+The world (`sim.world`) holds the servers, the functions and the server's control plane
+behind the scaling port; this engine moves every request the way the gateway's data plane
+does, through the same pure decisions:
 
-Model-less applications (`modelless.SimApp`) run beside the functions: their variants are
-functions of their own, the autoscaler runs the server's `ModellessPlanner` (model-vertical
-scaling) before Algorithm 1, each arrival picks its variant with `catalog.choose` and then
-goes the way an arrival of that function goes, and every `modelless.monitor_s` the
-variants' states are updated as the gateway's monitor does (see `sim.modelless`).
+- arrival: the function's budget (`latency.FunctionLatency`: the SLO, steered by the p99 it
+  measured), the rate-share dispatcher's proposal (`RateShareDispatcher`), then
+  `admission.candidates` — joined where its batch is served by its deadline, else refused
+  (429); with no ready instance it waits for one (a cold start wakes the function);
+- release: a free instance takes its waiting batch when `release.release_at_s` says so
+  ("slo" dispatch by default: the smallest sustaining batch, or the oldest deadline less
+  the batch's tail), with its target batch re-derived by `release.next_target`;
+- service: the batch takes the truth's time at its size (× jitter); the instance's
+  `ExecModel` observes it (so tails and admission follow), the function's latency records
+  each answer.
+
+Model-less applications (`modelless.SimApp`) run beside the functions: each arrival picks its
+variant with the catalogue's `choose`, then goes the way an arrival of that function goes.
+No processes, no wall clock: many servers are cheap (for thousands, `sim.fluid`).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from infless.coldstart.policies import ColdStartPolicy, build_policy
 from infless.control.autoscaler import Autoscaler
-from infless.control.desired import DesiredState, Owner
 from infless.control.prewarm import PrewarmManager
-from infless.dataplane.policy import DispatchMode, dispatch_at, update_interarrival
+from infless.dataplane import admission
+from infless.dataplane.policy import update_interarrival
+from infless.dataplane.release import next_target, release_at_s
 from infless.modelless.config import ModellessConfig
-from infless.scaling.baselines import ScalingPolicy, get_policy
+from infless.scaling.baselines import ScalingPolicy
 from infless.scaling.config import ScalingConfig
-from infless.scaling.demand import Demand
-from infless.scaling.predictors import CachedPredictor, LatencyPredictor
+from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import ScalingPlan
-from infless.sim.cluster import SimCluster, SimFunction, SimFunctionState
-from infless.sim.model import (
-    SimConfig,
-    SimInstance,
-    SimResult,
-    SimServer,
-    SimState,
-    core_seconds,
-    percentile,
-)
-from infless.sim.modelless import (
-    AppRun,
-    ProfilePredictor,
-    SimApp,
-    SimApps,
-)
-from infless.sim.workload import arrivals
+from infless.sim.cluster import SimFunction, SimFunctionState
+from infless.sim.memory import ModelMemory
+from infless.sim.model import SimInstance, SimState
+from infless.sim.modelless import AppRun, SimApp
+from infless.sim.results import SimResult
+from infless.sim.settings import SimConfig, with_sections
+from infless.sim.world import World
 
 __all__ = ["SimApp", "SimConfig", "SimFunction", "Simulation", "simulate"]
 
 _ARRIVAL, _TICK, _READY, _DONE, _TIMEOUT, _APP_ARRIVAL, _MONITOR = range(7)
+_EPS_S = 1e-9
 
 
 class Simulation:
@@ -74,83 +62,40 @@ class Simulation:
         policy: ScalingPolicy | None = None,
         apps: Sequence[SimApp] = (),
         modelless: ModellessConfig | None = None,
+        memory: dict[str, ModelMemory] | None = None,
     ) -> None:
-        """`apps`: model-less applications, each deployed as one function per ready variant;
-        their variants' latency (truth and plan) is their profiles' (`ProfilePredictor`)."""
-        self.cfg = cfg = cfg or SimConfig()
-        self.scaling = scaling = scaling or ScalingConfig()
-        self.modelless = modelless or ModellessConfig()
-        planner_predictor = planner_predictor or truth
-        if apps:
-            profiles = [p for app in apps for p in app.ready]
-            truth = ProfilePredictor(profiles, truth)
-            planner_predictor = ProfilePredictor(profiles, planner_predictor)
-        self.truth = truth
-        self.planner_predictor = CachedPredictor(planner_predictor)
-        self.rng = random.Random(cfg.seed)
-        self._mode: DispatchMode = "deadline" if cfg.dispatch == "busy-aware" else cfg.dispatch
-        self.servers = [
-            SimServer(f"s{k:04d}", cfg.cpus_per_server, cfg.gpus_per_server)
-            for k in range(cfg.servers)
-        ]
-        self.functions = {
-            f.name: SimFunctionState(
-                f,
-                arrivals(f.load, cfg.duration_s, random.Random(self.rng.random())),
-                DesiredState(Owner.AUTOSCALER),
-            )
-            for f in functions
-        }
-        self.modelless_apps = SimApps(apps, self.modelless, scaling.demand)
-        self.apps = self.modelless_apps.runs
-        self.catalog = self.modelless_apps.catalog
-        for app in apps:
-            for spec in self.modelless_apps.add(
-                app, arrivals(app.load, cfg.duration_s, self._stream())
-            ):
-                if spec.name in self.functions:
-                    raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
-                no_arrivals = arrivals(spec.load, cfg.duration_s, random.Random(0))
-                self.functions[spec.name] = SimFunctionState(
-                    spec, no_arrivals, DesiredState(Owner.AUTOSCALER)
-                )
-        self.cluster = SimCluster(
-            self.functions,
-            self.servers,
-            scaling,
-            self.planner_predictor,
-            cfg.slack_ms,
-            cfg.queue_capacity_batches,
-            busy_aware=cfg.dispatch == "busy-aware",
-            on_start=self._started,
+        """`scaling`, `modelless`: in place of `cfg`'s sections (None: `cfg`'s)."""
+        self.cfg = cfg = with_sections(cfg or SimConfig(), scaling, modelless)
+        self.world = world = World(
+            functions, truth, cfg, self._started, planner_predictor, policy, apps, memory
         )
-        self.vertical = self.modelless_apps.planner
-        self.autoscaler = Autoscaler(
-            self.cluster, scaling, self.planner_predictor, policy or get_policy(scaling.policy),
-            vertical=self.vertical,
-        )  # fmt: skip
-        self.prewarm: PrewarmManager | None = None
-        if any(f.scale_to_zero for f in functions):
-            coldstart: ColdStartPolicy[Any] = build_policy(
-                cfg.coldstart, dict(cfg.coldstart_params)
-            )
-            self.prewarm = PrewarmManager(
-                self.cluster, coldstart, cfg.release_grace_s, scale_to_zero_default=False
-            )
+        self.functions = world.functions
+        self.cluster = world.cluster
+        self.servers = world.servers
+        self.apps = world.modelless_apps.runs
+        self.rng = world.stream()
         self._ready_now = False
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
         self.latencies_ms: list[float] = []
         self.late = self.rejected = self.requests = 0
-        self.plans = self.unmet_ticks = 0
         self.batches = self.served = 0
-        self.peak_instances = 0
-        self.core_seconds = 0.0
         self.late_by_s: Counter[int] = Counter()  # second of arrival -> late or rejected
-        self.started: list[SimInstance] = []  # every instance, in the order they started
 
-    def _stream(self) -> random.Random:
-        return random.Random(self.rng.random())
+    @property
+    def autoscaler(self) -> Autoscaler:
+        return self.world.autoscaler
+
+    @property
+    def prewarm(self) -> PrewarmManager | None:
+        return self.world.prewarm
+
+    @property
+    def last_plan(self) -> ScalingPlan:
+        return self.world.autoscaler.last_plan
+
+    def core_seconds_of(self, functions: Iterable[str]) -> float:
+        return self.world.core_seconds_of(functions)
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, at_s: float, kind: int, payload: object) -> None:
@@ -171,9 +116,12 @@ class Simulation:
             self._next_arrival(fn)
         for app in self.apps.values():
             self._next_app_arrival(app)
+        tick_s = self.cfg.scaling.tick_s
         if self.cfg.prewarm:
-            self._prewarm()
-            self._push(self.scaling.tick_s, _TICK, None)
+            self._ready_now = True
+            self.world.prewarm_plan()
+            self._ready_now = False
+            self._push(tick_s, _TICK, None)
         else:
             self._push(0.0, _TICK, None)
         if self.apps:  # after the prewarmed instances' READY events
@@ -182,7 +130,9 @@ class Simulation:
             now, _, kind, payload = heapq.heappop(self._events)
             self.cluster.now_s = now
             self._handle(kind, payload, now)
-        return self._result()
+        return self.world.result(
+            self.requests, self.latencies_ms, self.late, self.rejected, self.served, self.batches
+        )
 
     def _handle(self, kind: int, payload: object, now: float) -> None:
         if kind == _ARRIVAL:
@@ -192,8 +142,7 @@ class Simulation:
             self._tick(now)
         elif kind == _READY:
             assert isinstance(payload, SimInstance)
-            self.cluster.ready(payload)
-            self._try_dispatch(payload, now)
+            self._ready(payload, now)
         elif kind == _DONE:
             assert isinstance(payload, tuple)
             self._done(payload[0], payload[1], payload[2], now)
@@ -208,95 +157,112 @@ class Simulation:
                 payload.timer_s = None
                 self._try_dispatch(payload, now)
 
-    def _prewarm(self) -> None:
-        """Plan for the t = 0 rates at t = 0; those instances are ready at once."""
-        rates = {n: f.spec.load.rate_at(0.0) for n, f in self.functions.items()}
-        rates.update(self.modelless_apps.prewarm_rates())
-        self._ready_now = True
-        self._planned(self.autoscaler.plan_for(Demand(rates)))
-        self._ready_now = False
-
+    # -- the data plane ---------------------------------------------------------------------
     def _arrive(self, fn: SimFunctionState, now: float) -> None:
         self.requests += 1
-        fn.arrive(now)
         self._next_arrival(fn)
         self._route(fn, now)
 
     def _app_arrive(self, app: AppRun, now: float) -> None:
         """A query of a model-less application: its variant, then that function's path."""
         self.requests += 1
-        function = self.modelless_apps.choose(app, now)
+        function = self.world.modelless_apps.choose(app, now)
         self._next_app_arrival(app)
         if function is None:  # no variant meets the goals: refused
             self.rejected += 1
             self.late_by_s[int(now)] += 1
             return
-        fn = self.functions[function]
-        fn.arrive(now)
-        self._route(fn, now)
+        self._route(self.functions[function], now)
 
     def _route(self, fn: SimFunctionState, now: float) -> None:
-        instance = fn.dispatcher.choose(fn.ready)
-        if instance is not None:
-            if instance.last_arrival_s is not None:
-                gap_s = now - instance.last_arrival_s
-                instance.interarrival_s = update_interarrival(instance.interarrival_s, gap_s)
-            instance.last_arrival_s = now
-            instance.queue.append(now)
-            self._try_dispatch(instance, now)
-        elif fn.ready:
+        """The router's `submit` (see the module docstring)."""
+        fn.arrive(now)
+        deadline_s = now + fn.latency.budget_ms(now, 0.0) / 1000.0
+        chosen = fn.dispatcher.choose(fn.ready)
+        for instance in admission.candidates(chosen, fn.ready, now, deadline_s):
+            if instance.accepting:
+                self._enqueue(instance, now, deadline_s)
+                return
+        if fn.ready:
             self.rejected += 1
             fn.refused += 1
             self.late_by_s[int(now)] += 1
             fn.finish(now)
-            app = self.modelless_apps.of_function.get(fn.spec.name)
+            app = self.world.modelless_apps.of_function.get(fn.spec.name)
             if app is not None:
                 app.rejected += 1
-        else:
-            fn.waiting.append(now)
-            if not fn.starting:
-                self.cluster.wake(fn)
+            return
+        fn.waiting.append((now, deadline_s, 1.0))  # admitted: it waits for an instance
+        if not fn.starting:
+            self.cluster.wake(fn)
+
+    def _enqueue(self, instance: SimInstance, now: float, deadline_s: float) -> None:
+        """`BatchQueue.submit`: the arrival gap, the target batch, then the release."""
+        if instance.last_arrival_s == instance.last_arrival_s:  # not NaN: a gap to measure
+            gap_s = now - instance.last_arrival_s
+            instance.interarrival_s = update_interarrival(instance.interarrival_s, gap_s)
+        instance.last_arrival_s = now
+        instance.queue.append((now, deadline_s))
+        instance.arrivals += 1
+        settings, model = instance.settings, instance.model
+        assert settings is not None
+        assert model is not None
+        instance.target = next_target(
+            model, instance.arrivals, instance.interarrival_s, settings.utilization,
+            instance.target,
+        )  # fmt: skip
+        self._try_dispatch(instance, now)
 
     def _try_dispatch(self, inst: SimInstance, now: float) -> None:
         if inst.busy or not inst.queue:
             return
-        b = inst.config.batch_size
-        due_s = dispatch_at(
-            len(inst.queue), b, inst.queue[0], inst.timeout_s, self._mode, inst.interarrival_s
-        )
-        if now < due_s - 1e-9:
+        settings, model = inst.settings, inst.model
+        assert settings is not None
+        assert model is not None
+        head_s, head_deadline_s = inst.queue[0]
+        due_s = release_at_s(
+            settings, model, len(inst.queue), head_s, head_deadline_s, inst.interarrival_s,
+            inst.target, closed=inst.state is SimState.DRAINING,
+        )  # fmt: skip
+        if now < due_s - _EPS_S:
             if inst.timer_s != due_s:
                 inst.timer_s = due_s
                 self._push(due_s, _TIMEOUT, inst)
             return
-        batch = [inst.queue.popleft() for _ in range(min(b, len(inst.queue)))]
+        size = min(settings.batch_size, len(inst.queue))
+        batch = [inst.queue.popleft()[0] for _ in range(size)]
         c = inst.config
-        exec_ms = self.truth.predict_latency_ms(
-            self.functions[inst.function].spec.model_key, len(batch), c.cpus, c.gpu_pct
-        )
-        if self.cfg.exec_jitter > 0:
-            exec_ms *= 1.0 + self.rng.uniform(-self.cfg.exec_jitter, self.cfg.exec_jitter)
-        inst.busy = True
-        inst.batches += 1
-        self.batches += 1
+        exec_ms = self.world.truth.predict_latency_ms(inst.model_key, size, c.cpus, c.gpu_pct)
+        jitter = self.cfg.exec_jitter
+        if jitter > 0:
+            exec_ms *= 1.0 + self.rng.uniform(-jitter, jitter)
+        inst.in_flight = size
+        inst.dispatched_s = now
         self._push(now + exec_ms / 1000.0, _DONE, (inst, batch, exec_ms))
 
     def _done(self, inst: SimInstance, batch: list[float], exec_ms: float, now: float) -> None:
         fn = self.functions[inst.function]
-        app = self.modelless_apps.of_function.get(inst.function)
+        app = self.world.modelless_apps.of_function.get(inst.function)
         if app is not None:
             app.served(inst.function, batch, exec_ms, now)
         slo_ms = fn.spec.slo_ms
         for arrival_s in batch:
             latency_ms = (now - arrival_s) * 1000.0
             self.latencies_ms.append(latency_ms)
+            fn.latency.answered_in(now, latency_ms, 0.0)
             if latency_ms > slo_ms + 1e-6:
                 self.late += 1
                 self.late_by_s[int(arrival_s)] += 1
-        fn.finish(now, len(batch))
-        inst.busy = False
-        inst.served += len(batch)
-        self.served += len(batch)
+        size = len(batch)
+        fn.finish(now, size)
+        assert inst.model is not None
+        inst.model.observe(size, exec_ms)
+        inst.in_flight = 0
+        inst.served += size
+        inst.batches += 1
+        inst.exec_ms_total += exec_ms
+        self.served += size
+        self.batches += 1
         inst.last_active_s = now
         if inst.state is SimState.DRAINING and not inst.queue:
             self.cluster.finish(inst)
@@ -304,71 +270,33 @@ class Simulation:
             self._try_dispatch(inst, now)
 
     def _started(self, instance: SimInstance) -> None:
-        self.started.append(instance)
+        self.world.started.append(instance)
         now = self.cluster.now_s
         self._push(now if self._ready_now else now + self.cfg.cold_start_s, _READY, instance)
 
+    def _ready(self, instance: SimInstance, now: float) -> None:
+        """A started instance serves; what waited for its function goes into its queue."""
+        if not self.cluster.ready(instance):
+            return
+        fn = self.functions[instance.function]
+        while fn.waiting:  # admitted while no instance was ready: they go in, beyond bounds
+            arrival_s, deadline_s, _ = fn.waiting.popleft()
+            instance.queue.append((arrival_s, deadline_s))
+        self._try_dispatch(instance, now)
+
     # -- control ----------------------------------------------------------------------------
     def _tick(self, now: float) -> None:
-        self._planned(self.autoscaler.tick())
-        if self.prewarm is not None:
-            self.prewarm.tick()
-        self.core_seconds += self.cluster.used_cores * self.scaling.tick_s
-        if now + self.scaling.tick_s < self.cfg.duration_s:
-            self._push(now + self.scaling.tick_s, _TICK, None)
+        self.world.tick(now)
+        tick_s = self.cfg.scaling.tick_s
+        if now + tick_s < self.cfg.duration_s:
+            self._push(now + tick_s, _TICK, None)
 
     def _monitor(self, now: float) -> None:
         """The variants' states, every `modelless.monitor_s` (`VariantMonitor.tick`)."""
-        self.modelless_apps.monitor(self.functions, now)
-        step = self.modelless.monitor_s
+        self.world.monitor.tick()
+        step = self.cfg.modelless.monitor_s
         if now + step < self.cfg.duration_s:
             self._push(now + step, _MONITOR, None)
-
-    def _planned(self, plan: ScalingPlan) -> None:
-        self.plans += 1
-        self.modelless_apps.planned(self.cluster.now_s)
-        if any(d.unmet_rps > 0 for d in plan.decisions):
-            self.unmet_ticks += 1
-        self.peak_instances = max(self.peak_instances, self.cluster.live_instances)
-
-    def core_seconds_of(self, functions: Iterable[str]) -> float:
-        """Cores x time held by the instances of `functions` over the run (starting and
-        draining included): what `AppResult.core_seconds` counts, for any function."""
-        names = set(functions)
-        return core_seconds((i for i in self.started if i.function in names), self.cfg.duration_s)
-
-    @property
-    def last_plan(self) -> ScalingPlan:
-        return self.autoscaler.last_plan
-
-    def _result(self) -> SimResult:
-        latencies = sorted(self.latencies_ms)
-        unserved = sum(len(f.waiting) for f in self.functions.values())
-        return SimResult(
-            policy=self.scaling.policy,
-            servers=len(self.servers),
-            duration_s=self.cfg.duration_s,
-            requests=self.requests,
-            completed=len(latencies),
-            late=self.late,
-            rejected=self.rejected,
-            unserved=unserved,
-            p50_ms=percentile(latencies, 0.50),
-            p99_ms=percentile(latencies, 0.99),
-            mean_batch=self.served / self.batches if self.batches else 0.0,
-            instance_starts=self.cluster.starts,
-            instance_stops=self.cluster.stops,
-            peak_instances=self.peak_instances,
-            core_seconds=self.core_seconds,
-            capacity_overruns=sum(s.overruns for s in self.servers),
-            unmet_ticks=self.unmet_ticks,
-            plans=self.plans,
-            configs=dict(self.cluster.configs),
-            apps={
-                m: a.result(self.functions, self.started, self.cfg.duration_s)
-                for m, a in self.apps.items()
-            },
-        )
 
 
 def simulate(

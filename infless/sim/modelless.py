@@ -7,8 +7,8 @@ model's SLO and its arrivals. The simulation deploys what registration deploys o
 in a `ModellessCatalog` — and runs the server's `ModellessPlanner` inside the same
 `Autoscaler`. Each arrival of the application picks its variant with `catalog.choose` and
 then takes exactly the path an arrival of that function takes. Every `monitor_s` the
-variants' states are computed with `states.next_state` from what their instances did in the
-window, as the gateway's `VariantMonitor` does.
+server's own `VariantMonitor` updates the variants' states from what their instances did,
+read through the scaling port (`sim.world` runs it).
 
 `ProfilePredictor` is the variants' latency: the profile's measured points (linear between
 profiled batch sizes, the last slope beyond the largest, the nearest profiled core count);
@@ -24,17 +24,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infless.errors import GoalsUnmet
-from infless.modelless.capacity import next_capacity
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.planner import ModellessPlanner
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.states import Counters, Tracked, WindowLoad, next_state, window_load
 from infless.modelless.vertical import AppLoad, Hold, decide
 from infless.scaling.config import DemandConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState
-from infless.sim.model import AppResult, SimInstance, SimState, core_seconds, percentile
+from infless.sim.model import SimInstance
+from infless.sim.results import AppResult, core_seconds, percentile
 from infless.sim.workload import RateSchedule, constant
 
 
@@ -143,8 +142,6 @@ class AppRun:
     by_variant: Counter[str] = field(default_factory=Counter)
     answered: Counter[str] = field(default_factory=Counter)
     by_second: dict[int, Counter[str]] = field(default_factory=dict)
-    totals: dict[str, Counters] = field(default_factory=dict)  # by variant function, ever
-    seen: dict[str, Counters] = field(default_factory=dict)  # ... at the last monitor pass
     moves: list[tuple[float, str, str]] = field(default_factory=list)
     switches_seen: int = 0
 
@@ -173,41 +170,6 @@ class AppRun:
             if latency_ms > slo_ms + 1e-6:
                 self.late += 1
         self.answered[self.variants[function]] += len(batch)
-        t = self.totals.get(function, Counters())
-        self.totals[function] = Counters(
-            t.served + len(batch), t.batches + 1, t.exec_ms + exec_ms, t.refused
-        )
-
-    # -- the monitor (`control.modelless.VariantMonitor`) -----------------------------------
-    def monitor(
-        self, functions: Mapping[str, SimFunctionState], cfg: ModellessConfig, window_s: float
-    ) -> None:
-        """Each variant's state and the capacity factors from what its instances did since
-        the last pass."""
-        windows: dict[str, WindowLoad] = {}
-        for card in self.entry.catalogue.cards:
-            fn = functions.get(card.function)
-            if fn is None:
-                continue
-            load = windows[card.name] = self._window(card.name, fn, window_s)
-            tracked = next_state(self.entry.tracked.get(card.name, Tracked()), load, cfg.states)
-            self.entry.tracked[card.name] = tracked
-            self.entry.states[card.name] = tracked.state
-        self.entry.capacity = next_capacity(self.entry.capacity, windows, cfg)
-
-    def _window(self, variant: str, fn: SimFunctionState, window_s: float) -> WindowLoad:
-        name = fn.spec.name
-        total = self.totals.get(name, Counters())
-        ready = [i for i in fn.ready if i.state is SimState.READY]
-        now = Counters(total.served, total.batches, total.exec_ms, fn.refused, len(ready))
-        before = self.seen.get(name, Counters())
-        self.seen[name] = now
-        return window_load(
-            self.profiles[variant], now, before, len(ready),
-            max((i.config.batch_size for i in ready), default=1),
-            max((i.config.cpus for i in ready), default=1),
-            sum(len(i.queue) for i in ready), window_s,
-        )  # fmt: skip
 
     # -- results ----------------------------------------------------------------------------
     def note_moves(self, move: str | None, target: str | None, now_s: float) -> None:
@@ -227,7 +189,7 @@ class AppRun:
         accuracy = {c.name: c.accuracy for c in self.entry.catalogue.cards}
         answered = sum(self.answered.values())
         weighted = sum(accuracy.get(v, math.nan) * n for v, n in self.answered.items())
-        unserved = sum(len(functions[f].waiting) for f in self.variants if f in functions)
+        unserved = round(sum(functions[f].waiting_count for f in self.variants if f in functions))
         return AppResult(
             model=self.spec.model,
             slo_ms=self.spec.slo_ms,
@@ -260,7 +222,6 @@ class SimApps:
         self.runs: dict[str, AppRun] = {}  # by model
         self.of_function: dict[str, AppRun] = {}  # variant function -> its application
         self.planner = ModellessPlanner(self.catalog, cfg, demand) if apps else None
-        self._monitor_s: float | None = None
 
     def add(self, app: SimApp, arrivals: Iterator[float]) -> tuple[SimFunction, ...]:
         """Register `app`; returns the variant functions the simulation must deploy."""
@@ -298,14 +259,6 @@ class SimApps:
             return None
         run.routed(chosen[1].name, now_s)
         return chosen[1].function
-
-    def monitor(self, functions: Mapping[str, SimFunctionState], now_s: float) -> None:
-        """The variants' states, as the gateway's `VariantMonitor.tick` does."""
-        step = self.cfg.monitor_s
-        window = step if self._monitor_s is None else max(1e-3, now_s - self._monitor_s)
-        self._monitor_s = now_s
-        for run in self.runs.values():
-            run.monitor(functions, self.cfg, window)
 
     def planned(self, now_s: float) -> None:
         """After a plan: each application's vertical move, if any."""

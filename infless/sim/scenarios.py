@@ -26,7 +26,7 @@ from infless.modelless.profiles import GenerationResult, LatencyPoint, VariantPr
 from infless.scaling.config import POLICY_NAMES, ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor, ScaledPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, simulate
-from infless.sim.model import AppResult, SimResult
+from infless.sim.results import AppResult, SimResult
 from infless.sim.workload import RateSchedule, bursty
 
 TRUTH = AnalyticPredictor(

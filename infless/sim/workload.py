@@ -82,6 +82,36 @@ def bursty(
     return RateSchedule(tuple(points))
 
 
+def periodic(
+    base_rps: float,
+    peak_rps: float,
+    duration_s: float,
+    period_s: float = 20.0,
+    phase_s: float = 0.0,
+) -> RateSchedule:
+    """A triangle wave between `base_rps` (at t = −phase_s) and `peak_rps` half a period
+    later (INFless Figure 10's periodic)."""
+    half_s = period_s / 2.0
+    points: list[tuple[float, float]] = []
+    k = 0
+    while not points or points[-1][0] <= duration_s:
+        points.append((k * half_s - phase_s % period_s, peak_rps if k % 2 else base_rps))
+        k += 1
+    return RateSchedule(tuple(points))
+
+
+def sporadic(
+    rate_rps: float, duration_s: float, on_s: float = 3.0, off_s: float = 12.0, start_s: float = 0.0
+) -> RateSchedule:
+    """Short spells at `rate_rps` with silence between (INFless Figure 10's sporadic)."""
+    points: list[tuple[float, float]] = [(0.0, 0.0)]
+    t = start_s
+    while t < duration_s:
+        points += [(t, 0.0), (t + 0.001, rate_rps), (t + on_s, rate_rps), (t + on_s + 0.001, 0.0)]
+        t += on_s + off_s
+    return RateSchedule(tuple(points))
+
+
 def from_trace(values: Sequence[float], seconds_per_point: float, peak_rps: float) -> RateSchedule:
     """INFless's replay: each trace value scaled so the maximum is `peak_rps`, held per point."""
     top = max(values, default=0.0)

@@ -11,8 +11,8 @@ from infless.modelless.profiles import Goals, variant_function
 from infless.scaling.config import ScalingConfig
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, Simulation
-from infless.sim.model import AppResult, SimResult
 from infless.sim.modelless import ProfilePredictor, variant_key
+from infless.sim.results import AppResult, SimResult
 from infless.sim.scenarios import STEP_MODEL, STEP_SLO_MS, main, step_load, step_profiles
 from infless.sim.workload import RateSchedule
 from tests.unit.modelless.support import profile
@@ -165,12 +165,13 @@ def test_modelless_uses_fewer_cores_than_fp32_replicated() -> None:
         cores["fp32"] += fixed.core_seconds_of([name])
         violations["modelless"] += summary.violations
         violations["fp32"] += baseline.violations
-    # Measured (seeds 1-4): ~0.5x the core-seconds, ~0.4x the violations (before the
-    # overflow variant was kept warm: ~1.3x; they come in the second after a load step,
-    # while the old variant carries the load and the new one starts). The simulator has no
-    # admission control, so no query spills over here (docs/modelless.md).
-    assert cores["modelless"] < 0.75 * cores["fp32"]
-    assert violations["modelless"] <= 0.6 * violations["fp32"]
+    # Measured (seeds 1-4, with the server's admission and the overflow variant kept warm):
+    # 0.40x the core-seconds, 0.94x the violations (1.6x before the overflow variant, 0.4x
+    # without admission's refusals). They come in the second after a load step, while the
+    # old variant carries the load and the new one starts; fp32 alone replicates in the same
+    # second. The simulator does not spill queries over (docs/modelless.md).
+    assert cores["modelless"] < 0.6 * cores["fp32"]
+    assert violations["modelless"] <= 1.2 * violations["fp32"]
 
 
 # -- what the simulator showed about the policies (fixed; these keep them fixed) -----------

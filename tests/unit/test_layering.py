@@ -64,6 +64,10 @@ PLANTED = {
         "import infless.gateway.errors  # planted",
         "Packaging is the user's side: no gateway, control, data plane or HTTP",
     ),
+    "infless/sim/engine.py": (
+        "import infless.dataplane.queue  # planted",
+        "The simulator runs the server's policies, never its shells or workers",
+    ),
     "loadgen/client.py": (
         "import infless.errors  # planted",
         "The load generator is HTTP-only: nothing of infless, no torch",

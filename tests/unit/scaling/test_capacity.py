@@ -59,6 +59,28 @@ def test_placing_beyond_capacity_is_refused() -> None:
         index.place(0, 3, 0)
 
 
+def test_a_core_reserve_keeps_cores_for_the_free_gpus_until_they_are_taken() -> None:
+    index = CapacityIndex([ServerView("g", 16, 16, (100, 100), (100, 100))], 0.45, 2)
+    assert index.best_fit(15, 0) is None  # 2 cores stay for the GPUs
+    assert index.best_fit(14, 0) == 0
+    index.place(0, 14, 0)
+    assert index.best_fit(1, 0) is None
+    index.place(0, 1, 100)  # the reserve is what lets the GPU instances in
+    assert index.best_fit(1, 0) is None  # one device still has a free share
+    index.place(0, 1, 100)
+    assert index.free_cpus[0] == 0
+    unreserved = CapacityIndex([ServerView("g", 16, 16, (100, 100), (100, 100))], 0.45)
+    unreserved.place(0, 16, 0)
+    assert unreserved.best_fit(1, 100) is None  # stranded: every core is taken
+
+
+def test_the_reserve_is_released_when_the_last_gpu_share_is_taken() -> None:
+    index = CapacityIndex([ServerView("g", 8, 8, (100,), (100,))], 0.45, 3)
+    assert index.best_fit(6, 0) is None  # 8 free, 3 of them held for the GPU
+    index.place(0, 1, 100)
+    assert index.best_fit(6, 0) == 0  # 7 free, the GPU taken: nothing held back any more
+
+
 @given(
     st.lists(
         st.tuples(st.integers(0, 16), st.lists(st.integers(0, 100), max_size=2)),
@@ -66,15 +88,16 @@ def test_placing_beyond_capacity_is_refused() -> None:
         max_size=40,
     ),
     st.lists(st.tuples(st.integers(1, 8), st.sampled_from([0, 0, 10, 30, 50])), max_size=30),
+    st.sampled_from([0, 2]),
 )
 def test_best_fit_matches_a_brute_force_scan(
-    servers: list[tuple[int, list[int]]], requests: list[tuple[int, int]]
+    servers: list[tuple[int, list[int]]], requests: list[tuple[int, int]], reserve: int
 ) -> None:
     views = [
         ServerView(f"s{k}", 16, free, (100,) * len(gpus), tuple(gpus))
         for k, (free, gpus) in enumerate(servers)
     ]
-    index = CapacityIndex(views, beta=0.45)
+    index = CapacityIndex(views, beta=0.45, gpu_core_reserve=reserve)
     for cpus, gpu_pct in requests:
         fitting = [p for p in range(len(views)) if index.fits(p, cpus, gpu_pct)]
         expected = min(fitting, key=lambda p: (index.score(p), p), default=None)
