@@ -42,13 +42,15 @@ from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.nodes.backend import ClusterBackend, attach_cluster
-from infless.nodes.factory import make_starter, make_store
+from infless.nodes.factory import make_starter, make_store, store_root
 from infless.nodes.gpu_factory import GpuSide, make_gpu_side
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
+from infless.registry.tenants import TenantRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_planning_predictor
+from infless.tenancy.sandboxes import TenantSandboxes
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer
 from infless.weights.store import TensorStore
@@ -88,6 +90,8 @@ class Platform:
     variant_store: VariantStore
     gpu: GpuSide | None = None  # this machine's GPU layer, monitor and MPS, when it has GPUs
     cluster: ClusterBackend | None = None  # set at startup when [cluster] asks for one
+    tenants: TenantRegistry | None = None  # tenants' uids and gids
+    sandboxes: TenantSandboxes | None = None  # what workers of each tenant are confined by
 
     def gateway_context(self) -> GatewayContext:
         gpu = self.gpu
@@ -96,6 +100,7 @@ class Platform:
             self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
             gpus=None if gpu is None else gpu.monitor,
             gpu_sharing=tuple if gpu is None else gpu.mps.all,
+            isolation=dict if self.sandboxes is None else self.sandboxes.describe,
         )  # fmt: skip
 
 
@@ -116,11 +121,12 @@ def local_starter(
     secrets: SecretStore,
     output: Sink,
     gpus: GpuInventory,
+    sandboxes: TenantSandboxes | None = None,
 ) -> LocalChain:
     """This machine's chain of starters: processes (templates, zygote), wrapped by
     warm-instance transformation when it is on, wrapped by the GPU layer when the machine
     has GPUs."""
-    processes = make_starter(config, store, confiner, secrets, output)
+    processes = make_starter(config, store, confiner, secrets, output, sandboxes=sandboxes)
     starter: InstanceStarter = processes
     transforms = None
     if store is not None and config.transform.enabled:
@@ -141,6 +147,18 @@ def local_starter(
     return LocalChain(starter, transforms, gpu)
 
 
+def tenancy(config: Config) -> tuple[TenantRegistry, TenantSandboxes]:
+    """The tenants' ids and their workers' sandboxes, which hide the gateway's state, the
+    model repository and the store's root."""
+    tenants = TenantRegistry(config.state_dir / REGISTRY_FILE, config.isolation.uids)
+    root = store_root(config)
+    sandboxes = TenantSandboxes(
+        config.isolation, tenants.identity, [config.state_dir, config.model_repository, root],
+        root if config.store.enabled else None,
+    )  # fmt: skip
+    return tenants, sandboxes
+
+
 def build_platform(
     config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
 ) -> Platform:
@@ -153,7 +171,9 @@ def build_platform(
     def instances_changed(function: DeployedFunction) -> None:
         metrics.set_instances(function.name, function.router.ready_count)
 
-    store = None if config.cluster.enabled else make_store(config, clock)  # nodes have theirs
+    tenants, sandboxes = tenancy(config)
+    # nodes have theirs
+    store = None if config.cluster.enabled else make_store(config, clock, sandboxes)
     secrets = SecretStore(state_dir / SECRETS_DIR)
     logs = LogBuffer(clock.wall)
     wall = clock.wall
@@ -169,7 +189,9 @@ def build_platform(
     chain = LocalChain(starter, None, None) if starter is not None else None
     servers = []  # a cluster's nodes join at startup (`nodes.backend`)
     if chain is None and not config.cluster.enabled:
-        chain = local_starter(config, clock, store, confiner, secrets, worker_output, gpus)
+        chain = local_starter(
+            config, clock, store, confiner, secrets, worker_output, gpus, sandboxes
+        )
     gpu = None
     if chain is not None:
         transforms, gpu = chain.transforms, chain.gpu
@@ -218,7 +240,7 @@ def build_platform(
     registry = FunctionRegistry(state_dir / REGISTRY_FILE)
     packages = PackageStore(config.model_repository)
     resolver = PackageResolver(config.model_repository, packages=packages)
-    functions = FunctionService(clock, registry, pool, resolver, secrets)
+    functions = FunctionService(clock, registry, pool, resolver, secrets, sandboxes.refusal)
     variant_store = VariantStore(state_dir / REGISTRY_FILE)
     modelless = ModellessService(
         config, clock, variant_store, catalog, functions, resolver, pool.functions,
@@ -235,7 +257,7 @@ def build_platform(
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
         logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
-        modelless, variant_store, gpu,
+        modelless, variant_store, gpu, tenants=tenants, sandboxes=sandboxes,
     )  # fmt: skip
 
 
@@ -258,6 +280,8 @@ def create_app(
             log.info("tensor store %s: %s", platform.store.root, report)
         if platform.reclaimer is not None:
             platform.reclaimer.start()
+        if platform.sandboxes is not None:  # before any worker starts
+            await platform.sandboxes.start(remote_nodes=config.cluster.enabled)
         await platform.pool.start()
         if platform.gpu is not None:
             platform.gpu.monitor.start()
@@ -283,6 +307,8 @@ def create_app(
             platform.confiner.remove_parent()
         platform.registry.close()
         platform.variant_store.close()
+        if platform.tenants is not None:
+            platform.tenants.close()
         if platform.reclaimer is not None:
             await platform.reclaimer.stop()
         if platform.store is not None:

@@ -2,7 +2,8 @@
 
 The one place where a deployment becomes durable (SQLite) and live (worker pool). Before
 that, a deployment's secrets must exist and this server must be able to give its workers
-what it asks for (a memory limit, private secret files): else a 400 that says why. On start
+what it asks for (a memory limit, private secret files): else a 400 that says why; and a
+function of a second tenant needs tenants kept apart (`tenancy`): else a 409. On start
 it restores what the registry holds, then deploys the config's functions that are missing.
 A manual scale is a person's write of the desired state (`control.desired.scaled`): the
 function is manual from then on, and the autoscaler leaves it alone.
@@ -11,6 +12,7 @@ function is manual from then on, and the autoscaler leaves it alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -19,7 +21,12 @@ from infless.clock import Clock
 from infless.config import FunctionConfig
 from infless.control import desired
 from infless.control.pool import WorkerPool
-from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
+from infless.errors import (
+    FunctionExists,
+    FunctionNotFound,
+    InvalidDeployment,
+    TenantsNotIsolated,
+)
 from infless.models.resolver import PackageResolver
 from infless.registry.deployment import parse_deployment
 from infless.registry.secrets import SecretStore
@@ -41,12 +48,14 @@ class FunctionService:
         pool: WorkerPool,
         resolver: PackageResolver,
         secrets: SecretStore | None = None,
+        tenancy: Callable[[str, Collection[str]], str | None] | None = None,
     ) -> None:
         self._clock = clock
         self._registry = registry
         self._pool = pool
         self._resolver = resolver
         self._secrets = secrets
+        self._tenancy = tenancy  # why a tenant may not join the others (None: it may)
 
     async def create(self, body: object) -> FunctionSpec:
         spec = parse_deployment(body, rfc3339(self._clock.wall()))
@@ -73,12 +82,15 @@ class FunctionService:
     async def put(self, spec: FunctionSpec) -> None:
         """Deploy a spec the platform made itself (a model-less variant's function), or
         redeploy it when it exists."""
+        self._check_tenant(spec)
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
         await self._pool.redeploy(spec, package_dir, manifest)
 
     async def _check_runtime(self, spec: FunctionSpec) -> None:
-        """Refuse what the workers could not get: unknown secrets, unenforceable limits."""
+        """Refuse what the workers could not get: unknown secrets, unenforceable limits,
+        a tenant beside others where tenants cannot be kept apart."""
+        self._check_tenant(spec)
         for name in spec.secrets:
             if self._secrets is None or not self._secrets.exists(name):
                 raise InvalidDeployment(
@@ -98,6 +110,14 @@ class FunctionService:
                 f"for the function's workers ({support.secrets}); refusing rather than "
                 "exposing them"
             )
+
+    def _check_tenant(self, spec: FunctionSpec) -> None:
+        if self._tenancy is None:
+            return
+        others = {f.spec.tenant for f in self._pool.functions.values() if f.name != spec.name}
+        refusal = self._tenancy(spec.tenant, others)
+        if refusal is not None:
+            raise TenantsNotIsolated(refusal)
 
     async def _activate(self, spec: FunctionSpec) -> None:
         package_dir, manifest = await self._resolver.resolve(spec.image)
@@ -131,6 +151,11 @@ class FunctionService:
         """Bring back every registered function, then deploy config functions not yet known."""
         for spec in self._registry.all():
             try:
+                self._check_tenant(spec)
+            except TenantsNotIsolated as exc:  # it stays registered: served once tenants may share
+                log.warning("not restoring function %s: %s", spec.name, exc)
+                continue
+            try:
                 package_dir, manifest = await self._resolver.resolve(spec.image)
             except Exception:  # one broken package must not keep the others down
                 log.exception("cannot restore function %s (image %s)", spec.name, spec.image)
@@ -152,4 +177,9 @@ class FunctionService:
                 tenant=fn.tenant,
                 gpu_pct=fn.gpu_pct,
             )
+            try:
+                self._check_tenant(spec)
+            except TenantsNotIsolated as exc:
+                log.warning("not deploying function %s: %s", fn.name, exc)
+                continue
             await self._activate(spec)

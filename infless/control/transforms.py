@@ -62,6 +62,10 @@ class Transformer(InstanceStarter, Protocol):
 
     def parked(self, instance_id: str) -> None: ...
 
+    def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
+        """Whether that kept worker can load `order`'s package (its tenant's sandbox)."""
+        ...
+
     async def transform(
         self, order: BootOrder, donor_id: str, handle: WorkerHandle, steps: list[PlanStep],
         structure_json: str,
@@ -261,7 +265,8 @@ class TransformingStarter(LayeredStarter):
         )
         plans: dict[str, TransformPlan] = {}
         candidates = []
-        for entry in donors_for([w.entry for w in self.idle.values()], order.tenant):
+        sees = {i: self.transformer.may_load(w.handle, order) for i, w in self.idle.items()}
+        for entry in donors_for([w.entry for w in self.idle.values()], order.tenant, sees):
             worker = self.idle[entry.worker_id]
             plan = self._plan(worker.package_dir, order.package_dir)
             if plan is not None and plan.feasible:

@@ -38,3 +38,4 @@ class GatewayContext:
     autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
+    isolation: Callable[[], dict[str, object]] = dict  # what keeps tenants apart (/system/info)

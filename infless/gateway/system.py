@@ -135,6 +135,7 @@ class SystemRoutes:
                 },
                 "version": version,
                 "arch": host.machine(),
+                "isolation": self._ctx.isolation(),
             }
         )
 
