@@ -149,9 +149,14 @@ class PidsLimiter:
         else:
             self._kill_all(limit.group)
 
+    def kill_strays(self, limit: PidsLimit, keep: int | None = None) -> int:
+        """Kill every task in the worker's group but `keep` (the worker itself, when it is to
+        exit on its own); how many there were."""
+        return self._kill_all(limit.group, keep)
+
     @staticmethod
-    def _kill_all(group: Path) -> int:
-        pids = _pids_in(group)
+    def _kill_all(group: Path, keep: int | None = None) -> int:
+        pids = [pid for pid in _pids_in(group) if pid != keep]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -37,7 +37,13 @@ from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStar
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Label, OutputPumps, Sink
-from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
+from infless.workers.starting import (
+    Booted,
+    BootOrder,
+    Retiring,
+    RuntimeSupport,
+    StarterDefaults,
+)
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
@@ -348,6 +354,11 @@ class ProcessStarter(StarterDefaults):
                     self._secrets_probe = asyncio.create_task(probe_secrets())
                 secrets = await asyncio.shield(self._secrets_probe)
         return RuntimeSupport(memory, secrets)
+
+    async def retire(self, retiring: Retiring) -> bool:
+        """Stop the worker, and what its package left behind in its pids group (`cgroups`)."""
+        await self.cgroups.stop(retiring.order.instance_id, retiring.handle, retiring.timeout_s)
+        return False
 
     async def release(self, instance_id: str) -> None:
         """The instance is gone: free its store holds, its template's use and its cgroups

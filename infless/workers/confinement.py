@@ -8,7 +8,8 @@ and, for a tenant's sandboxed worker, its task limit (`cluster.pids`).
 without its limit — while the sandbox's defaults (`[isolation] memory_bytes`, `pids_max`)
 apply where the controllers exist (what they cannot enforce is reported by the isolation
 status, not here). A per-model template gets the sandbox's limits too (`confine_template`).
-`release` lets an instance's groups go: the worker moves out (a GPU worker returns to its
+`stop` ends a retired worker with whatever its package left behind. `release` lets an
+instance's groups go: the worker moves out (a GPU worker returns to its
 standby pool), whatever else is still in its pids group — processes its package left
 behind — is killed, and the groups are removed. `death_cause` says when the kernel killed a
 worker for its memory limit. Gateway side: never imports torch.
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
 from infless.cluster.pids import PidsLimit, PidsLimiter
-from infless.workers.handle import WorkerStartFailed
+from infless.workers.handle import WorkerHandle, WorkerStartFailed
 
 if TYPE_CHECKING:
     from infless.cluster.cgroups import Confinement, CpuConfiner
@@ -100,6 +101,21 @@ class Confinements:
         if self.sandbox() is not None:
             self._limit(template_id, f"{template_id}-{pid}", pid, None)
 
+    async def stop(self, instance_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        """Stop a retired worker: the processes its package left in its pids group go first
+        (they hold the worker's socket: the gateway would wait for its EOF forever), then
+        the worker is asked to exit; after `timeout_s` everything in the group is killed."""
+        pids, limit = self.pids, self._pids.get(instance_id)
+        if pids is None or limit is None:
+            await handle.stop(timeout_s)
+            return
+        await asyncio.to_thread(pids.kill_strays, limit, handle.pid)
+        stopping = asyncio.ensure_future(handle.stop(timeout_s))
+        done, _ = await asyncio.wait({stopping}, timeout=timeout_s)
+        if not done:  # new strays, or a worker that does not exit: the whole group goes
+            await asyncio.to_thread(pids.kill_strays, limit)
+        await stopping
+
     def death_cause(self, instance_id: str) -> str | None:
         """ "killed: out of memory (limit …)" when the kernel killed the worker for its limit."""
         limit = self._memory.get(instance_id)
@@ -141,6 +157,14 @@ class Confinements:
         }
 
     def close(self) -> None:
+        """At shutdown: kill what is left in the workers' pids groups (a package's strays,
+        outside the gateway's process tree), remove the groups and their parents."""
+        pids = self.pids
+        if pids is not None:
+            for limit in self._pids.values():
+                with contextlib.suppress(OSError):
+                    pids.release(limit)
+            self._pids.clear()
         if self.memory is not None:
             self.memory.remove_parent()
         if self.pids is not None:

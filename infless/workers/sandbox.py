@@ -159,11 +159,14 @@ def _runtime_readable() -> bool:
 
 
 def _gone(hidden: str) -> bool:
+    """Whether `hidden` shows nothing: absent, not searchable, or veiled (an empty directory
+    where a kept directory above it is bound back)."""
+    if not hidden:
+        return False
     try:
-        Path(hidden).stat()
+        return not any(Path(hidden).iterdir())
     except OSError:
-        return True  # absent, or not even searchable
-    return not hidden
+        return True
 
 
 async def probe_sandbox(
