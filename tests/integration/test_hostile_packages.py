@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
+from infless.workers.privileges import status_fields
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.hostile import tinynet_package
 
@@ -245,3 +246,30 @@ def test_killing_every_process_it_may_kills_only_its_own_tenants(tenants: Tenant
     assert all(map(_gone, own))  # its own tenant's processes: they were its to kill
     assert not any(map(_gone, [tenants.gw.pid, zygote, tenants.alice_pid]))
     tenants.assert_still_serving()
+
+
+def test_gpu_workers_drop_to_their_tenants_uid_on_their_first_load(tmp_path: Path) -> None:
+    """Standby CUDA workers start before their tenant is known; each drops on its first
+    load (fake GPUs: the same path as real ones)."""
+    functions = [
+        {"name": f"{tenant}-gpu", "image": "mnist", "slo_ms": 1000, "max_batch": 4,
+         "gpu_pct": 30, "tenant": tenant}
+        for tenant in ("alice", "mallory")
+    ]  # fmt: skip
+    sections = {"gpu": {"fake_devices": 1, "fake_memory_mib": 1024, "mps": "off"}}
+    with start_gateway(tmp_path, functions, sections) as gw:
+        if not gw.json("GET", "/system/info")["isolation"]["complete"]:
+            pytest.skip("this host cannot keep tenants apart")
+        uids = set()
+        for function in ("alice-gpu", "mallory-gpu"):
+            [instance] = gw.wait_ready(function)
+            assert instance["gpuDevice"] is not None
+            status = status_fields(Path(f"/proc/{instance['pid']}/status").read_text())
+            assert status["CapEff"] == status["CapBnd"] == "0000000000000000"
+            assert status["NoNewPrivs"] == "1"
+            uid = int(status["Uid"].split()[0])
+            assert uid >= 200000
+            uids.add(uid)
+            body = {"inputs": [[[0.5] * 28] * 28]}
+            assert gw.request("POST", f"/function/{function}", body, timeout_s=60)[0] == 200
+        assert len(uids) == 2
