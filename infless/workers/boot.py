@@ -155,7 +155,7 @@ class ProcessStarter(StarterDefaults):
         """`handle`'s worker now serves `order`'s instance: confined to its cores (and
         memory limit), its death reported to the instance, its output in the function's
         logs (`previous_id`: the id it had while kept warm)."""
-        self._confine(order, handle.pid)
+        self.cgroups.confine(order, handle.pid)
         handle.rebind_death(order.on_death)
         self.relabel(previous_id or order.instance_id, order.instance_id, order.function,
                      order.instance or order.instance_id)  # fmt: skip
@@ -333,9 +333,6 @@ class ProcessStarter(StarterDefaults):
                     return launched
         return await self.launcher.launch(order.instance_id, capture)
 
-    def _confine(self, order: BootOrder, pid: int) -> None:
-        self.cgroups.confine(order, pid)
-
     def death_cause(self, instance_id: str) -> str | None:
         """ "killed: out of memory (limit …)" when the kernel killed the worker for its limit."""
         return self.cgroups.death_cause(instance_id)
@@ -357,8 +354,11 @@ class ProcessStarter(StarterDefaults):
 
     async def retire(self, retiring: Retiring) -> bool:
         """Stop the worker, and what its package left behind in its pids group (`cgroups`)."""
-        await self.cgroups.stop(retiring.order.instance_id, retiring.handle, retiring.timeout_s)
+        await self.stop_kept(retiring.order.instance_id, retiring.handle, retiring.timeout_s)
         return False
+
+    async def stop_kept(self, worker_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        await self.cgroups.stop(worker_id, handle, timeout_s)
 
     async def release(self, instance_id: str) -> None:
         """The instance is gone: free its store holds, its template's use and its cgroups

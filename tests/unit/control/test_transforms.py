@@ -71,6 +71,9 @@ class FakeStarter(StarterDefaults):
     def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
         return not self.sandboxed  # a sandboxed worker sees no package deployed after it
 
+    async def stop_kept(self, worker_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        await handle.stop(timeout_s)
+
     async def release(self, instance_id: str) -> None:
         self.released.append(instance_id)
 
