@@ -13,14 +13,17 @@ stops when its `Ready` message arrives (no warm-up batches: `warmup_batch_sizes=
   same fork + build + attach (`[workers] templates = false`, or no template possible);
 - `template`: warm store, an instance of a model that has two running, with templates on
   (the gateway's default): the second one started the model's template (which built,
-  attached and ran it once); the timed third is forked from it, nothing to build or attach.
+  attached and ran it once); the timed third is forked from it, nothing to build or attach;
+- `zygote_sandboxed` (as root only): `zygote_warm_store`, and the worker enters a tenant's
+  sandbox before it builds (`workers.sandbox`: namespaces, the mount view, the uid drop):
+  the cost of isolation on a start is its p50 minus `zygote_warm_store`'s.
 
 The zygote is started before timing (once per server, like the gateway does); one untimed
 round per model warms the page cache and the zygotes. The store root is a temporary
 directory under /dev/shm, removed at the end. Prints p50/p90 and the mean breakdown
 (publish, spawn, build, attach, rest = interpreter start + torch import for `fresh`, socket
 round trips) and ends with one JSON line: `p50_ms` per model and mode, `p90_ms`,
-and `speedup_warm_vs_fresh`.
+`speedup_warm_vs_fresh` and `sandbox_overhead_ms` (p50, as root).
 
     .venv/bin/python -m bench.startup [--models resnet-50 bert-v1] [--repetitions 5]
 """
@@ -48,12 +51,14 @@ from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.handle import ProcessWorkerHandle
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher
+from infless.workers.sandbox import DEFAULT_SCRATCH
 from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 
 DEFAULT_MODELS = ("resnet-50", "bert-v1")
 MODES = ("fresh", "zygote_empty_store", "zygote_warm_store", "template")
 TENANT = "bench"
+BENCH_UID = 299999  # the tenant's uid and gid in `zygote_sandboxed`
 LOAD_TIMEOUT_S = 120.0
 
 
@@ -125,8 +130,10 @@ async def start_once(
         handle = ProcessWorkerHandle(launched)
         handles.append((instance_id, handle))
         request = p.LoadModel(
-            package_dir=str(package_dir), cpus=1, warmup_batch_sizes=[], store_tensors=stored
-        )
+            package_dir=str(package_dir), cpus=1, warmup_batch_sizes=[],
+            store_tensors=stored,
+            sandbox=sandbox_for(package_dir, store) if mode == "zygote_sandboxed" else None,
+        )  # fmt: skip
         ready = await handle.load(request, LOAD_TIMEOUT_S)
         done = time.perf_counter()
     finally:
@@ -146,6 +153,14 @@ async def start_once(
     )
 
 
+def sandbox_for(package_dir: Path, store: TensorStore) -> p.Sandbox:
+    """What a gateway would give the bench tenant's worker: the model repository and the
+    store hidden, the package and the tenant's store directory bound back."""
+    hidden = [str(BENCH_MODELS), str(store.root)]  # absolute: REPO_ROOT is
+    keep = [str(package_dir), str(store.root / TENANT)]
+    return p.Sandbox(BENCH_UID, BENCH_UID, hide=hidden, keep=keep, scratch=list(DEFAULT_SCRATCH))
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
@@ -153,7 +168,8 @@ def percentile(values: list[float], q: float) -> float:
 async def run(
     models: list[str], repetitions: int, store_root: Path, modes: tuple[str, ...]
 ) -> dict[str, Any]:
-    store = TensorStore(store_root, RealClock(), keepalive_s=0.0)
+    gids = {TENANT: BENCH_UID} if "zygote_sandboxed" in modes else None  # its files readable
+    store = TensorStore(store_root, RealClock(), keepalive_s=0.0, tenant_gid=gids)
     zygote = ZygoteLauncher()
     templates = TemplateCache(zygote, store, LOAD_TIMEOUT_S)
     launchers = Launchers(SubprocessLauncher(), zygote, templates)
@@ -197,6 +213,7 @@ def summarise(samples: dict[str, dict[str, list[StartSample]]]) -> dict[str, Any
     p90: dict[str, dict[str, float]] = {}
     breakdown: dict[str, dict[str, dict[str, float]]] = {}
     speedup: dict[str, float] = {}
+    overhead: dict[str, float] = {}
     for model, by_mode in samples.items():
         p50[model], p90[model], breakdown[model] = {}, {}, {}
         for mode, runs in by_mode.items():
@@ -221,7 +238,13 @@ def summarise(samples: dict[str, dict[str, list[StartSample]]]) -> dict[str, Any
         fresh = p50[model]["fresh"]
         speedup[model] = round(fresh / p50[model]["zygote_warm_store"], 1)
         print(f"{model}: warm-store start is {speedup[model]:.1f}× faster than a fresh process")
+        if "zygote_sandboxed" in p50[model]:
+            overhead[model] = round(
+                p50[model]["zygote_sandboxed"] - p50[model]["zygote_warm_store"], 1
+            )
+            print(f"{model}: entering the sandbox adds {overhead[model]:.1f} ms (p50)")
     return {
+        "sandbox_overhead_ms": overhead,
         "p50_ms": p50,
         "p90_ms": p90,
         "speedup_warm_vs_fresh": speedup,
@@ -234,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--repetitions", type=int, default=5)
     args = parser.parse_args(argv)
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = MODES + (("zygote_sandboxed",) if os.geteuid() == 0 else ())
     repetitions = max(1, args.repetitions)
     for model in args.models:
         ensure_package(model, BENCH_MODELS)

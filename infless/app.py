@@ -45,14 +45,16 @@ from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.nodes.backend import ClusterBackend, attach_cluster
-from infless.nodes.factory import make_starter, make_store
+from infless.nodes.factory import make_starter, make_store, store_root
 from infless.nodes.gpu_factory import GpuSide, make_gpu_side
 from infless.packaging.store import PackageStore
 from infless.registry.secrets import SecretStore
 from infless.registry.store import FunctionRegistry
+from infless.registry.tenants import TenantRegistry
 from infless.registry.variants import VariantStore
 from infless.scaling.profiled import load_planning_predictor
 from infless.statedir import run_records
+from infless.tenancy.sandboxes import TenantSandboxes
 from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
@@ -93,6 +95,8 @@ class Platform:
     readiness: Readiness
     gpu: GpuSide | None = None  # this machine's GPU layer, monitor and MPS, when it has GPUs
     cluster: ClusterBackend | None = None  # set at startup when [cluster] asks for one
+    tenants: TenantRegistry | None = None  # tenants' uids and gids
+    sandboxes: TenantSandboxes | None = None  # what workers of each tenant are confined by
 
     def gateway_context(self) -> GatewayContext:
         gpu = self.gpu
@@ -102,6 +106,7 @@ class Platform:
             gpus=None if gpu is None else gpu.monitor,
             gpu_sharing=tuple if gpu is None else gpu.mps.all, clock=self.clock,
             readiness=self.readiness,
+            isolation=dict if self.sandboxes is None else self.sandboxes.describe,
         )  # fmt: skip
 
 
@@ -122,12 +127,15 @@ def local_starter(
     secrets: SecretStore,
     output: Sink,
     gpus: GpuInventory,
+    sandboxes: TenantSandboxes | None = None,
 ) -> LocalChain:
     """This machine's chain of starters: processes (templates, zygote), wrapped by
     warm-instance transformation when it is on, wrapped by the GPU layer when the machine
     has GPUs."""
     records = run_records(config.state_dir)  # PID files: the next gateway finds orphans
-    processes = make_starter(config, store, confiner, secrets, output, records=records)
+    processes = make_starter(
+        config, store, confiner, secrets, output, records=records, sandboxes=sandboxes
+    )
     starter: InstanceStarter = processes
     transforms = None
     if store is not None and config.transform.enabled:
@@ -165,6 +173,18 @@ def server_status(
     return status
 
 
+def tenancy(config: Config) -> tuple[TenantRegistry, TenantSandboxes]:
+    """The tenants' ids and their workers' sandboxes, which hide the gateway's state, the
+    model repository and the store's root."""
+    tenants = TenantRegistry(config.state_dir / REGISTRY_FILE, config.isolation.uids)
+    root = store_root(config)
+    sandboxes = TenantSandboxes(
+        config.isolation, tenants.identity, [config.state_dir, config.model_repository, root],
+        root if config.store.enabled else None,
+    )  # fmt: skip
+    return tenants, sandboxes
+
+
 def build_platform(
     config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
 ) -> Platform:
@@ -177,7 +197,9 @@ def build_platform(
     def instances_changed(function: DeployedFunction) -> None:
         metrics.set_instances(function.name, function.router.ready_count)
 
-    store = None if config.cluster.enabled else make_store(config, clock)  # nodes have theirs
+    tenants, sandboxes = tenancy(config)
+    # nodes have theirs
+    store = None if config.cluster.enabled else make_store(config, clock, sandboxes)
     secrets = SecretStore(state_dir / SECRETS_DIR)
     logs = LogBuffer(clock.wall)
     wall = clock.wall
@@ -193,7 +215,9 @@ def build_platform(
     chain = LocalChain(starter, None, None) if starter is not None else None
     servers = []  # a cluster's nodes join at startup (`nodes.backend`)
     if chain is None and not config.cluster.enabled:
-        chain = local_starter(config, clock, store, confiner, secrets, worker_output, gpus)
+        chain = local_starter(
+            config, clock, store, confiner, secrets, worker_output, gpus, sandboxes
+        )
     gpu = None
     if chain is not None:
         transforms, gpu = chain.transforms, chain.gpu
@@ -243,7 +267,9 @@ def build_platform(
     packages = PackageStore(config.model_repository)
     resolver = PackageResolver(config.model_repository, packages=packages)
     failed: FailedDeployments = {}  # functions whose package could not be had
-    functions = FunctionService(clock, registry, pool, resolver, secrets, failed)
+    functions = FunctionService(
+        clock, registry, pool, resolver, secrets, failed, tenancy=sandboxes.refusal
+    )
     variant_store = VariantStore(state_dir / REGISTRY_FILE)
     modelless = ModellessService(
         config, clock, variant_store, catalog, functions, resolver, pool.functions,
@@ -261,6 +287,7 @@ def build_platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
         logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
         modelless, variant_store, Readiness(pool.functions, failed), gpu,
+        tenants=tenants, sandboxes=sandboxes,
     )  # fmt: skip
 
 
@@ -283,6 +310,8 @@ def create_app(
             log.info("tensor store %s: %s", platform.store.root, report)
         if platform.reclaimer is not None:
             platform.reclaimer.start()
+        if platform.sandboxes is not None:  # before any worker starts
+            await platform.sandboxes.start(remote_nodes=config.cluster.enabled)
         await platform.pool.start()
         if platform.gpu is not None:
             platform.gpu.monitor.start()
@@ -309,6 +338,8 @@ def create_app(
             platform.confiner.remove_parent()
         platform.registry.close()
         platform.variant_store.close()
+        if platform.tenants is not None:
+            platform.tenants.close()
         if platform.reclaimer is not None:
             await platform.reclaimer.stop()
         if platform.store is not None:

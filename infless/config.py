@@ -24,6 +24,7 @@ from infless.gateway.config import AuthConfig, GatewayConfig, UiConfig, check_ga
 from infless.modelless.config import ModellessConfig, check_modelless
 from infless.nodes.config import ClusterConfig, check_cluster
 from infless.scaling.config import ScalingConfig, check_scaling
+from infless.tenancy.config import IsolationConfig, check_isolation
 from infless.transform.config import TransformConfig, check_transform
 from infless.weights.config import StoreConfig, check_store
 from infless.workers.config import WorkersConfig, check_workers
@@ -63,6 +64,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     gpu: GpuConfig = GpuConfig()
     auth: AuthConfig = AuthConfig()
     ui: UiConfig = UiConfig()
+    isolation: IsolationConfig = IsolationConfig()
     functions: list[FunctionConfig] = []
 
     @property
@@ -87,6 +89,7 @@ def _check(config: Config, source: str) -> Config:
         *check_cluster(config.cluster),
         *check_gpu(config.gpu),
         *check_ui(config.ui),
+        *check_isolation(config.isolation),
     ]
     names = [f.name for f in config.functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})

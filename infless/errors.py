@@ -73,6 +73,14 @@ class FunctionExists(InflessError):
     code = "function_exists"
 
 
+class TenantsNotIsolated(InflessError):
+    """A function of a second tenant, where this gateway cannot keep tenants' workers apart
+    (`tenancy.status.tenant_refusal`)."""
+
+    status = 409
+    code = "tenants_not_isolated"
+
+
 class SecretNotFound(InflessError):
     status = 404
     code = "secret_not_found"

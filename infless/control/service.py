@@ -2,10 +2,12 @@
 
 The one place where a deployment becomes durable (SQLite) and live (worker pool). Before
 that, a deployment's secrets must exist and this server must be able to give its workers
-what it asks for (a memory limit, private secret files): else a 400 that says why. On start
-it restores what the registry holds, then deploys the config's functions that are missing;
-one whose image or package is missing or broken is recorded as failed with its reason
-(`control.failed`) and the others serve. Deploying it again, or removing it, clears that.
+what it asks for (a memory limit, private secret files): else a 400 that says why; and a
+function of a second tenant needs tenants kept apart (`tenancy`): else a 409. On start it
+restores what the registry holds, then deploys the config's functions that are missing; one
+whose image or package is missing or broken, or whose tenant may not join the others, is
+recorded as failed with its reason (`control.failed`) and the others serve. Deploying it
+again, or removing it, clears that.
 A manual scale is a person's write of the desired state (`control.desired.scaled`): the
 function is manual from then on, and the autoscaler leaves it alone.
 """
@@ -13,6 +15,7 @@ function is manual from then on, and the autoscaler leaves it alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -22,7 +25,13 @@ from infless.config import FunctionConfig
 from infless.control import desired
 from infless.control.failed import FailedDeployment, FailedDeployments
 from infless.control.pool import WorkerPool
-from infless.errors import FunctionExists, FunctionNotFound, InflessError, InvalidDeployment
+from infless.errors import (
+    FunctionExists,
+    FunctionNotFound,
+    InflessError,
+    InvalidDeployment,
+    TenantsNotIsolated,
+)
 from infless.models.resolver import PackageResolver
 from infless.registry.deployment import parse_deployment
 from infless.registry.secrets import SecretStore
@@ -45,6 +54,7 @@ class FunctionService:
         resolver: PackageResolver,
         secrets: SecretStore | None = None,
         failed: FailedDeployments | None = None,
+        tenancy: Callable[[str, Collection[str]], str | None] | None = None,
     ) -> None:
         self._clock = clock
         self._registry = registry
@@ -52,6 +62,7 @@ class FunctionService:
         self._resolver = resolver
         self._secrets = secrets
         self.failed = failed if failed is not None else {}  # what could not be deployed
+        self._tenancy = tenancy  # why a tenant may not join the others (None: it may)
 
     async def create(self, body: object) -> FunctionSpec:
         spec = parse_deployment(body, rfc3339(self._clock.wall()))
@@ -82,13 +93,16 @@ class FunctionService:
     async def put(self, spec: FunctionSpec) -> None:
         """Deploy a spec the platform made itself (a model-less variant's function), or
         redeploy it when it exists."""
+        self._check_tenant(spec)
         package_dir, manifest = await self._resolver.resolve(spec.image)
         self._registry.put(spec)
         self.failed.pop(spec.name, None)
         await self._pool.redeploy(spec, package_dir, manifest)
 
     async def _check_runtime(self, spec: FunctionSpec) -> None:
-        """Refuse what the workers could not get: unknown secrets, unenforceable limits."""
+        """Refuse what the workers could not get: unknown secrets, unenforceable limits,
+        a tenant beside others where tenants cannot be kept apart."""
+        self._check_tenant(spec)
         for name in spec.secrets:
             if self._secrets is None or not self._secrets.exists(name):
                 raise InvalidDeployment(
@@ -108,6 +122,14 @@ class FunctionService:
                 f"for the function's workers ({support.secrets}); refusing rather than "
                 "exposing them"
             )
+
+    def _check_tenant(self, spec: FunctionSpec) -> None:
+        if self._tenancy is None:
+            return
+        others = {f.spec.tenant for f in self._pool.functions.values() if f.name != spec.name}
+        refusal = self._tenancy(spec.tenant, others)
+        if refusal is not None:
+            raise TenantsNotIsolated(refusal)
 
     async def _activate(self, spec: FunctionSpec) -> None:
         package_dir, manifest = await self._resolver.resolve(spec.image)
@@ -141,12 +163,13 @@ class FunctionService:
 
     async def restore(self, defaults: list[FunctionConfig]) -> list[str]:
         """Bring back every registered function, then deploy config functions not yet known;
-        those whose package cannot be had are recorded as failed (one broken package must
-        not keep the others down). Returns the names of all of them, failed or not."""
+        those whose package cannot be had, or whose tenant may not join the others, are
+        recorded as failed (one broken package must not keep the others down). Returns the names of all of them, failed or not."""
         names = []
         for spec in self._registry.all():
             names.append(spec.name)
-            try:
+            try:  # a tenant refused stays registered: served once tenants may share
+                self._check_tenant(spec)
                 package_dir, manifest = await self._resolver.resolve(spec.image)
             except Exception as exc:
                 self._failed_to_deploy(spec, exc)
@@ -170,6 +193,7 @@ class FunctionService:
             )
             names.append(spec.name)
             try:
+                self._check_tenant(spec)
                 await self._activate(spec)
             except Exception as exc:
                 self._failed_to_deploy(spec, exc)

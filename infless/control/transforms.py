@@ -62,6 +62,14 @@ class Transformer(InstanceStarter, Protocol):
 
     def parked(self, instance_id: str) -> None: ...
 
+    def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
+        """Whether that kept worker can load `order`'s package (its tenant's sandbox)."""
+        ...
+
+    async def stop_kept(self, worker_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        """Stop a kept worker, with whatever its package left behind (`workers.confinement`)."""
+        ...
+
     async def transform(
         self, order: BootOrder, donor_id: str, handle: WorkerHandle, steps: list[PlanStep],
         structure_json: str,
@@ -209,7 +217,7 @@ class TransformingStarter(LayeredStarter):
         worker = self.idle.pop(worker_id, None)
         if worker is not None:
             log.info("idle worker %s kept %.0f s untaken: stopped", worker_id, self.cfg.idle_keep_s)
-            await worker.handle.stop(5.0)
+            await self.transformer.stop_kept(worker_id, worker.handle, 5.0)
             await self.inner.release(worker_id)
 
     def _died(self, worker_id: str) -> None:
@@ -261,7 +269,8 @@ class TransformingStarter(LayeredStarter):
         )
         plans: dict[str, TransformPlan] = {}
         candidates = []
-        for entry in donors_for([w.entry for w in self.idle.values()], order.tenant):
+        sees = {i: self.transformer.may_load(w.handle, order) for i, w in self.idle.items()}
+        for entry in donors_for([w.entry for w in self.idle.values()], order.tenant, sees):
             worker = self.idle[entry.worker_id]
             plan = self._plan(worker.package_dir, order.package_dir)
             if plan is not None and plan.feasible:

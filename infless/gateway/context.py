@@ -42,3 +42,4 @@ class GatewayContext:
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
     clock: Clock = field(default_factory=RealClock)  # the live board's interval
     readiness: Readiness | None = None  # /readyz, /v2/health/ready (None: ready once serving)
+    isolation: Callable[[], dict[str, object]] = dict  # what keeps tenants apart (/system/info)

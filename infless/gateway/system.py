@@ -194,6 +194,7 @@ class SystemRoutes:
                 },
                 "version": version,
                 "arch": host.machine(),
+                "isolation": self._ctx.isolation(),
             }
         )
 

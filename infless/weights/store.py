@@ -27,7 +27,7 @@ import random
 import re
 import stat
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,9 +72,10 @@ class TensorStore:
     """Content-addressed tensor files per tenant, their holders, and reclaiming.
 
     `capacity_bytes` (None: unbounded) and `keepalive_s` feed `reclaim_decision`.
-    `tenant_gid` optionally maps a tenant to a group id: its directory becomes
-    group-readable (0o750, files 0o440) and owned by that group, for workers that run as
-    per-tenant users; without it directories are 0o700 and files 0o400.
+    `tenant_gid` maps a tenant to a group id (or None): its directory becomes group-readable
+    (0o750, files 0o440) and that group's, for workers running as the tenant (`tenancy`);
+    the root is then 0o711 (searchable, not listable); else 0o700 and files 0o400.
+    Tensors are shared within a tenant, never across: that would tell one what another has.
     """
 
     def __init__(
@@ -84,7 +85,7 @@ class TensorStore:
         capacity_bytes: int | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
         *,
-        tenant_gid: Mapping[str, int] | None = None,
+        tenant_gid: Mapping[str, int] | Callable[[str], int | None] | None = None,
     ) -> None:
         if keepalive_s < 0:
             raise ValueError(f"keepalive_s must be >= 0 seconds, got {keepalive_s}")
@@ -92,7 +93,7 @@ class TensorStore:
         self.capacity_bytes = capacity_bytes
         self.keepalive_s = keepalive_s
         self._clock = clock
-        self._tenant_gid = dict(tenant_gid or {})
+        self._tenant_gid = tenant_gid
         self._mutex = threading.Lock()
         self._locks = KeyLocks()
         self._entries: dict[tuple[str, str], TensorEntry] = {}
@@ -118,15 +119,22 @@ class TensorStore:
                 self.root.mkdir(parents=True)
                 self.root.chmod(0o711 if self._tenant_gid else 0o700)
             directory.mkdir(exist_ok=True)
-            gid = self._tenant_gid.get(tenant)
+            gid = self._gid(tenant)
             if gid is not None:
                 os.chown(directory, -1, gid)
             directory.chmod(0o700 if gid is None else 0o750)
             self._locks.open_tenant(tenant, directory / LOCK_FILE)
         return directory
 
+    def _gid(self, tenant: str) -> int | None:
+        if self._tenant_gid is None:
+            return None
+        if callable(self._tenant_gid):
+            return self._tenant_gid(tenant)
+        return self._tenant_gid.get(tenant)
+
     def _file_mode(self, tenant: str) -> tuple[int, int | None]:
-        gid = self._tenant_gid.get(tenant)
+        gid = self._gid(tenant)
         return (0o400 if gid is None else 0o440), gid
 
     # -- packages ------------------------------------------------------------------------

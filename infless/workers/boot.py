@@ -16,7 +16,6 @@ instead, for tests and simulations. Gateway side: never imports torch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from infless.cluster.memory import MemoryLimit, MemoryLimiter, format_mib
+from infless.cluster.memory import MemoryLimiter
 from infless.transform.choice import StartPath
 from infless.transform.planner import PlanStep
 from infless.types import WorkerRuntime
@@ -32,16 +31,27 @@ from infless.weights.gpu_tier import SharedModel
 from infless.weights.store import StoreError
 from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
+from infless.workers.confinement import Confinements
 from infless.workers.forkclient import ZygoteError
 from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStartFailed
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Label, OutputPumps, Sink
-from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
+from infless.workers.starting import (
+    Booted,
+    BootOrder,
+    Retiring,
+    RuntimeSupport,
+    StarterDefaults,
+)
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
-    from infless.cluster.cgroups import Confinement, CpuConfiner
+    from pathlib import Path
+
+    from infless.cluster.cgroups import CpuConfiner
+    from infless.cluster.pids import PidsLimiter
+    from infless.tenancy.sandboxes import TenantSandboxes
     from infless.weights.store import TensorStore
 
 log = logging.getLogger(__name__)
@@ -67,19 +77,25 @@ class ProcessStarter(StarterDefaults):
         memory: MemoryLimiter | None = None,
         secrets: Callable[[str], bytes] | None = None,
         output: Sink | None = None,
+        sandboxes: TenantSandboxes | None = None,
+        pids: PidsLimiter | None = None,
     ) -> None:
         self._settings = settings
         self.launcher = launcher
         self.store = store
-        self._confiner = confiner
         self._templates = templates
         self._memory = memory
         self._secret_value = secrets
         self._pumps = None if output is None else OutputPumps(output)
-        self._confinements: dict[str, Confinement] = {}
+        self.sandboxes = sandboxes
+        limits = (lambda: None) if sandboxes is None else sandboxes.limits
+        self.cgroups = Confinements(confiner, memory, pids, limits)
         self._labels: dict[str, Label] = {}  # whose lines each worker's output is
-        self._memory_limits: dict[str, MemoryLimit] = {}
         self._secrets_probe: asyncio.Task[str | None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        if templates is not None:
+            templates.on_fork = self.cgroups.confine_template
+            templates.on_stop = self._release_template
 
     async def start(self) -> None:
         """Prepare the launcher (the zygote imports torch once, here, not on first deploy)."""
@@ -96,7 +112,11 @@ class ProcessStarter(StarterDefaults):
             handle.kill()
             launched.sock.close()
             raise
-        ready = await self.load(order, handle, self.load_request(order, stored, secrets))
+        request = self.load_request(order, stored, secrets)
+        if request.sandbox is not None and self._templates is not None:
+            inherited = self._templates.sandbox_of(order.instance_id)  # what it runs in
+            request = msgspec.structs.replace(request, sandbox=inherited or request.sandbox)
+        ready = await self.load(order, handle, request)
         start = msgspec.structs.replace(ready.start, spawn_ms=launched.spawn_ms)
         return Booted(handle, ready, start)
 
@@ -126,11 +146,16 @@ class ProcessStarter(StarterDefaults):
             )
         return ProcessWorkerHandle(launched)
 
+    def deployed(self, package_dir: Path, tenant: str, plain_module: bool) -> None:
+        """A function of `tenant` runs `package_dir`: its sandboxed workers will see it."""
+        if self.sandboxes is not None:
+            self.sandboxes.deployed(package_dir, tenant)
+
     def adopt(self, order: BootOrder, handle: ProcessWorkerHandle, previous_id: str = "") -> None:
         """`handle`'s worker now serves `order`'s instance: confined to its cores (and
         memory limit), its death reported to the instance, its output in the function's
         logs (`previous_id`: the id it had while kept warm)."""
-        self._confine(order, handle.pid)
+        self.cgroups.confine(order, handle.pid)
         handle.rebind_death(order.on_death)
         self.relabel(previous_id or order.instance_id, order.instance_id, order.function,
                      order.instance or order.instance_id)  # fmt: skip
@@ -151,8 +176,10 @@ class ProcessStarter(StarterDefaults):
         gpu: p.GpuPlacement | None = None,
         gpu_weights: SharedModel | None = None,
     ) -> p.LoadModel:
+        """The worker's `LoadModel`; in its tenant's sandbox when isolation is active (its
+        package then named by its absolute path: a sandboxed worker works from `/`)."""
         return p.LoadModel(
-            package_dir=str(order.package_dir),
+            package_dir=self._package(order),
             cpus=order.config.cpus,
             cpu_ids=list(order.cpu_ids),
             gpu_pct=order.config.gpu_pct,
@@ -165,11 +192,33 @@ class ProcessStarter(StarterDefaults):
             secrets=secrets,
             gpu=gpu,
             gpu_weights=gpu_weights,
+            sandbox=self.sandbox_of(order, gpu=gpu is not None),
         )
+
+    def sandbox_of(self, order: BootOrder, *, gpu: bool = False) -> p.Sandbox | None:
+        """The sandbox of `order`'s worker (None: isolation is not active)."""
+        if self.sandboxes is None:
+            return None
+        return self.sandboxes.sandbox_for(order.tenant, order.package_dir, gpu=gpu)
+
+    def _package(self, order: BootOrder) -> str:
+        if self.sandboxes is not None and self.sandboxes.active:
+            return str(order.package_dir.absolute())
+        return str(order.package_dir)
+
+    def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
+        """Whether a kept worker can load `order`'s package: a sandboxed worker sees only
+        its tenant's packages of when it entered, and mounts no more secrets."""
+        sandboxes, pid = self.sandboxes, getattr(handle, "pid", None)
+        if sandboxes is None or not isinstance(pid, int) or not sandboxes.sandboxed(pid):
+            return True
+        return sandboxes.sees(pid, order.package_dir) and not order.runtime.secrets
 
     async def load(self, order: BootOrder, handle: WorkerHandle, request: p.LoadModel) -> p.Ready:
         """Have the worker load its model; killed (with the reason when the kernel killed
         it for its memory limit) when it cannot."""
+        if request.sandbox is not None and self.sandboxes is not None:
+            self.sandboxes.record(handle.pid, request.sandbox)
         try:
             return await handle.load(request, self._settings.start_timeout_s)
         except BaseException as exc:
@@ -189,7 +238,7 @@ class ProcessStarter(StarterDefaults):
             and self.store is not None
             and order.shared_weights
             and not order.runtime.secrets
-            and self._templates.has_template(order.tenant, str(order.package_dir))
+            and self._templates.has_template(order.tenant, self._package(order))
         ):
             return StartPath.TEMPLATE
         return (
@@ -233,10 +282,10 @@ class ProcessStarter(StarterDefaults):
             stored = await asyncio.to_thread(
                 self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
             )
-            self._confine(order, handle.pid)
+            self.cgroups.confine(order, handle.pid)
             handle.rebind_death(order.on_death)
             request = p.TransformModel(
-                package_dir=str(order.package_dir),
+                package_dir=self._package(order),
                 structure=structure_json,
                 steps=steps,
                 store_tensors=stored,
@@ -251,10 +300,7 @@ class ProcessStarter(StarterDefaults):
                          order.instance or order.instance_id)  # fmt: skip
         except BaseException:
             handle.kill()
-            confinement = self._confinements.pop(order.instance_id, None)
-            if confinement is not None and self._confiner is not None:
-                with contextlib.suppress(OSError):  # the normal start makes its own group
-                    await asyncio.to_thread(self._confiner.release, confinement)
+            await self.cgroups.release(order.instance_id)  # the normal start makes its own
             raise
         finally:
             await self.release(donor_id)  # its store holds, template use and old cgroup
@@ -275,8 +321,8 @@ class ProcessStarter(StarterDefaults):
         if self._templates is not None and stored is not None and not runtime.secrets:
             try:
                 launched = await self._templates.launch(
-                    order.instance_id, order.tenant, str(order.package_dir), stored,
-                    runtime.env, capture,
+                    order.instance_id, order.tenant, self._package(order), stored,
+                    runtime.env, capture, self.sandbox_of(order),
                 )  # fmt: skip
             except (ZygoteError, StoreError, OSError) as exc:
                 log.warning(
@@ -287,38 +333,9 @@ class ProcessStarter(StarterDefaults):
                     return launched
         return await self.launcher.launch(order.instance_id, capture)
 
-    def _confine(self, order: BootOrder, pid: int) -> None:
-        # one group per worker process: a replacement never meets its predecessor's group
-        name = f"{order.instance_id}-{pid}"
-        if self._confiner is not None:
-            try:
-                confinement = self._confiner.confine(
-                    name, pid, order.cpu_ids, cores=order.config.cpus
-                )
-            except OSError as exc:  # best effort: the worker sets its affinity itself
-                log.warning("could not confine %s: %s", order.instance_id, exc)
-            else:
-                self._confinements[order.instance_id] = confinement
-        limit_bytes = order.runtime.memory_limit_bytes
-        if limit_bytes is None:
-            return
-        if self._memory is None:  # never run a limited function unlimited
-            raise WorkerStartFailed("limits.memory: memory limits are off (workers.cgroups)")
-        try:
-            limit = self._memory.limit(name, pid, limit_bytes)
-        except OSError as exc:
-            raise WorkerStartFailed(
-                f"limits.memory: could not limit {order.instance_id} to "
-                f"{format_mib(limit_bytes)}: {exc}"
-            ) from exc
-        self._memory_limits[order.instance_id] = limit
-
     def death_cause(self, instance_id: str) -> str | None:
         """ "killed: out of memory (limit …)" when the kernel killed the worker for its limit."""
-        limit = self._memory_limits.get(instance_id)
-        if limit is None or self._memory is None or self._memory.oom_kills(limit) == 0:
-            return None
-        return f"killed: out of memory (limit {format_mib(limit.limit_bytes)})"
+        return self.cgroups.death_cause(instance_id)
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
         """What of `runtime` this server cannot give workers (secrets: probed once)."""
@@ -335,6 +352,14 @@ class ProcessStarter(StarterDefaults):
                 secrets = await asyncio.shield(self._secrets_probe)
         return RuntimeSupport(memory, secrets)
 
+    async def retire(self, retiring: Retiring) -> bool:
+        """Stop the worker, and what its package left behind in its pids group (`cgroups`)."""
+        await self.stop_kept(retiring.order.instance_id, retiring.handle, retiring.timeout_s)
+        return False
+
+    async def stop_kept(self, worker_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        await self.cgroups.stop(worker_id, handle, timeout_s)
+
     async def release(self, instance_id: str) -> None:
         """The instance is gone: free its store holds, its template's use and its cgroups
         (removing a group waits for exiting tasks to leave it: off the event loop)."""
@@ -343,18 +368,12 @@ class ProcessStarter(StarterDefaults):
             self.store.release(instance_id)
         if self._templates is not None:
             self._templates.release(instance_id)
-        limit = self._memory_limits.pop(instance_id, None)
-        if limit is not None and self._memory is not None:  # before the CPU group (v2: shared)
-            try:
-                await asyncio.to_thread(self._memory.release, limit)
-            except OSError as exc:
-                log.warning("could not remove the memory cgroup of %s: %s", instance_id, exc)
-        confinement = self._confinements.pop(instance_id, None)
-        if confinement is not None and self._confiner is not None:
-            try:
-                await asyncio.to_thread(self._confiner.release, confinement)
-            except OSError as exc:
-                log.warning("could not remove the cgroup of %s: %s", instance_id, exc)
+        await self.cgroups.release(instance_id)
+
+    def _release_template(self, template_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.cgroups.release(template_id))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         """Close the templates, then the launcher (running workers end with their sockets),
@@ -364,8 +383,8 @@ class ProcessStarter(StarterDefaults):
         await self.launcher.close()
         if self._pumps is not None:
             await self._pumps.close()
-        if self._memory is not None:
-            self._memory.remove_parent()
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        self.cgroups.close()
 
     def holder_ids(self) -> list[str]:
         """Store holders besides the instances: the templates."""
@@ -373,14 +392,8 @@ class ProcessStarter(StarterDefaults):
 
     def describe(self, instance_id: str) -> dict[str, object]:
         """Where the instance came from and how it is confined (for /system/instances)."""
-        confinement = self._confinements.get(instance_id)
         template = None if self._templates is None else self._templates.template_of(instance_id)
-        memory = self._memory_limits.get(instance_id)
-        return {
-            "confinement": None if confinement is None else confinement.describe(),
-            "memoryLimit": None if memory is None else memory.describe(),
-            "template": template,
-        }
+        return self.cgroups.describe(instance_id) | {"template": template}
 
     def templates(self) -> list[dict[str, object]]:
         return [] if self._templates is None else self._templates.describe()

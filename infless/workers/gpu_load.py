@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -37,15 +38,21 @@ from infless.workers.gpu_runtime import DeviceRuntime
 from infless.workers.handling import Arrays
 from infless.workers.model import host_weights, load_program, read_package
 
+if TYPE_CHECKING:
+    import torch
+
 GRAPH_CHECK_RTOL = 1e-3  # a replay must answer as the eager forward did (same kernels)
 GRAPH_CHECK_ATOL = 1e-4
 CPU_ONLY_TRANSFORMS = frozenset({"int8"})
 
 
-def build_on_device(request: p.LoadModel, runtime: DeviceRuntime) -> tuple[DeviceModel, float]:
-    """The package's model on the runtime's device; and when attaching the weights started."""
-    import torch
-
+def build_on_device(
+    request: p.LoadModel,
+    runtime: DeviceRuntime,
+    opened: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[DeviceModel, float]:
+    """The package's model on the runtime's device; and when attaching the weights started
+    (`opened`: the GPU tier's copy, opened already)."""
     from infless.models.loader import attach_weights, build_module
     from infless.models.package import NO_TRANSFORM
 
@@ -67,7 +74,9 @@ def build_on_device(request: p.LoadModel, runtime: DeviceRuntime) -> tuple[Devic
     if request.gpu_weights is not None:
         from infless.weights.gpu_open import open_shared_weights
 
-        state = open_shared_weights(request.gpu_weights, device)
+        state = (
+            dict(opened) if opened is not None else open_shared_weights(request.gpu_weights, device)
+        )
         module = attach_weights(module, state, manifest.name)
     else:
         state = host_weights(request, package_dir, manifest)

@@ -9,7 +9,9 @@ placement of its first message (`Standby`, or `LoadModel` with `gpu` on a fresh 
   create the context and warm the math libraries; answer `StandbyReady`.
 - `enter(request)`: a `LoadModel` must name the standby's placement (else `PlacementMismatch`);
   on a fresh start the standby steps run first.
-- `build` / `warm_up`: the model on the device (`gpu_load`), and `Ready.gpu`'s report.
+- `open_weights(request)`: the GPU tier's copy opened before the worker enters its
+  tenant's sandbox (which hides the tier's files); `build` / `warm_up`: the model on the
+  device (`gpu_load`), and `Ready.gpu`'s report.
 - `unload()`: drop the model, its graphs and buffers, give the allocator's cache back, and
   forget the package (its environment variables, its `src/` on sys.path and the modules
   imported from there: the next package may use the same module names); answer
@@ -23,6 +25,7 @@ import os
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infless.clock import perf_s
 from infless.workers import protocol as p
@@ -34,6 +37,9 @@ from infless.workers.gpu_runtime import (
     apply_env,
     runtime_for,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 class PlacementMismatch(ValueError):
@@ -66,6 +72,7 @@ class GpuSession:
         self._standby_environ: dict[str, str] = {}
         self._model: DeviceModel | None = None
         self._package_dir: Path | None = None
+        self._opened: dict[str, torch.Tensor] | None = None  # the tier's copy, not yet attached
 
     def standby(self) -> p.StandbyReady:
         if self._device_name is not None:
@@ -96,9 +103,19 @@ class GpuSession:
         if self._device_name is None:
             self.standby()
 
+    def open_weights(self, request: p.LoadModel) -> None:
+        """Open the GPU tier's copy of the model now, while this worker can still reach
+        the tier's files (a sandbox, entered next, hides them); `build` attaches it."""
+        self._opened = None
+        if request.gpu_weights is not None:
+            from infless.weights.gpu_open import open_shared_weights
+
+            self._opened = open_shared_weights(request.gpu_weights, self.runtime.device)
+
     def build(self, request: p.LoadModel) -> tuple[DeviceModel, float]:
         self._package_dir = Path(request.package_dir)
-        model, attach_started = build_on_device(request, self.runtime)
+        opened, self._opened = self._opened, None
+        model, attach_started = build_on_device(request, self.runtime, opened)
         self._model = model
         return model, attach_started
 

@@ -217,7 +217,10 @@ class GpuStarter(LayeredStarter):
     ) -> tuple[StandbyWorker, str, float]:
         """A warm worker for `placement`: taken from the standby pool, else started now
         (its spawn and CUDA warm-up then count as the start's spawn)."""
-        worker = self.standby.take(placement, order.tenant)
+        processes = self._processes
+        worker = self.standby.take(
+            placement, order.tenant, lambda kept: processes.may_load(kept.handle, order)
+        )
         if worker is not None:
             return worker, "standby" if worker.tenant is None else "reused", 0.0
         started = perf_s()

@@ -1,7 +1,9 @@
 """A worker's runtime before its package loads: the function's environment variables, and its
 secrets as files under /var/openfaas/secrets in a mount namespace of the worker's own.
 
-`enter_runtime(env, secrets)` runs in the worker after the fork and before any model code.
+`enter_runtime(env, secrets, sandbox)` runs in the worker after the fork and before any model
+code; with a tenant's sandbox (`workers.sandbox`) the secrets are mounted inside it, owned by
+the tenant's uid.
 It sets `os.environ`; with secrets, it unshares the mount namespace (CLONE_NEWNS), makes
 every mount a slave of the host's (nothing mounted here propagates back), mounts a small
 tmpfs on the secrets directory, writes each secret as a 0400 file and remounts the tmpfs
@@ -21,6 +23,10 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infless.workers.protocol import Sandbox
 
 SECRETS_DIR = Path("/var/openfaas/secrets")
 CLONE_NEWNS = 0x00020000
@@ -54,28 +60,40 @@ def _tmpfs_bytes(secrets: Mapping[str, bytes]) -> int:
     return (pages + 16) * _PAGE
 
 
-def mount_secrets(secrets: Mapping[str, bytes], target: Path = SECRETS_DIR) -> None:
+def mount_secrets(
+    secrets: Mapping[str, bytes],
+    target: Path = SECRETS_DIR,
+    *,
+    owner: tuple[int, int] | None = None,
+    unshare: bool = True,
+) -> None:
     """Mount `secrets` as files under `target`, visible to this process (and its children)
-    only: a private mount namespace, a tmpfs, 0400 files, then read-only."""
+    only: a private mount namespace (`unshare` False: the caller made it), a tmpfs, 0400
+    files (owned by `owner`'s uid and gid: the tenant the worker will become), then
+    read-only."""
     for name in secrets:
         if not name or "/" in name or name.startswith("."):
             raise IsolationError(f"secrets: {name!r} is not a valid secret file name")
     if os.geteuid() != 0:
         raise IsolationError(f"secrets: mounting them needs root; this runs as uid {os.geteuid()}")
     libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "making / a slave mount")
+    if unshare:
+        _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "making / a slave mount")
     try:
         target.mkdir(parents=True, exist_ok=True)  # an empty directory on the host
     except OSError as exc:
         raise IsolationError(f"secrets: cannot create {target}: {exc}") from exc
-    options = f"size={_tmpfs_bytes(secrets)},mode=0500".encode()
+    ids = "" if owner is None else f",uid={owner[0]},gid={owner[1]}"
+    options = f"size={_tmpfs_bytes(secrets)},mode=0500{ids}".encode()
     mount_point = bytes(target)
     _check(libc.mount(b"tmpfs", mount_point, b"tmpfs", _HARDENED, options), f"mounting {target}")
     for name, value in secrets.items():
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(target / name, flags, 0o400)
         try:
+            if owner is not None:
+                os.fchown(fd, *owner)
             view = memoryview(value)
             while view:
                 view = view[os.write(fd, view) :]
@@ -85,9 +103,17 @@ def mount_secrets(secrets: Mapping[str, bytes], target: Path = SECRETS_DIR) -> N
     _check(libc.mount(None, mount_point, None, remount, None), f"remounting {target} read-only")
 
 
-def enter_runtime(env: Mapping[str, str], secrets: Mapping[str, bytes] | None) -> None:
-    """The function's environment and secrets, before its package is imported."""
-    if secrets:
+def enter_runtime(
+    env: Mapping[str, str], secrets: Mapping[str, bytes] | None, sandbox: Sandbox | None = None
+) -> None:
+    """The function's environment and secrets, then its tenant's sandbox (which mounts the
+    secrets itself, for the tenant's uid), before its package is imported."""
+    if sandbox is not None:
+        from infless.workers.sandbox import enter_sandbox
+
+        os.environ["HOME"] = "/tmp"  # noqa: S108 - the sandbox's scratch; the real home is veiled
+        enter_sandbox(sandbox, secrets)
+    elif secrets:
         mount_secrets(secrets)
     os.environ.update(env)
 

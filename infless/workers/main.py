@@ -1,10 +1,11 @@
 """The worker process: one instance of one function, serving batches over a socket.
 
-Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function's environment
-and mount its secrets (`workers.isolation`) → build the model (structure on
-the meta device, then weights: mapped from the shared store or read from the package) →
-time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown` or EOF on
-the socket (the gateway is gone). A node agent's worker is then told `ServeOn`: it serves
+Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function's environment,
+mount its secrets and enter its tenant's sandbox (`workers.isolation`, `workers.sandbox`:
+its own uid, no capabilities, a mount view without the gateway's state) → build the model
+(structure on the meta device, then weights: mapped from the shared store or read from the
+package) → time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown`
+or EOF on the socket (the gateway is gone). A node agent's worker is then told `ServeOn`: it serves
 the gateway over an authenticated TCP connection instead (`workers.tcp`). An idle worker
 may be told to `TransformModel`: it turns its model into another package's
 (`workers.transformer`) and answers `Ready` again.
@@ -85,7 +86,9 @@ def _load(request: p.LoadModel, device: GpuSession | None = None) -> tuple[Loade
     a GPU worker (`device`), on its device."""
     if device is not None:
         device.enter(request)  # its placement; the standby steps on a fresh start
-    enter_runtime(request.env, request.secrets)  # before any code of the package runs
+        device.open_weights(request)  # the tier's copy, before the sandbox hides its files
+    # the tenant's sandbox (and the secrets, the environment): before any package code runs
+    enter_runtime(request.env, request.secrets, request.sandbox)
     import torch
 
     keep_freed_memory()  # each batch reuses the last one's activation pages: no page faults

@@ -82,6 +82,25 @@ class GpuReport(msgspec.Struct, frozen=True):
     weights_from_tier: bool = False
 
 
+class Sandbox(msgspec.Struct, frozen=True):
+    """How a worker is confined before its package's code runs (`workers.sandbox`): its
+    tenant's unprivileged `uid`/`gid`; a mount namespace where `hide` (the gateway's state,
+    the store's root, the model repository) does not exist except `keep` (its tenant's
+    packages and store directory), bound back read-only; one writable tmpfs of
+    `scratch_bytes` on the `scratch` directories; every other mount read-only except the
+    host's `shared` directories (a GPU worker's /dev/shm); an empty network namespace
+    unless `host_network`."""
+
+    uid: int
+    gid: int
+    hide: list[str] = []
+    keep: list[str] = []
+    scratch: list[str] = []
+    scratch_bytes: int = 64 << 20
+    shared: list[str] = []
+    host_network: bool = False
+
+
 class LoadModel(msgspec.Struct, tag="load", frozen=True):
     """Build the model of a function package and get ready to serve.
 
@@ -90,8 +109,9 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     workers), or with `private_weights` copy them into the worker's own memory (the
     no-sharing baseline of bench.memory). `warmup_batch_sizes` are measured after loading
     and reported in `Ready.exec_ms`. `env` is set and `secrets` (name -> value) are mounted
-    under /var/openfaas/secrets (`workers.isolation`) before the package is loaded; a worker
-    that cannot mount them answers `LoadFailed` without loading it.
+    under /var/openfaas/secrets (`workers.isolation`) before the package is loaded, and the
+    worker enters its `sandbox`; a worker that cannot do either answers `LoadFailed`
+    without loading it.
     """
 
     package_dir: str
@@ -110,6 +130,8 @@ class LoadModel(msgspec.Struct, tag="load", frozen=True):
     # the package to the device, privately)
     gpu: GpuPlacement | None = None
     gpu_weights: SharedModel | None = None
+    # the tenant's sandbox, entered before the package loads (None: the gateway's own uid)
+    sandbox: Sandbox | None = None
 
 
 class TransformModel(msgspec.Struct, tag="transform", frozen=True):

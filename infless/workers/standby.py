@@ -157,15 +157,21 @@ class StandbyPool:
             self.refill()
 
     # -- taking and giving back ------------------------------------------------------------
-    def take(self, placement: p.GpuPlacement, tenant: str) -> StandbyWorker | None:
+    def take(
+        self,
+        placement: p.GpuPlacement,
+        tenant: str,
+        usable: Callable[[StandbyWorker], bool] = lambda _worker: True,
+    ) -> StandbyWorker | None:
         """A ready worker of `placement` for `tenant`: one that served the tenant before
-        (its kernels are warm), else a fresh one (the longest waiting), else None. The
-        placement is wanted from now on and refilled behind it."""
+        (its kernels are warm) and is `usable` (a sandboxed one sees the package), else a
+        fresh one (the longest waiting), else None. The placement is wanted from now on and
+        refilled behind it."""
         self._wanted.setdefault(placement, None)
         workers = self._ready.get(placement, [])
         for eligible in (tenant, None):
             for worker in list(workers):
-                if worker.tenant != eligible:
+                if worker.tenant != eligible or (eligible is not None and not usable(worker)):
                     continue
                 workers.remove(worker)
                 if worker.handle.alive:

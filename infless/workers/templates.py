@@ -30,7 +30,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,9 +134,15 @@ async def _load_over(sock: socket.socket, request: p.LoadModel) -> p.Ready:
 
 
 async def start_template(
-    zygote: ZygoteLauncher, key: TemplateKey, stored: list[StoredTensor], timeout_s: float
+    zygote: ZygoteLauncher,
+    key: TemplateKey,
+    stored: list[StoredTensor],
+    timeout_s: float,
+    sandbox: p.Sandbox | None = None,
+    on_fork: Callable[[str, int], None] | None = None,
 ) -> Template:
-    """Fork a template from the zygote, have it load the model, wait until it serves forks."""
+    """Fork a template from the zygote (`on_fork`: put it in its cgroups before it loads),
+    have it load the model (in its tenant's `sandbox`), wait until it serves forks."""
     started = perf_s()
     control_ours, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     load_ours, load_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -147,6 +153,8 @@ async def start_template(
             pid = await zygote.fork_template(
                 key.template_id, control_theirs.fileno(), load_theirs.fileno()
             )
+        if on_fork is not None:
+            on_fork(key.template_id, pid)
         request = p.LoadModel(
             package_dir=key.package_dir,
             cpus=1,
@@ -154,6 +162,7 @@ async def start_template(
             warmup_rounds=1,
             store_tensors=stored,
             env=dict(key.env),
+            sandbox=sandbox,
         )
         client = ForkServerClient(control_ours, key.template_id, records=zygote.records)
         async with asyncio.timeout(timeout_s):
@@ -179,6 +188,7 @@ class _Slot:
 
     users: set[str] = field(default_factory=set)
     start: asyncio.Task[Template] | None = None
+    sandbox: p.Sandbox | None = None  # what the template (and every fork of it) runs in
 
     def template(self) -> Template | None:
         """The running template, if its start finished well and it is still alive."""
@@ -212,6 +222,8 @@ class TemplateCache:
         self._slots: dict[TemplateKey, _Slot] = {}
         self._by_instance: dict[str, TemplateKey] = {}
         self._forked: set[str] = set()  # instances forked from their model's template
+        self.on_fork: Callable[[str, int], None] | None = None  # a template's pid, to confine
+        self.on_stop: Callable[[str], None] | None = None  # its cgroups may go
 
     async def launch(
         self,
@@ -221,9 +233,10 @@ class TemplateCache:
         stored: list[StoredTensor],
         env: dict[str, str] | None = None,
         capture_output: bool = False,
+        sandbox: p.Sandbox | None = None,
     ) -> LaunchedWorker | None:
         """Fork `instance_id` from its model's template; None: fork it elsewhere (OSError: a
-        stored file is gone)."""
+        stored file is gone). A new template is started in `sandbox` (its tenant's)."""
         key = TemplateKey.of(tenant, package_dir, stored, env, _identities(stored))
         slot = self._slots.setdefault(key, _Slot())
         slot.users.add(instance_id)
@@ -232,6 +245,8 @@ class TemplateCache:
             if len(slot.users) >= TEMPLATE_FROM_INSTANCES:
                 if slot.start is not None:
                     _close_dead(slot.start)
+                    self._stopped(key)
+                slot.sandbox = sandbox
                 self._start(key, slot, stored)
             return None
         assert slot.start is not None
@@ -249,7 +264,9 @@ class TemplateCache:
 
     def _start(self, key: TemplateKey, slot: _Slot, stored: list[StoredTensor]) -> None:
         self._store.acquire(key.template_id, key.tenant, stored)
-        start = start_template(self._zygote, key, stored, self._start_timeout_s)
+        start = start_template(
+            self._zygote, key, stored, self._start_timeout_s, slot.sandbox, self.on_fork
+        )
         slot.start = asyncio.get_running_loop().create_task(start, name=key.template_id)
         slot.start.add_done_callback(_log_start)
 
@@ -270,6 +287,16 @@ class TemplateCache:
             await asyncio.shield(slot.start)
         return slot.template()
 
+    def sandbox_of(self, instance_id: str) -> p.Sandbox | None:
+        """The sandbox `instance_id` runs in when it was forked from its model's template."""
+        key = self._by_instance.get(instance_id)
+        slot = None if key is None or instance_id not in self._forked else self._slots.get(key)
+        return None if slot is None else slot.sandbox
+
+    def _stopped(self, key: TemplateKey) -> None:
+        if self.on_stop is not None:
+            self.on_stop(key.template_id)
+
     def release(self, instance_id: str) -> None:
         """`instance_id` is gone; a model left without instances loses its template."""
         self._forked.discard(instance_id)
@@ -284,6 +311,7 @@ class TemplateCache:
 
     def _stop(self, key: TemplateKey, slot: _Slot) -> None:
         self._store.release(key.template_id)
+        self._stopped(key)
         if slot.start is None:
             return
         if not slot.start.done():
@@ -315,6 +343,7 @@ class TemplateCache:
         self._forked.clear()
         for key, slot in slots:
             self._store.release(key.template_id)
+            self._stopped(key)
             if slot.start is None:
                 continue
             slot.start.cancel()

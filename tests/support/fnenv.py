@@ -10,6 +10,7 @@ from safetensors.numpy import save_file
 
 from infless.models.package import (
     MANIFEST_FILE,
+    SOURCE_DIR,
     WEIGHTS_FILE,
     PackageManifest,
     TensorSignature,
@@ -20,10 +21,12 @@ MODEL_SOURCE = Path(__file__).with_name("fnenv_model.py")
 
 
 def probe_package(directory: Path, module_dir: Path, **arch_kwargs: str) -> Path:
-    """A package of `fnenv_model:probe(**arch_kwargs)` at `directory`, with the model's
-    module copied into `module_dir` (a directory on the workers' import path)."""
+    """A package of `fnenv_model:probe(**arch_kwargs)` at `directory`, the model's module in
+    its `src/` (a sandboxed worker imports nothing from the gateway's working directory) and
+    in `module_dir`."""
     shutil.copyfile(MODEL_SOURCE, module_dir / "fnenv_model.py")
-    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SOURCE_DIR).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(MODEL_SOURCE, directory / SOURCE_DIR / "fnenv_model.py")
     manifest = PackageManifest(
         name=directory.name,
         architecture="fnenv_model:probe",

@@ -1,7 +1,7 @@
 """A tiny model for the worker-runtime integration tests: copied, never imported by tests.
 
-`tests.support.fnenv.probe_package` copies this file as `fnenv_model.py` into the gateway's
-working directory (on its workers' import path) and writes a package whose architecture is
+`tests.support.fnenv.probe_package` copies this file as `fnenv_model.py` into the package's
+`src/` (and the gateway's working directory) and writes a package whose architecture is
 `fnenv_model:probe`. The model prints at import and on every batch (stdout and stderr),
 warns at import, and reports what its worker was given: output `y = [the env value, 1 if
 the secret file is readable else 0, the secret's byte sum]`. A first input element > 0 asks

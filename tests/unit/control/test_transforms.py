@@ -18,7 +18,7 @@ from infless.transform.idle import IdleEntry
 from infless.transform.structure import ModelStructure, Op, OpTensor
 from infless.types import InstanceConfig
 from infless.workers import protocol as p
-from infless.workers.handle import WorkerStartFailed
+from infless.workers.handle import WorkerHandle, WorkerStartFailed
 from infless.workers.starting import Booted, BootOrder, Retiring, StarterDefaults
 from tests.support.clock import FakeClock
 
@@ -52,6 +52,7 @@ class FakeHandle:
 @dataclass
 class FakeStarter(StarterDefaults):
     fail_transform: bool = False
+    sandboxed: bool = False
     transformed: list[str] = field(default_factory=list)
     booted: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
@@ -66,6 +67,12 @@ class FakeStarter(StarterDefaults):
 
     def parked(self, worker_id: str) -> None:
         pass
+
+    def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
+        return not self.sandboxed  # a sandboxed worker sees no package deployed after it
+
+    async def stop_kept(self, worker_id: str, handle: WorkerHandle, timeout_s: float) -> None:
+        await handle.stop(timeout_s)
 
     async def release(self, instance_id: str) -> None:
         self.released.append(instance_id)
@@ -166,6 +173,18 @@ async def test_another_tenants_idle_worker_is_never_taken(setup: Any) -> None:
     service, starter, source, dest, _ = setup
     _idle(service, source, tenant="other")
     await service.boot(_order(dest, tenant="t"))
+    assert starter.transformed == []
+    assert starter.booted == ["new-1"]
+    assert list(service.idle) == ["old-1"]
+
+
+async def test_a_sandboxed_idle_worker_that_cannot_see_the_package_is_never_taken(
+    setup: Any,
+) -> None:
+    service, starter, source, dest, _ = setup
+    starter.sandboxed = True  # its mount view holds no package deployed after it started
+    _idle(service, source)
+    await service.boot(_order(dest))
     assert starter.transformed == []
     assert starter.booted == ["new-1"]
     assert list(service.idle) == ["old-1"]
