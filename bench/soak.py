@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if load.poll() is None:
             load.kill()
         _, stderr = load.communicate()
-        driver.sample(quiet=driver.cycles_done > 0)  # the churn function is removed by the end
+        driver.sample()  # the last: not at the same point of a churn cycle (it may be draining)
         if load.returncode != 0:
             raise RuntimeError(f"loadgen failed: {stderr.decode(errors='replace')[-2000:]}")
     outcomes = load_outcomes(work / "load") + driver.churn_statuses

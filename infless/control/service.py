@@ -164,7 +164,8 @@ class FunctionService:
     async def restore(self, defaults: list[FunctionConfig]) -> list[str]:
         """Bring back every registered function, then deploy config functions not yet known;
         those whose package cannot be had, or whose tenant may not join the others, are
-        recorded as failed (one broken package must not keep the others down). Returns the names of all of them, failed or not."""
+        recorded as failed (one broken package must not keep the others down). Returns the
+        names of all of them, failed or not."""
         names = []
         for spec in self._registry.all():
             names.append(spec.name)
