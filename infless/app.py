@@ -305,13 +305,13 @@ def create_app(
     routes.install(app, platform.gateway_context())
 
     async def startup(_: web.Application) -> None:
-        if platform.store is not None:
+        if platform.sandboxes is not None:  # before the store settles its tenants' directories
+            await platform.sandboxes.start(remote_nodes=config.cluster.enabled)
+        if platform.store is not None:  # (group-readable by their tenants when sandboxed)
             report = await asyncio.to_thread(platform.store.adopt_or_clean)
             log.info("tensor store %s: %s", platform.store.root, report)
         if platform.reclaimer is not None:
             platform.reclaimer.start()
-        if platform.sandboxes is not None:  # before any worker starts
-            await platform.sandboxes.start(remote_nodes=config.cluster.enabled)
         await platform.pool.start()
         if platform.gpu is not None:
             platform.gpu.monitor.start()

@@ -79,13 +79,18 @@ def _startup_message(path: Path, error: sqlite3.Error) -> str:
     return f"{path}: cannot be used as the registry ({error})"
 
 
-def open_database(path: Path, schema: Sequence[str]) -> sqlite3.Connection:
-    """A checked, writable connection to `path` with `schema` created; else StateError."""
+def open_database(
+    path: Path, schema: Sequence[str], *, check_same_thread: bool = True
+) -> sqlite3.Connection:
+    """A checked, writable connection to `path` with `schema` created; else StateError.
+    `check_same_thread=False` for a connection its owner serialises across threads."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StateError(f"{path.parent}: cannot create the state directory ({exc})") from exc
-    db = sqlite3.connect(path, isolation_level=None, timeout=STARTUP_BUSY_S)
+    db = sqlite3.connect(
+        path, isolation_level=None, timeout=STARTUP_BUSY_S, check_same_thread=check_same_thread
+    )
     try:
         verdict = db.execute("PRAGMA quick_check").fetchone()
         if verdict is None or verdict[0] != "ok":

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import grp
 import pwd
-import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from infless.registry.database import open_database, recorded
 from infless.tenancy.config import UidRange
 from infless.tenancy.ids import next_free_id
 
@@ -50,13 +50,13 @@ def host_uses(uid: int) -> bool:
 
 class TenantRegistry:
     def __init__(self, path: Path, ids: UidRange) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.ids = ids
-        # the store asks from its publishing threads too: one connection behind a lock
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # checked at open (a damaged file, a held lock or a full disk: StateError, as the
+        # function registry's); the store asks from its publishing threads too: one
+        # connection behind a lock
+        self._db = open_database(path, [_SCHEMA], check_same_thread=False)
         self._lock = threading.Lock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
         self._known: dict[str, TenantIdentity] = {}
 
     def identity(self, tenant: str) -> TenantIdentity:
@@ -64,7 +64,8 @@ class TenantRegistry:
         with self._lock:
             known = self._known.get(tenant)
             if known is None:
-                known = self._known[tenant] = self._allocate(tenant)
+                with recorded(self.path, f"tenant {tenant!r} got no user id"):
+                    known = self._known[tenant] = self._allocate(tenant)
             return known
 
     def _allocate(self, tenant: str) -> TenantIdentity:

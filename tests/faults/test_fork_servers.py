@@ -37,7 +37,7 @@ def test_killing_the_zygote_leaves_workers_serving_and_starts_recover(tmp_path: 
         assert all(running(pid) for pid in workers)
 
         # a model with no template yet must be forked from the zygote: a new one starts
-        package = slow_package(tmp_path / "slow", tmp_path)
+        package = slow_package(tmp_path / "slow")
         deployment = {"service": "slow", "image": str(package)}
         status, _, body = gateway.request("POST", "/system/functions", deployment)
         assert status == 202, body

@@ -23,11 +23,12 @@ from tests.support.faults import (
 from tests.support.gateway import start_gateway
 
 IN_FLIGHT = 6
-DELAY_MS = 1500.0  # long enough that SIGTERM lands while every one of them is in flight
+DELAY_MS = 3000.0  # long enough that SIGTERM lands while every one of them is in flight, and
+# that the drain still runs when the next request comes (a loaded machine included)
 
 
 def test_sigterm_answers_what_was_accepted_and_refuses_the_rest(tmp_path: Path) -> None:
-    package = slow_package(tmp_path / "slow", tmp_path)
+    package = slow_package(tmp_path / "slow")
     function = {"name": "slow", "image": str(package), "slo_ms": 30000, "max_batch": 4}
     function["instances"] = 2
     with start_gateway(tmp_path, [function], sections=own_store(tmp_path)) as gateway:
@@ -47,7 +48,7 @@ def test_sigterm_answers_what_was_accepted_and_refuses_the_rest(tmp_path: Path) 
         assert [(r.status, slow_tag(r.body)) for r in replies] == [
             (200, tag) for tag in range(IN_FLIGHT)
         ], "every accepted request is answered, with its own answer"
-        assert (refused.status, refused.code) == (503, "draining")
+        assert (refused.status, refused.code) == (503, "draining"), refused
         assert gateway.process.wait(timeout=60) == 0
         assert not [pid for pid in workers if running(pid)], "the workers stopped"
         assert not store.exists(), "the store was removed (store.clear_on_shutdown)"

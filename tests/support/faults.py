@@ -43,11 +43,11 @@ def own_store(tmp_path: Path, **store: object) -> dict[str, dict[str, Any]]:
     return {"store": {"root": str(tmp_path / "store"), **store}}
 
 
-def slow_package(directory: Path, module_dir: Path) -> Path:
+def slow_package(directory: Path) -> Path:
     """A package of `slow_model:build` at `directory` (input and output `[delay_ms, tag]`),
-    its module copied into `module_dir` (on the workers' import path)."""
-    shutil.copyfile(SLOW_MODEL_SOURCE, module_dir / "slow_model.py")
-    directory.mkdir(parents=True, exist_ok=True)
+    its module in the package's `src/` (what a worker imports from, in its sandbox too)."""
+    (directory / "src").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SLOW_MODEL_SOURCE, directory / "src" / "slow_model.py")
     manifest = PackageManifest(
         name=directory.name,
         architecture="slow_model:build",
