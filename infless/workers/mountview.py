@@ -119,14 +119,18 @@ def traversal_block(path: Path, uid: int, gid: int) -> Path | None:
 
 
 def runtime_dirs(usable: Callable[[Path], bool] = lambda _path: True) -> list[Path]:
-    """The directories this Python needs to read: `sys.path` and the prefixes (real paths),
-    those `usable` (the tenant may search: one it may not, kept, would only cover what is
-    kept below it). The working directory `-m` put first on `sys.path` is left out: it is
-    the gateway's (its config file, often its state), and packages import from `src/`."""
+    """The directories this Python needs to read: `sys.path`, the prefixes and the `infless`
+    package's own directory (real paths), those `usable` (the tenant may search: one it may
+    not, kept, would only cover what is kept below it). The working directory `-m` put first
+    on `sys.path` is left out: it is the gateway's (its config file, often its state), and
+    packages import from `src/`."""
     path = list(sys.path)
     if path and path[0] and os.path.realpath(path[0]) == os.path.realpath(Path.cwd()):
         path = path[1:]  # `-m`'s working directory (the gateway's): never a worker's to read
-    entries = [*path, sys.prefix, sys.base_prefix, sys.exec_prefix]
+    # infless itself, wherever it is: an editable install maps it from the checkout by an
+    # import hook, not by sys.path (and a checkout under /tmp is under the scratch)
+    package = Path(__file__).resolve().parent.parent
+    entries = [*path, sys.prefix, sys.base_prefix, sys.exec_prefix, str(package)]
     found: dict[Path, None] = {}
     for entry in entries:
         if not entry or not Path(entry).is_absolute():

@@ -251,15 +251,19 @@ def test_killing_every_process_it_may_kills_only_its_own_tenants(tenants: Tenant
 def test_gpu_workers_drop_to_their_tenants_uid_on_their_first_load(tmp_path: Path) -> None:
     """Standby CUDA workers start before their tenant is known; each drops on its first
     load (fake GPUs: the same path as real ones)."""
-    functions = [
-        {"name": f"{tenant}-gpu", "image": "mnist", "slo_ms": 1000, "max_batch": 4,
-         "gpu_pct": 30, "tenant": tenant}
-        for tenant in ("alice", "mallory")
-    ]  # fmt: skip
     sections = {"gpu": {"fake_devices": 1, "fake_memory_mib": 1024, "mps": "off"}}
-    with start_gateway(tmp_path, functions, sections) as gw:
+    with start_gateway(tmp_path, [], sections) as gw:
         if not gw.json("GET", "/system/info")["isolation"]["complete"]:
             pytest.skip("this host cannot keep tenants apart")
+        for tenant in ("alice", "mallory"):
+            labels = {
+                "com.infless.tenant": tenant, "com.infless.gpu": "30", "com.infless.max.batch": "4"
+            }  # fmt: skip
+            slo = {"com.infless.latency_target": "1000ms"}
+            body = {"service": f"{tenant}-gpu", "image": "mnist", "labels": labels}
+            body["annotations"] = slo
+            status, _, payload = gw.request("POST", "/system/functions", body)
+            assert status == 202, payload
         uids = set()
         for function in ("alice-gpu", "mallory-gpu"):
             [instance] = gw.wait_ready(function)
