@@ -260,10 +260,11 @@ def test_gpu_workers_drop_to_their_tenants_uid_on_their_first_load(tmp_path: Pat
                 "com.infless.tenant": tenant, "com.infless.gpu": "30", "com.infless.max.batch": "4"
             }  # fmt: skip
             slo = {"com.infless.latency_target": "1000ms"}
-            body = {"service": f"{tenant}-gpu", "image": "mnist", "labels": labels}
-            body["annotations"] = slo
-            status, _, payload = gw.request("POST", "/system/functions", body)
-            assert status == 202, payload
+            deployment = {"service": f"{tenant}-gpu", "image": "mnist", "labels": labels}
+            answered, _, payload = gw.request(
+                "POST", "/system/functions", {**deployment, "annotations": slo}
+            )
+            assert answered == 202, payload
         uids = set()
         for function in ("alice-gpu", "mallory-gpu"):
             [instance] = gw.wait_ready(function)
