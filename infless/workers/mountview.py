@@ -7,8 +7,8 @@ slave of the host's, so nothing here propagates back):
   directory (`registry.sqlite`, `secrets/`, the model repository with every tenant's
   packages) and the tensor store's root, so they do not exist for the worker; and over the
   highest directory the tenant's uid could not traverse on the way to the Python runtime
-  (`/root` when the interpreter lives under `/root/.pyenv`), so that the runtime can be
-  bound back below it;
+  (a home directory closed to others when the interpreter lives in it), so that the
+  runtime can be bound back below it;
 - **keeps** — directories bound back read-only at their own paths under a veil: the
   tenant's packages, its store directory, the runtime (`sys.path`, the prefixes);
 - **scratch** — one size-limited, writable tmpfs (mode 1777) on /tmp, bound on /var/tmp

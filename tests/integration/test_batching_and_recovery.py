@@ -59,13 +59,7 @@ def test_sigkill_mid_batch_loses_no_request_and_the_instance_is_replaced(tmp_pat
             results = [f.result() for f in futures]
         statuses = [status for status, _, _ in results]
         assert statuses == [200] * 24, statuses
-        assert (
-            all(
-                headers["X-Infless-Instance"] != victim["id"] or status != 200
-                for status, headers, _ in results
-            )
-            or True
-        )  # answers from the victim are fine if it finished before the kill
+        # answers from the victim are fine (its batch may have finished before the kill)
         replacement = gw.wait_ready("cifar", 2)
         assert victim["pid"] not in {i["pid"] for i in replacement}
         assert gw.request("POST", "/function/cifar", IMAGE)[0] == 200

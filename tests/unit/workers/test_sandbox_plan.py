@@ -40,14 +40,14 @@ def test_mounts_that_change_nothing_are_left_out() -> None:
         hide=[Path("/srv/state"), Path("/srv/state/secrets")],  # a veil under a veil
         keep=[Path("/opt/venv")],  # in plain sight
         scratch=[Path("/tmp")],
-        runtime=[Path("/root/.pyenv/lib")],
-        blocked=lambda path: Path("/root") if path.is_relative_to("/root") else None,
+        runtime=[Path("/home/ops/.pyenv/lib")],
+        blocked=lambda path: Path("/home/ops") if path.is_relative_to("/home/ops") else None,
     )
     assert plan == [
         MountOp("scratch", Path("/tmp")),
-        MountOp("veil", Path("/root")),  # the tenant cannot traverse it: veiled, runtime kept
+        MountOp("veil", Path("/home/ops")),  # the tenant cannot traverse it: veiled, runtime kept
         MountOp("veil", Path("/srv/state")),
-        MountOp("keep", Path("/root/.pyenv/lib")),
+        MountOp("keep", Path("/home/ops/.pyenv/lib")),
     ]
 
 
