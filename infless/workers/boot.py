@@ -9,8 +9,8 @@ is never a fallback) and loads the package with the function's environment and s
 It says what it cannot give workers here (`runtime_support`: memory limits, secrets) and
 why a worker died when it knows (`death_cause`: killed for memory).
 It keeps no idle workers: `retire` stops them (the transforming starter around it keeps
-some, and asks it to `transform` one). `workers.inprocess.InProcessStarter` runs a callable
-instead, for tests and simulations. Gateway side: never imports torch.
+some, and asks it to `transform` one). The test double
+`tests/support/inprocess.py` runs a callable instead. Gateway side: never imports torch.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from infless.models.package import PackageManifest, TensorSignature
 from infless.scaling.config import DemandConfig, ScalingConfig
 from infless.scaling.view import Prewarm, ReleaseToZero, ScalingPlan, StartInstance
 from infless.types import FunctionSpec, InstanceConfig
-from infless.workers.inprocess import InProcessModel, InProcessStarter
 from tests.support.clock import FakeClock
 from tests.support.frontend import Recorder
+from tests.support.inprocess import InProcessModel, InProcessStarter
 
 SLO_MS = 100.0
 MANIFEST = PackageManifest(

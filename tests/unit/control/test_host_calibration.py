@@ -22,9 +22,9 @@ from infless.dataplane.request import Outcome
 from infless.errors import Overloaded
 from infless.scaling.config import DemandConfig, ScalingConfig
 from infless.types import FunctionSpec
-from infless.workers.inprocess import InProcessModel, InProcessStarter, LatencyMs
 from tests.support.clock import FakeClock
 from tests.support.frontend import Recorder
+from tests.support.inprocess import InProcessModel, InProcessStarter, LatencyMs
 from tests.unit.control.test_control_plane import MANIFEST, Harness
 
 SLO_MS = 100.0

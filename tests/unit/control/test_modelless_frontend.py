@@ -19,10 +19,10 @@ from infless.errors import Overloaded
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.states import VariantState
 from infless.types import FunctionSpec
-from infless.workers.inprocess import InProcessModel, InProcessStarter, constant_ms
 from infless.workers.starting import BootOrder
 from tests.support.clock import FakeClock
 from tests.support.frontend import Recorder
+from tests.support.inprocess import InProcessModel, InProcessStarter, constant_ms
 from tests.unit.control.test_control_plane import MANIFEST
 from tests.unit.modelless.support import profile
 

@@ -21,9 +21,9 @@ from infless.dataplane.request import Array, Outcome
 from infless.errors import Overloaded
 from infless.models.package import PackageManifest, TensorSignature
 from infless.types import FunctionSpec
-from infless.workers.inprocess import InProcessModel, InProcessStarter, constant_ms
 from tests.support.clock import FakeClock
 from tests.support.frontend import Recorder
+from tests.support.inprocess import InProcessModel, InProcessStarter, constant_ms
 
 START_S = 0.05  # every in-process start takes this long on the fake clock
 EXEC_MS = 10.0

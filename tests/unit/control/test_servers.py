@@ -17,9 +17,9 @@ from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import InstanceState
 from infless.dataplane.request import Array
 from infless.scaling.view import ServerView
-from infless.workers.inprocess import InProcessModel, InProcessStarter
 from tests.support.clock import FakeClock
 from tests.support.frontend import Recorder
+from tests.support.inprocess import InProcessModel, InProcessStarter
 from tests.unit.control.test_control_plane import MANIFEST, SPEC
 
 

@@ -15,8 +15,8 @@ from infless.dataplane.router import FunctionRouter
 from infless.errors import Overloaded
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
-from infless.workers.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 from tests.support.clock import FakeClock
+from tests.support.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 
 SPECS = (TensorSpec("x", "float32", (2,)),)
 EXEC_MS = 10.0  # every batch, whatever its size: easy arithmetic

@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from infless.app import create_app
 from infless.config import parse_config
-from infless.workers.inprocess import InProcessStarter
 from tests.support.clock import FakeClock
+from tests.support.inprocess import InProcessStarter
 from tests.unit.weights.packages import write_package
 
 Client = TestClient[Any, Any]

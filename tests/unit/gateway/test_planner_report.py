@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from infless.app import PLATFORM_KEY, Platform, create_app
 from infless.clock import RealClock
 from infless.config import parse_config
-from infless.workers.inprocess import InProcessStarter
+from tests.support.inprocess import InProcessStarter
 from tests.unit.weights.packages import write_package
 
 

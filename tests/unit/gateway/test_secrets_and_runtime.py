@@ -18,8 +18,8 @@ from infless.app import create_app
 from infless.clock import RealClock
 from infless.config import parse_config
 from infless.types import WorkerRuntime
-from infless.workers.inprocess import InProcessStarter
 from infless.workers.starting import RuntimeSupport
+from tests.support.inprocess import InProcessStarter
 from tests.unit.weights.packages import write_package
 
 Client = TestClient[Any, Any]

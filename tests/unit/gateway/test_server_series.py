@@ -15,8 +15,8 @@ from infless.app import create_app
 from infless.config import parse_config
 from infless.nodes.backend import node_status
 from infless.nodes.wire import NodeReport
-from infless.workers.inprocess import InProcessStarter
 from tests.support.clock import FakeClock
+from tests.support.inprocess import InProcessStarter
 from tests.unit.weights.packages import write_package
 
 

@@ -1,10 +1,11 @@
-"""In-process workers: a `WorkerHandle` that runs a Python callable instead of a process, and
-the `InstanceStarter` that hands them out.
+"""In-process workers for tests: a `WorkerHandle` that runs a Python callable, not a process.
 
-They let unit tests (and anything else that wants the real pool, router, queues and
-instances without processes) drive the data plane: a batch takes `latency_ms(b, c)` on the
-injected clock (a fake clock in tests: time moves only when the test advances it), a batch
-can be held (`gate`) and a worker made to die mid-batch (`die`). Never imports torch.
+It also holds the `InstanceStarter` that hands these workers out. Unit tests use them to drive
+the real pool, router, queues and instances without processes. A batch takes
+`latency_ms(b, c)` on the injected clock; with a fake clock, time moves only when the test
+advances it. A batch can be held (`gate`), and a worker can be made to die mid-batch (`die`).
+
+A test double: it lives under tests/, and nothing in `infless/` imports it. Never imports torch.
 """
 
 from __future__ import annotations
