@@ -40,7 +40,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "variants": ("infless.client.register_command", "a registered model's variants and states"),
     "profile": ("infless.profiler.commands", "profile operators into the profile database"),
     "predict": ("infless.profiler.commands", "print a function's predicted latency table"),
-    "coldstart-eval": ("infless.coldstart.commands", "replay a trace through cold-start policies"),
+    "coldstart-eval": (
+        "infless.offline.coldstart.commands",
+        "replay a trace through cold-start policies",
+    ),
     "simulate": ("infless.sim.command", "run the server's policies on simulated servers"),
     "loadgen": ("loadgen.cli", "drive a gateway with trace replays or synthetic load"),
 }

@@ -1,8 +1,8 @@
-"""Cold starts: idle-time histograms, the fixed / HHP / LSTH policies, the prewarm manager's
-lifecycle decision (its shell is `control.prewarm`), and the offline trace evaluation
-(`infless coldstart-eval`).
+"""Cold starts at run time: idle-time histograms, the fixed, HHP and LSTH policies, and the
+prewarm manager's lifecycle decision.
 
-Pure core (no I/O, no clock): `config`, `histogram`, `policies`, `lifecycle`, `replay`,
-`evaluate`.
-Shell: `trace` (file loading), `report` (tables, JSON, plot), `commands` (CLI).
+All pure: no I/O, no clock. Modules: `config`, `histogram`, `policies`, `lifecycle`.
+The shell that acts on the decisions is `control.prewarm`.
+The offline trace evaluation (`infless coldstart-eval`) lives in `infless.offline.coldstart`;
+nothing here imports it.
 """

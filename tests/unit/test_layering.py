@@ -72,6 +72,10 @@ PLANTED = {
         "import infless.errors  # planted",
         "The load generator is HTTP-only: nothing of infless, no torch",
     ),
+    "infless/app.py": (
+        "import infless.offline  # planted",
+        "The running server never imports the offline tools",
+    ),
 }
 
 

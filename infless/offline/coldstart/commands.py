@@ -16,8 +16,8 @@ from pathlib import Path
 
 from infless.clock import perf_s
 from infless.coldstart.config import HistogramConfig
-from infless.coldstart.evaluate import POLICIES, EvalConfig, evaluate
-from infless.coldstart.trace import (
+from infless.offline.coldstart.evaluate import POLICIES, EvalConfig, evaluate
+from infless.offline.coldstart.trace import (
     DEFAULT_MEMORY_MB,
     classify_patterns,
     load_memory,
@@ -189,7 +189,13 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(trace.counts, memory_mb, cfg, classify_patterns(trace.counts))
     elapsed_s = perf_s() - started
 
-    from infless.coldstart.report import finite, param_label, print_report, to_json, write_plot
+    from infless.offline.coldstart.report import (
+        finite,
+        param_label,
+        print_report,
+        to_json,
+        write_plot,
+    )
 
     title = (
         f"{args.trace.name}: {result.functions} functions x {trace.n_minutes} min, "
@@ -206,8 +212,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"plot written to {args.plot}", highlight=False)
     figures = to_json(result)
     if args.split:
-        from infless.coldstart.split_report import gamma_table, split_table, splits_json
-        from infless.coldstart.splits import evaluate_splits, trace_splits
+        from infless.offline.coldstart.split_report import gamma_table, split_table, splits_json
+        from infless.offline.coldstart.splits import evaluate_splits, trace_splits
 
         started = perf_s()
         splits = trace_splits(trace.function_ids, trace.n_minutes, args.split_salt)

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from infless.coldstart.config import HistogramConfig
 from infless.coldstart.histogram import FloatArray
-from infless.coldstart.replay import (
+from infless.offline.coldstart.replay import (
     FunctionOutcome,
     fixed_windows,
     hhp_rows,
@@ -36,7 +36,7 @@ from infless.coldstart.replay import (
     replay,
     synthesize_arrivals,
 )
-from infless.coldstart.trace import PATTERN_CLASSES
+from infless.offline.coldstart.trace import PATTERN_CLASSES
 
 POLICIES = ("fixed", "hhp", "lsth")
 REFERENCE_KEEPALIVE_MIN = 10.0  # waste is normalised to fixed keep-alive of 10 minutes

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from infless.cli import main
-from infless.coldstart.evaluate import EvalConfig, evaluate
-from infless.coldstart.splits import (
+from infless.offline.coldstart.evaluate import EvalConfig, evaluate
+from infless.offline.coldstart.splits import (
     TUNING_SPLIT,
     Spread,
     evaluate_splits,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infless.coldstart.trace import (
+from infless.offline.coldstart.trace import (
     DEFAULT_MEMORY_MB,
     classify_patterns,
     load_memory,

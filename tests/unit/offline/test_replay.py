@@ -16,7 +16,7 @@ from infless.coldstart.policies import (
     HhpPolicy,
     LsthPolicy,
 )
-from infless.coldstart.replay import (
+from infless.offline.coldstart.replay import (
     Arrivals,
     fixed_windows,
     hhp_rows,

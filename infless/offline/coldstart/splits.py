@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from infless.coldstart.evaluate import EvalConfig, Metrics, evaluate
 from infless.coldstart.histogram import FloatArray
+from infless.offline.coldstart.evaluate import EvalConfig, Metrics, evaluate
 
 TUNING_SPLIT = "train/early"
 

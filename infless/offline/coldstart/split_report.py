@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from infless.coldstart.splits import TUNING_SPLIT, SplitResult, Spread
+from infless.offline.coldstart.splits import TUNING_SPLIT, SplitResult, Spread
 
 TARGET = "target: cold starts <= -20 % at waste <= 0 % against HHP"
 

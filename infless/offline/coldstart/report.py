@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infless.coldstart.evaluate import EvalResult, Metrics, PolicyResult
+from infless.offline.coldstart.evaluate import EvalResult, Metrics, PolicyResult
 
 _LABELS = {"keepalive_min": "keep-alive {:g} min", "range_h": "range {:g} h", "gamma": "γ={:g}"}
 _COLOURS = {"fixed": "tab:gray", "hhp": "tab:blue", "lsth": "tab:red"}

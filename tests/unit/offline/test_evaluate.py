@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from infless.cli import main
-from infless.coldstart.evaluate import EvalConfig, EvalResult, evaluate
+from infless.offline.coldstart.evaluate import EvalConfig, EvalResult, evaluate
 from tests.support.traces import write_trace
 
 CFG = EvalConfig(fixed_keepalive_min=(10, 60), hhp_range_h=(4,), lsth_gammas=(0.5, 1.0))
