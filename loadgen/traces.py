@@ -1,14 +1,8 @@
-"""Azure Functions per-minute invocation traces: parsing, pattern classification, row choice.
+"""Azure Functions traces as rows to replay: one row per function, pattern classes, row choice.
 
 Pure: no I/O beyond `read_trace` (which only opens the file it is given), no clock, no network.
-
-Two CSV schemas are read, told apart by their header, from a plain or a gzip-compressed file
-(a `.gz` suffix):
-
-* the InVitro sample (`examples/traces/1000_inv.csv.gz`):
-  `HashFunction,HashApp,HashOwner,minute_1,...,minute_1440`;
-* the original Azure 2019 files (`invocations_per_function_md.anon.dNN.csv`):
-  `HashOwner,HashApp,HashFunction,Trigger,1,...,1440`.
+The files are parsed by `loadgen.tracefile`, the one trace parser (both schemas, plain or
+gzip-compressed); here each function becomes a `TraceRow`.
 
 Pattern classes (a heuristic on one row's day of counts, checked in this order):
 
@@ -24,16 +18,23 @@ Pattern classes (a heuristic on one row's day of counts, checked in this order):
 
 from __future__ import annotations
 
-import csv
-import gzip
 import statistics
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Literal
 
 import numpy as np
+
+from loadgen.tracefile import (
+    TraceFormatError,
+    TraceTable,
+    open_trace,
+    parse_table,
+    read_table,
+)
+
+__all__ = ["TraceFormatError", "open_trace"]  # re-exported: the load generator's callers
 
 PatternClass = Literal["idle", "sporadic", "periodic", "bursty", "other"]
 PATTERN_CLASSES: tuple[PatternClass, ...] = ("idle", "sporadic", "periodic", "bursty", "other")
@@ -45,14 +46,6 @@ PERIODIC_MAX_GAP_CV = 0.5
 SPIKE_OVER_MEDIAN_ACTIVE = 10.0
 BURSTY_PEAK_OVER_DAY_MEAN = 10.0
 BURSTY_PEAK_OVER_MEDIAN_ACTIVE = 5.0
-
-_INVITRO_HEADER = ("HashFunction", "HashApp", "HashOwner")
-_AZURE_HEADER = ("HashOwner", "HashApp", "HashFunction", "Trigger")
-_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
-
-
-class TraceFormatError(ValueError):
-    """A trace file that is neither schema, or a row that does not parse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,69 +75,29 @@ class RowFeatures:
     median_active_count: float
 
 
+def table_rows(table: TraceTable) -> list[TraceRow]:
+    """One `TraceRow` per function of a parsed trace file, in file order."""
+    triggers = table.triggers or ("",) * table.n_functions
+    return [
+        TraceRow(
+            function_id=table.function_ids[i],
+            app_id=table.app_ids[i],
+            owner_id=table.owner_ids[i],
+            trigger=triggers[i],
+            counts_per_minute=tuple(int(c) for c in table.counts[i].tolist()),
+        )
+        for i in range(table.n_functions)
+    ]
+
+
 def parse_trace_lines(lines: Iterable[str], source: str = "<trace>") -> list[TraceRow]:
-    """Parse either schema from CSV text lines (the header first)."""
-    reader = csv.reader(lines)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise TraceFormatError(f"{source}: empty file, expected a CSV header") from None
-    header = [h.strip() for h in header]
-    if tuple(header[:3]) == _INVITRO_HEADER:
-        id_columns, has_trigger = 3, False
-        order = (0, 1, 2)  # function, app, owner
-    elif tuple(header[:4]) == _AZURE_HEADER:
-        id_columns, has_trigger = 4, True
-        order = (2, 1, 0)
-    else:
-        raise TraceFormatError(
-            f"{source}: header starts {header[:4]!r}; expected "
-            f"{','.join(_INVITRO_HEADER)},minute_1,... (InVitro sample) or "
-            f"{','.join(_AZURE_HEADER)},1,... (Azure 2019)"
-        )
-    minute_columns = len(header) - id_columns
-    if minute_columns < 1:
-        raise TraceFormatError(f"{source}: header has no per-minute count columns")
-    rows: list[TraceRow] = []
-    for line_number, fields in enumerate(reader, start=2):
-        if not fields:
-            continue
-        if len(fields) != len(header):
-            raise TraceFormatError(
-                f"{source}:{line_number}: {len(fields)} fields, the header has {len(header)}"
-            )
-        try:
-            counts = tuple(int(float(v)) if v else 0 for v in fields[id_columns:])
-        except ValueError as exc:
-            raise TraceFormatError(f"{source}:{line_number}: bad count ({exc})") from None
-        if any(c < 0 for c in counts):
-            raise TraceFormatError(f"{source}:{line_number}: negative invocation count")
-        rows.append(
-            TraceRow(
-                function_id=fields[order[0]],
-                app_id=fields[order[1]],
-                owner_id=fields[order[2]],
-                trigger=fields[3] if has_trigger else "",
-                counts_per_minute=counts,
-            )
-        )
-    return rows
-
-
-def open_trace(path: Path) -> TextIO:
-    """Open a trace CSV as text for the csv module; a `.gz` suffix means gzip-compressed."""
-    if path.suffix.lower() == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return path.open(newline="", encoding="utf-8")
+    """Parse either schema from CSV text lines (the header first); see `loadgen.tracefile`."""
+    return table_rows(parse_table(lines, source))
 
 
 def read_trace(path: Path) -> list[TraceRow]:
     """Read a trace CSV file (either schema), plain or gzip-compressed."""
-    try:
-        with open_trace(path) as handle:
-            return parse_trace_lines(handle, source=str(path))
-    except _GZIP_ERRORS as exc:
-        raise TraceFormatError(f"{path}: not a readable gzip file ({exc})") from exc
+    return table_rows(read_table(path))
 
 
 def row_features(counts: Sequence[int]) -> RowFeatures:

@@ -1,38 +1,32 @@
-"""Azure Functions 2019 trace files: per-minute invocation counts and per-app memory.
+"""The cold-start evaluation's trace: invocation counts, per-app memory and pattern classes.
 
-Owns: parsing the two invocation schemas into a `Trace`, the memory file into per-function
-`memory_mb`, and the rough pattern classes (sporadic / periodic / bursty) used to split
-results. Reads files only when asked (`load_*`, plain or gzip-compressed: a `.gz` suffix);
-`parse_*` work on text and are pure.
+Owns: the evaluation's `Trace` (one row of per-minute counts per function), the memory file
+parsed into each function's `memory_mb`, and the rough pattern classes (sporadic, periodic,
+bursty) that split the results.
 
-Schemas accepted (detected from the header):
-* sample (`examples/traces/1000_inv.csv.gz`): `HashFunction,HashApp,HashOwner,minute_1,...`
-* original 2019: `HashOwner,HashApp,HashFunction,Trigger,1,...,N`
-Memory (`app_memory_percentiles` / `examples/traces/1000_mem.csv.gz`): columns `HashOwner`,
-`HashApp`, `AverageAllocatedMb` in any order. Memory is per app; each function gets its app's
-value.
-The unit of the cold-start replay is the function.
+The invocation files are parsed by the one trace parser, `loadgen.tracefile` (both schemas;
+plain or gzip-compressed, a `.gz` suffix). `load_*` read the file they are given; `parse_*`
+work on text and are pure.
+
+The memory file (`app_memory_percentiles`, or `examples/traces/1000_mem.csv.gz`) has the
+columns `HashOwner`, `HashApp` and `AverageAllocatedMb`, in any order. Memory is per app:
+each function gets its app's value. The unit of the cold-start replay is the function.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 from numpy.typing import NDArray
 
+from loadgen.tracefile import TraceTable, parse_table_text, read_table, read_text
+
 DEFAULT_MEMORY_MB = 256.0
 PATTERN_CLASSES = ("sporadic", "periodic", "bursty", "other", "few")
-
-_SAMPLE_IDS = ["HashFunction", "HashApp", "HashOwner"]
-_AZURE_IDS = ["HashOwner", "HashApp", "HashFunction", "Trigger"]
-_GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,77 +48,39 @@ class Trace:
         return int(self.counts.shape[1])
 
 
+def trace_of(table: TraceTable, source: str) -> Trace:
+    """The evaluation's view of a parsed trace file: it needs at least one function.
+
+    A function is named by HashFunction in the sample schema. In the 2019 schema it is
+    `owner/app/function`, since a HashFunction there is unique only within its app.
+    """
+    if table.n_functions < 1:
+        raise ValueError(f"{source}: needs at least one minute column and one function row")
+    if table.schema == "sample":
+        function_ids = table.function_ids
+    else:
+        function_ids = tuple(
+            f"{owner}/{app}/{function}"
+            for owner, app, function in zip(
+                table.owner_ids, table.app_ids, table.function_ids, strict=True
+            )
+        )
+    return Trace(
+        function_ids=function_ids,
+        app_keys=tuple(zip(table.owner_ids, table.app_ids, strict=True)),
+        triggers=table.triggers,
+        counts=table.counts,
+        schema=table.schema,
+    )
+
+
 def parse_trace(text: str, source: str = "<text>") -> Trace:
     """Parse an invocation-count CSV in either schema; errors name the file, line and fix."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise ValueError(f"{source}: empty file; expected a header and one row per function")
-    header = [h.strip() for h in lines[0].split(",")]
-    if header[:3] == _SAMPLE_IDS:
-        schema, n_ids = "sample", 3
-    elif header[:4] == _AZURE_IDS:
-        schema, n_ids = "azure2019", 4
-    else:
-        raise ValueError(
-            f"{source}: header starts {','.join(header[:4])!r}; expected "
-            f"{','.join(_SAMPLE_IDS)},minute_1,... or {','.join(_AZURE_IDS)},1,..."
-        )
-    n_minutes = len(header) - n_ids
-    if n_minutes < 1 or len(lines) < 2:
-        raise ValueError(f"{source}: needs at least one minute column and one function row")
-    ids: list[list[str]] = []
-    tails: list[str] = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        parts = line.split(",", n_ids)
-        if len(parts) != n_ids + 1 or parts[n_ids].count(",") != n_minutes - 1:
-            found = len(line.split(","))
-            raise ValueError(
-                f"{source}:{lineno}: {found} columns, header has {len(header)}; "
-                "every row needs its IDs and one count per minute"
-            )
-        ids.append([p.strip() for p in parts[:n_ids]])
-        tails.append(parts[n_ids])
-    try:
-        counts = np.loadtxt(tails, delimiter=",", dtype=np.int64, ndmin=2)
-    except ValueError as exc:
-        raise ValueError(
-            f"{source}: invocation counts must be non-negative integers ({exc})"
-        ) from exc
-    if counts.size and counts.min() < 0:
-        row, col = np.argwhere(counts < 0)[0]
-        raise ValueError(
-            f"{source}:{row + 2}: column {header[n_ids + col]} is {counts[row, col]}; "
-            "counts must be >= 0"
-        )
-    if schema == "sample":
-        function_ids = tuple(r[0] for r in ids)
-        app_keys = tuple((r[2], r[1]) for r in ids)
-        triggers = None
-    else:
-        function_ids = tuple(f"{r[0]}/{r[1]}/{r[2]}" for r in ids)
-        app_keys = tuple((r[0], r[1]) for r in ids)
-        triggers = tuple(r[3] for r in ids)
-    return Trace(function_ids, app_keys, triggers, counts, schema)
-
-
-def open_text(path: Path) -> TextIO:
-    """Open a CSV file as text for the csv module; a `.gz` suffix means gzip-compressed."""
-    if path.suffix.lower() == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return path.open(encoding="utf-8", newline="")
-
-
-def read_text(path: Path) -> str:
-    """A CSV file's whole text, plain or gzip-compressed; a corrupt gzip file is a ValueError."""
-    try:
-        with open_text(path) as handle:
-            return handle.read()
-    except _GZIP_ERRORS as exc:
-        raise ValueError(f"{path}: not a readable gzip file ({exc})") from exc
+    return trace_of(parse_table_text(text, source), source)
 
 
 def load_trace(path: Path) -> Trace:
-    return parse_trace(read_text(path), source=str(path))
+    return trace_of(read_table(path), str(path))
 
 
 def parse_memory(text: str, source: str = "<text>") -> dict[tuple[str, str], float]:

@@ -77,7 +77,10 @@ def test_memory_defaults_without_a_memory_file() -> None:
     [
         ("", "empty file"),
         ("a,b,c,1,2\nx,y,z,1,2\n", "header starts"),
-        ("HashFunction,HashApp,HashOwner,minute_1,minute_2\nf,a,o,1\n", r":2: 4 columns"),
+        (
+            "HashFunction,HashApp,HashOwner,minute_1,minute_2\nf,a,o,1\n",
+            r":2: 4 fields, the header has 5",
+        ),
         ("HashFunction,HashApp,HashOwner,minute_1\nf,a,o,x\n", "non-negative integers"),
         ("HashFunction,HashApp,HashOwner,minute_1,minute_2\nf,a,o,1,-2\n", "minute_2 is -2"),
     ],
