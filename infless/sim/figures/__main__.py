@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
+from infless.extras import PLOTS, has_module, missing_extra_message
 from infless.sim.command import servers, truth_and_planner
 from infless.sim.figures import conditions, cost, infaas, overhead, tetris, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
@@ -124,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="PNG directory")
     parser.add_argument("--small", action="store_true", help="a small configuration, seconds")
     args = parser.parse_args(argv)
+    if not has_module("matplotlib"):
+        print(missing_extra_message("matplotlib", PLOTS, "drawing figures"), file=sys.stderr)
+        return 2
     found: dict[str, object] = {}
     for name in args.figures:
         rows = build(name, args.small)
