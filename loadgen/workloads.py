@@ -11,6 +11,7 @@ Pure: no I/O, no clock, no network. The same arguments and seed give the same sc
 * Synthetic: `constant` (evenly spaced), `poisson` (homogeneous), `step` (Poisson at each
   level for `step_s`), `ramp` (Poisson, rate linear from `rate_rps` to `ramp_to_rps`),
   `burst` (Poisson at `rate_rps` for `on_s`, then at `off_rate_rps` for `off_s`, repeated).
+  The arrival times come from the shared arrival generator, `loadgen.arrivals`.
 * Closed loop: no schedule but a plan: `concurrency` clients per function, each sending its
   next request as soon as its previous answer arrives, while the run is younger than its
   duration and fewer than `max_requests` were sent in all.
@@ -19,12 +20,14 @@ Pure: no I/O, no clock, no network. The same arguments and seed give the same sc
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from loadgen.arrivals import RateSchedule, arrivals_in_minute, poisson_arrivals
 from loadgen.traces import TraceRow
 
 SyntheticShape = Literal["constant", "poisson", "step", "ramp", "burst"]
@@ -149,9 +152,7 @@ def replay_schedule(
         for minute, count in enumerate(scaled_window_counts(row.counts_per_minute, spec)):
             if count <= 0:
                 continue
-            start_s = minute * spec.minute_s
-            offsets = np.sort(rng.uniform(0.0, spec.minute_s, size=count))
-            times.append(start_s + offsets)
+            times.append(arrivals_in_minute(rng, count, minute * spec.minute_s, spec.minute_s))
             names.extend([function] * count)
     scaling = f"peak {spec.peak_rps} rps per row" if spec.peak_rps else f"scale x{spec.scale}"
     ids = ", ".join(f"{row.function_id[:12]}->{fn}" for row, fn in pairs)
@@ -167,61 +168,45 @@ def replay_schedule(
     )
 
 
-def _poisson_constant(
-    rng: np.random.Generator, rate_rps: float, t0_s: float, t1_s: float
-) -> np.ndarray:
-    if rate_rps <= 0 or t1_s <= t0_s:
-        return np.empty(0)
-    count = int(rng.poisson(rate_rps * (t1_s - t0_s)))
-    return np.sort(rng.uniform(t0_s, t1_s, size=count))
-
-
-def _poisson_linear(
-    rng: np.random.Generator, r0_rps: float, r1_rps: float, t0_s: float, t1_s: float
-) -> np.ndarray:
-    """Thinning: a Poisson process at the top rate, each arrival kept with p = rate(t) / top."""
-    top_rps = max(r0_rps, r1_rps)
-    candidates = _poisson_constant(rng, top_rps, t0_s, t1_s)
-    if len(candidates) == 0:
-        return candidates
-    rate_at = r0_rps + (r1_rps - r0_rps) * (candidates - t0_s) / (t1_s - t0_s)
-    keep = rng.uniform(0.0, 1.0, size=len(candidates)) < rate_at / top_rps
-    return candidates[keep]
+def synthetic_rate(spec: SyntheticSpec) -> RateSchedule:
+    """The rate over time of a Poisson shape (`poisson`, `step`, `ramp` or `burst`)."""
+    if spec.shape == "ramp":
+        return RateSchedule(((0.0, spec.rate_rps), (spec.duration_s, spec.ramp_to_rps)))
+    if spec.shape == "step":
+        levels = spec.rates_rps or (spec.rate_rps,)
+        points: list[tuple[float, float]] = []
+        for level, rate_rps in enumerate(levels):
+            t0_s = level * spec.step_s
+            points += [(t0_s, rate_rps), (t0_s + spec.step_s, rate_rps)]
+        return RateSchedule((*points, (len(levels) * spec.step_s, 0.0)))  # silent afterwards
+    if spec.shape == "burst" and spec.off_s > 0:
+        points = []
+        t0_s = 0.0
+        while t0_s < spec.duration_s:
+            on_end_s = t0_s + spec.on_s
+            off_end_s = on_end_s + spec.off_s
+            points += [(t0_s, spec.rate_rps), (on_end_s, spec.rate_rps)]
+            points += [(on_end_s, spec.off_rate_rps), (off_end_s, spec.off_rate_rps)]
+            t0_s = off_end_s
+        return RateSchedule(tuple(points))
+    return RateSchedule(((0.0, spec.rate_rps),))  # poisson, and a burst that is never off
 
 
 def synthetic_times(spec: SyntheticSpec, stream_index: int, streams: int) -> np.ndarray:
-    """Arrival times (s) of one function's stream; streams are independent (seeded apart)."""
-    rng = np.random.default_rng([spec.seed, stream_index])
-    duration_s = spec.duration_s
+    """Arrival times (s) of one function's stream; streams are independent (seeded apart).
+
+    `constant` is evenly spaced, its streams interleaved. Every other shape is a Poisson
+    process drawn by the shared generator, `loadgen.arrivals.poisson_arrivals`.
+    """
     if spec.shape == "constant":
         if spec.rate_rps <= 0:
             return np.empty(0)
         gap_s = 1.0 / spec.rate_rps
         phase_s = gap_s * stream_index / max(streams, 1)  # interleave functions
-        return np.arange(phase_s, duration_s, gap_s)
-    if spec.shape == "poisson":
-        return _poisson_constant(rng, spec.rate_rps, 0.0, duration_s)
-    if spec.shape == "ramp":
-        return _poisson_linear(rng, spec.rate_rps, spec.ramp_to_rps, 0.0, duration_s)
-    parts: list[np.ndarray] = []
-    if spec.shape == "step":
-        levels = spec.rates_rps or (spec.rate_rps,)
-        for level, rate_rps in enumerate(levels):
-            t0_s = level * spec.step_s
-            if t0_s >= duration_s:
-                break
-            parts.append(
-                _poisson_constant(rng, rate_rps, t0_s, min(t0_s + spec.step_s, duration_s))
-            )
-    else:  # burst
-        t0_s = 0.0
-        while t0_s < duration_s:
-            on_end_s = min(t0_s + spec.on_s, duration_s)
-            parts.append(_poisson_constant(rng, spec.rate_rps, t0_s, on_end_s))
-            off_end_s = min(on_end_s + spec.off_s, duration_s)
-            parts.append(_poisson_constant(rng, spec.off_rate_rps, on_end_s, off_end_s))
-            t0_s = off_end_s if spec.off_s > 0 else on_end_s
-    return np.concatenate(parts) if parts else np.empty(0)
+        return np.arange(phase_s, spec.duration_s, gap_s)
+    rng = random.Random(f"{spec.seed}:{stream_index}")
+    times = poisson_arrivals(synthetic_rate(spec), spec.duration_s, rng)
+    return np.fromiter(times, dtype=np.float64)
 
 
 def synthetic_duration_s(spec: SyntheticSpec) -> float:

@@ -1,54 +1,17 @@
-"""Synthetic and trace-shaped loads for the simulator: rate schedules and Poisson arrivals.
+"""The simulator's load shapes: constant, bursty, periodic, sporadic and trace-shaped rates.
 
-A `RateSchedule` is a piecewise-linear rate over time (points `(t_s, rate_rps)`; constant
-before the first and after the last point). `arrivals` draws a non-homogeneous Poisson
-process from it by thinning, segment by segment (each segment's own peak), with a seeded
-`random.Random`, so a run is reproducible. Pure: no I/O, no clock.
+Each shape is a `RateSchedule`. Arrivals are drawn from it by the shared arrival generator,
+`loadgen.arrivals.poisson_arrivals` (a seeded non-homogeneous Poisson process), the same one
+that draws the load generator's synthetic loads. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
-import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
+from loadgen.arrivals import RateSchedule
 
-@dataclass(frozen=True, slots=True)
-class RateSchedule:
-    points: tuple[tuple[float, float], ...]
-
-    def __post_init__(self) -> None:
-        if not self.points:
-            raise ValueError("a rate schedule needs at least one (t_s, rate_rps) point")
-        times = [t for t, _ in self.points]
-        if times != sorted(times) or any(r < 0 for _, r in self.points):
-            raise ValueError("schedule points must be in time order with rates >= 0")
-
-    def rate_at(self, t_s: float) -> float:
-        times = [t for t, _ in self.points]
-        i = bisect.bisect_right(times, t_s)
-        if i == 0:
-            return self.points[0][1]
-        if i == len(self.points):
-            return self.points[-1][1]
-        (t0, r0), (t1, r1) = self.points[i - 1], self.points[i]
-        return r0 if t1 == t0 else r0 + (r1 - r0) * (t_s - t0) / (t1 - t0)
-
-    @property
-    def peak_rps(self) -> float:
-        return max(r for _, r in self.points)
-
-    def mean_rps(self, duration_s: float) -> float:
-        """The average rate over [0, duration_s] (trapezoids on a 0.1 s grid)."""
-        steps = max(1, int(duration_s / 0.1))
-        dt = duration_s / steps
-        total = sum(
-            (self.rate_at(k * dt) + self.rate_at((k + 1) * dt)) / 2 * dt for k in range(steps)
-        )
-        return total / duration_s
+__all__ = ["RateSchedule", "bursty", "constant", "from_trace", "periodic", "sporadic"]
 
 
 def constant(rate_rps: float) -> RateSchedule:
@@ -123,25 +86,3 @@ def from_trace(values: Sequence[float], seconds_per_point: float, peak_rps: floa
             ((k + 1) * seconds_per_point, value * scale),
         ]
     return RateSchedule(tuple(points) or ((0.0, 0.0),))
-
-
-def arrivals(
-    schedule: RateSchedule, duration_s: float, rng: random.Random, start_s: float = 0.0
-) -> Iterator[float]:
-    """Arrival times in [start_s, duration_s) of a Poisson process with the schedule's rate."""
-    bounds = sorted(
-        {start_s, duration_s, *(t for t, _ in schedule.points if start_s < t < duration_s)}
-    )
-    for seg_start, seg_end in itertools.pairwise(bounds):
-        r0, r1 = schedule.rate_at(seg_start), schedule.rate_at(seg_end)
-        peak = max(r0, r1)
-        if peak <= 0:
-            continue
-        slope = (r1 - r0) / (seg_end - seg_start)  # the rate is linear inside a segment
-        t = seg_start
-        while True:
-            t += -math.log(1.0 - rng.random()) / peak
-            if t >= seg_end:
-                break
-            if r0 == r1 or rng.random() * peak <= r0 + slope * (t - seg_start):
-                yield t

@@ -33,7 +33,7 @@ from infless.sim.modelless import ProfilePredictor, SimApp, SimApps
 from infless.sim.results import SimResult, core_seconds, percentile
 from infless.sim.settings import SimConfig, server_shape
 from infless.sim.usage import TimedPolicy, UsageMeter
-from infless.sim.workload import arrivals
+from loadgen.arrivals import poisson_arrivals as arrivals
 
 
 class World:

@@ -1,6 +1,6 @@
 """Vectorised replay of per-minute invocation counts through the cold-start policies.
 
-Owns: arrival synthesis (seeded), the policies' windows at every decision point computed
+Owns: the arrivals indexed by function, the policies' windows at every decision point computed
 in bulk with the same maths as the pure policies (`histogram.py`), and the per-function
 outcome (cold starts, invocations, idle warm seconds, loads).
 
@@ -10,7 +10,8 @@ Model (the same for every policy; see the evaluation docstring for the reasoning
 * the unit is the function; one instance, executions take no time, memory is unlimited;
 * arrivals: a minute with k invocations gets k uniform arrival times inside it. Only the
   first and last arrival of each active minute matter (every gap inside a minute is < 1
-  bin), so they are drawn directly as order statistics of k uniforms: exact and O(minutes);
+  bin), so they are drawn directly as order statistics of k uniforms: exact and O(minutes)
+  (`loadgen.arrivals.first_and_last_in_minutes`, the shared arrival generator);
 * burst grace: arrivals after the first one in the same trace minute find the instance the
   first one used (warm); all their gaps are recorded by the policy (bin 0; LSTH's
   per-minute short histogram records only the minute's first gap) and count as
@@ -35,6 +36,7 @@ from infless.coldstart.histogram import (
     histogram_stats,
     lsth_blend,
 )
+from loadgen.arrivals import first_and_last_in_minutes
 
 MINUTE_S = 60.0
 
@@ -69,23 +71,19 @@ class Arrivals:
 
 
 def synthesize_arrivals(counts: NDArray[np.int64], seed: int) -> Arrivals:
-    """Draw each active minute's first and last arrival (uniform arrivals, seeded)."""
-    func, minute = np.nonzero(counts)
-    k = counts[func, minute].astype(np.int64)
-    rng = np.random.default_rng(seed)
-    u_last, u_first = rng.random((2, k.shape[0]))
-    start = minute * MINUTE_S
-    # max of k uniforms on [0, 1): U^(1/k); given it, the other k-1 are uniform below it.
-    last_frac = u_last ** (1.0 / k)
-    others = np.maximum(k - 1, 1)
-    first_frac = np.where(k > 1, last_frac * (1.0 - u_first ** (1.0 / others)), last_frac)
-    offsets = np.searchsorted(func, np.arange(counts.shape[0] + 1)).astype(np.int64)
+    """Draw each active minute's first and last arrival (uniform arrivals, seeded).
+
+    The draw is the shared arrival generator's (`loadgen.arrivals`); here it is indexed by
+    function.
+    """
+    ends = first_and_last_in_minutes(counts, seed, MINUTE_S)
+    offsets = np.searchsorted(ends.row, np.arange(counts.shape[0] + 1)).astype(np.int64)
     return Arrivals(
-        func=func.astype(np.int64),
-        minute=minute.astype(np.int64),
-        count=k,
-        first_s=start + MINUTE_S * first_frac,
-        last_s=start + MINUTE_S * last_frac,
+        func=ends.row,
+        minute=ends.minute,
+        count=ends.count,
+        first_s=ends.first_s,
+        last_s=ends.last_s,
         offsets=offsets,
         n_functions=int(counts.shape[0]),
         horizon_s=counts.shape[1] * MINUTE_S,
