@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infless.models.programs import torchscript_deprecated
 from infless.packaging.verify import PackagingError
-from infless.workers.model import torchscript_deprecated
 
 
 @dataclass

@@ -48,6 +48,7 @@ from infless.models.package import (
     TensorSignature,
     encode_manifest,
 )
+from infless.models.programs import torchscript_deprecated
 from infless.packaging.digest import write_digest
 from infless.packaging.examples import (
     SpecLike,
@@ -68,7 +69,6 @@ from infless.packaging.signature import dtype_name
 from infless.packaging.source import plan_sources
 from infless.packaging.verify import PackagingError, Verified, verify_package
 from infless.types import TensorSpec
-from infless.workers.model import torchscript_deprecated
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORT_FILE = "model.pt2"
@@ -177,7 +177,14 @@ def package(
         digest = write_digest(staging)
         _swap(staging, target)
     manifest = msgspec.structs.replace(manifest, digest=digest)
-    return PackageInfo(target, digest, manifest, sorted(plan.files), plan.unresolved, verified)
+    return PackageInfo(
+        path=target,
+        digest=digest,
+        manifest=manifest,
+        source_files=sorted(plan.files),
+        unresolved_imports=plan.unresolved,
+        verified=verified,
+    )
 
 
 # -- writing -------------------------------------------------------------------------------

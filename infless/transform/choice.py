@@ -16,17 +16,10 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-
-class StartPath(enum.Enum):
-    TRANSFORM = "transform"
-    TEMPLATE = "template"
-    ZYGOTE = "zygote"
-    FRESH = "fresh"
-
+from infless.transform.records import StartPath
 
 # What a way costs before this server measured it (ms): the fork round trip from a template
 # or the zygote, a fresh interpreter importing torch (bench.startup on the dev machine).

@@ -101,6 +101,11 @@ class ModelStructure:
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
+    @staticmethod
+    def untransformable(model_key: str, reason: str) -> ModelStructure:
+        """A model that cannot be rebuilt from its graph, and why."""
+        return ModelStructure(model_key=model_key, ops=(), transformable=False, reason=reason)
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -135,7 +140,12 @@ class ModelStructure:
                 kind=str(o["kind"]),
                 props=o["props"] if isinstance(o["props"], dict) else None,
                 tensors=tuple(
-                    OpTensor(str(t["name"]), tuple(t["shape"]), str(t["dtype"]), bool(t["buffer"]))
+                    OpTensor(
+                        name=str(t["name"]),
+                        shape=tuple(t["shape"]),
+                        dtype=str(t["dtype"]),
+                        buffer=bool(t["buffer"]),
+                    )
                     for t in o["tensors"]
                 ),
             )

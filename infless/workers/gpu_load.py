@@ -32,11 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from infless.clock import perf_s
+from infless.models.programs import load_program
 from infless.workers import protocol as p
 from infless.workers.gpu_model import CapturedBatch, DeviceModel
 from infless.workers.gpu_runtime import DeviceRuntime
 from infless.workers.handling import Arrays
-from infless.workers.model import host_weights, load_program, read_package
+from infless.workers.model import host_weights, read_package
 
 if TYPE_CHECKING:
     import torch

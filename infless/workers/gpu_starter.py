@@ -165,8 +165,7 @@ class GpuStarter(LayeredStarter):
             try:
                 await self.tier.start()
             except Exception as exc:  # the tier is an optimisation: private copies instead
-                log.warning("the GPU tier did not start (%s): weights are copied per instance",
-                            exc)  # fmt: skip
+                log.warning("the GPU tier did not start (%s): weights are copied per instance", exc)
                 self.tier_error = f"{type(exc).__name__}: {exc}"
                 self.tier = None
         self.standby.want(slot.placement(self._default_pct) for slot in self.slots.values())
@@ -198,7 +197,12 @@ class GpuStarter(LayeredStarter):
         ready = await processes.load(order, handle, request)
         start = msgspec.structs.replace(ready.start, spawn_ms=spawn_ms)
         self._instances[order.instance_id] = GpuInstance(
-            handle, slot, placement, path, weights, ready
+            handle=handle,
+            slot=slot,
+            placement=placement,
+            path=path,
+            weights=weights,
+            ready=ready,
         )
         history: History = [
             {
@@ -242,8 +246,9 @@ class GpuStarter(LayeredStarter):
         try:
             shared = await self.tier.open(order.instance_id, order.gpu_index, key, stored)
         except Exception as exc:  # full, or its holder restarting: a private copy instead
-            log.warning("instance %s: GPU tier: %s; its weights are a private copy",
-                        order.instance_id, exc)  # fmt: skip
+            log.warning(
+                "instance %s: GPU tier: %s; its weights are a private copy", order.instance_id, exc
+            )
             return None, f"private: {exc}"
         return shared, "tier"
 
@@ -268,7 +273,12 @@ class GpuStarter(LayeredStarter):
         standby_id = self.standby.next_id(known.placement)
         self._processes.relabel(worker_id, standby_id, "", standby_id)
         worker = StandbyWorker(
-            standby_id, handle, known.placement, ready, self._clock.now(), retiring.order.tenant
+            worker_id=standby_id,
+            handle=handle,
+            placement=known.placement,
+            ready=ready,
+            since_s=self._clock.now(),
+            tenant=retiring.order.tenant,
         )
         await self.standby.put(worker)
         return False  # nothing of the instance stays held: `release` frees it

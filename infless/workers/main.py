@@ -43,8 +43,8 @@ from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
 from infless.workers.channel import BlockingChannel
-from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
+from infless.workers.runtime import enter_runtime
 from infless.workers.tcp import accept_gateway, exit_with
 
 _Channel = BlockingChannel[p.ToWorker, p.FromWorker]
@@ -140,7 +140,7 @@ def _warm_up(model: LoadedModel, batch_sizes: list[int], rounds: int) -> dict[in
 
 
 def _transform(model: LoadedModel, request: p.TransformModel) -> tuple[LoadedModel, p.Ready]:
-    """Transform the served model into the package's (`transform.metaops`), then warm up."""
+    """Transform the served model into the package's (`workers.metaops`), then warm up."""
     import torch
 
     from infless.workers.transformer import transform_model

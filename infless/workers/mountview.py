@@ -158,15 +158,24 @@ class _MountAttr(ctypes.Structure):
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
-    ]  # fmt: skip
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     return libc
 
 
 def _mount(
-    libc: ctypes.CDLL, source: bytes | None, target: Path, fstype: bytes | None, flags: int,
-    options: bytes | None, what: str,
-) -> None:  # fmt: skip
+    libc: ctypes.CDLL,
+    source: bytes | None,
+    target: Path,
+    fstype: bytes | None,
+    flags: int,
+    options: bytes | None,
+    what: str,
+) -> None:
     if libc.mount(source, bytes(target), fstype, flags, options) != 0:
         code = ctypes.get_errno()
         raise MountError(f"mount view: {what} {target} failed: {os.strerror(code)} (errno {code})")
@@ -194,8 +203,11 @@ def _mount_points() -> list[tuple[Path, int]]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         options = set(fields[5].split(","))
-        flags = sum(f for name, f in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV),
-                                      ("noexec", MS_NOEXEC)) if name in options)  # fmt: skip
+        flags = sum(
+            f
+            for name, f in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC))
+            if name in options
+        )
         path = fields[4].encode().decode("unicode_escape")  # \040 for a space
         points.append((Path(path), flags))
     return points
@@ -240,9 +252,12 @@ def apply_view(plan: Sequence[MountOp], scratch_bytes: int, shared: Sequence[Pat
 
 
 def _apply_one(
-    libc: ctypes.CDLL, op: MountOp, sources: dict[Path, int], scratch: list[Path],
+    libc: ctypes.CDLL,
+    op: MountOp,
+    sources: dict[Path, int],
+    scratch: list[Path],
     scratch_bytes: int,
-) -> None:  # fmt: skip
+) -> None:
     hardened = MS_NOSUID | MS_NODEV
     if op.kind == "keep":
         fd = sources.get(op.path)

@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-from infless.transform.planner import PlanStep
+from infless.transform.records import PlanStep
 from infless.weights.gpu_tier import SharedModel
 from infless.weights.stored import StoredTensor
 
@@ -264,13 +264,27 @@ class Listening(msgspec.Struct, tag="listening", frozen=True):
 
 
 ToWorker = (
-    LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown | ServeOn | Hello
-    | Standby | Unload
-)  # fmt: skip
+    LoadModel
+    | TransformModel
+    | RunBatch
+    | RunRequests
+    | Ping
+    | Shutdown
+    | ServeOn
+    | Hello
+    | Standby
+    | Unload
+)
 FromWorker = (
-    Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong | Listening
+    Ready
+    | LoadFailed
+    | BatchResult
+    | RequestsResult
+    | BatchFailed
+    | Pong
+    | Listening
     | StandbyReady
-)  # fmt: skip
+)
 Message = ToWorker | FromWorker
 
 _encoder = msgspec.msgpack.Encoder()

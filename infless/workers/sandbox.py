@@ -64,13 +64,19 @@ def entered() -> Sandbox | None:
 def _namespaces(host_network: bool) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
-    ]  # fmt: skip
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     flags = CLONE_NEWNS | (0 if host_network else CLONE_NEWNET)
     if libc.unshare(flags) != 0:
         code = ctypes.get_errno()
-        raise SandboxError(f"sandbox: unshare of the mount/network namespaces failed: "
-                           f"{os.strerror(code)} (errno {code})")  # fmt: skip
+        raise SandboxError(
+            f"sandbox: unshare of the mount/network namespaces failed: "
+            f"{os.strerror(code)} (errno {code})"
+        )
     if libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
         code = ctypes.get_errno()
         raise SandboxError(f"sandbox: making / a slave mount failed: {os.strerror(code)}")
@@ -125,8 +131,13 @@ class ProbeReport(msgspec.Struct, frozen=True):
 
 
 def _probe(uid: int, gid: int, hidden: str) -> ProbeReport:
-    sandbox = Sandbox(uid, gid, hide=[hidden] if hidden else [], scratch=list(DEFAULT_SCRATCH),
-                      scratch_bytes=1 << 20)  # fmt: skip
+    sandbox = Sandbox(
+        uid,
+        gid,
+        hide=[hidden] if hidden else [],
+        scratch=list(DEFAULT_SCRATCH),
+        scratch_bytes=1 << 20,
+    )
     try:
         enter_sandbox(sandbox)
     except SandboxError as exc:
@@ -142,7 +153,13 @@ def _probe(uid: int, gid: int, hidden: str) -> ProbeReport:
         scratch = True
     except OSError:
         scratch = False
-    return ProbeReport("", os.getuid(), readable, _gone(hidden), read_only, scratch)
+    return ProbeReport(
+        uid=os.getuid(),
+        runtime_readable=readable,
+        hidden=_gone(hidden),
+        read_only=read_only,
+        scratch_writable=scratch,
+    )
 
 
 def _runtime_readable() -> bool:
@@ -175,10 +192,16 @@ async def probe_sandbox(
     """Run the probe in a child process (`python -m infless.workers.sandbox`)."""
     try:
         process = await asyncio.create_subprocess_exec(
-            python or sys.executable, "-m", "infless.workers.sandbox", str(uid), str(gid),
-            str(hidden), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            python or sys.executable,
+            "-m",
+            "infless.workers.sandbox",
+            str(uid),
+            str(gid),
+            str(hidden),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        )
     except OSError as exc:
         return ProbeReport(error=f"sandbox: the probe could not start: {exc}")
     try:

@@ -121,8 +121,12 @@ class StandbyPool:
         try:
             worker = await self.start(worker_id, placement)
         except Exception as exc:  # reported, not retried at once: the next take refills
-            log.warning("standby worker for GPU %d at %d%% failed: %s",
-                        placement.index, placement.gpu_pct, exc)  # fmt: skip
+            log.warning(
+                "standby worker for GPU %d at %d%% failed: %s",
+                placement.index,
+                placement.gpu_pct,
+                exc,
+            )
             self.failures = [*self.failures[-4:], f"{type(exc).__name__}: {exc}"]
             return
         finally:

@@ -32,6 +32,7 @@ from torch import nn
 from torch.jit._trace import TracerWarning
 
 from infless.models.package import NO_TRANSFORM
+from infless.models.programs import torchscript_deprecated
 
 if TYPE_CHECKING:
     from infless.models.package import PackageManifest
@@ -167,8 +168,6 @@ def _channels_last(module: nn.Module, manifest: PackageManifest) -> nn.Module:
 
 
 def _traced(module: nn.Module, examples: ExampleInputs) -> nn.Module:
-    from infless.workers.model import torchscript_deprecated
-
     with torchscript_deprecated(), warnings.catch_warnings(), torch.no_grad():
         # "might not generalize to other inputs": the batches below check that it does
         warnings.simplefilter("ignore", TracerWarning)

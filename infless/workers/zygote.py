@@ -41,9 +41,11 @@ __all__ = ["DEFAULT_PRELOAD", "ZygoteError", "ZygoteLauncher", "zygote_main"]
 DEFAULT_TARGET = "infless.workers.main:serve"
 DEFAULT_TEMPLATE_PREPARE = "infless.workers.main:prepare_template"
 _RUNTIME = (
-    "infless.workers.main", "infless.models.loader", "infless.weights.attach",
+    "infless.workers.main",
+    "infless.models.loader",
+    "infless.weights.attach",
     "infless.workers.transformer",  # an idle worker may be told to transform its model
-)  # fmt: skip
+)
 _PRIME = "infless.models.loader:prime_builders"  # `module:function` entries are called
 DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME, _PRIME)
 _PR_SET_PDEATHSIG = 1
@@ -151,12 +153,23 @@ class ZygoteLauncher:
         try:
             fd = theirs.fileno()
             self._process = await asyncio.create_subprocess_exec(
-                self._python, "-m", "infless.workers.zygote", "--control-fd", str(fd),
-                "--parent-pid", str(os.getpid()), "--target", self._target,
-                "--template-prepare", self._template_prepare,
-                "--preload", ",".join(self._preload),
-                pass_fds=(fd,), env=env, stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+                self._python,
+                "-m",
+                "infless.workers.zygote",
+                "--control-fd",
+                str(fd),
+                "--parent-pid",
+                str(os.getpid()),
+                "--target",
+                self._target,
+                "--template-prepare",
+                self._template_prepare,
+                "--preload",
+                ",".join(self._preload),
+                pass_fds=(fd,),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
         except BaseException:
             ours.close()
             raise

@@ -72,6 +72,22 @@ PLANTED = {
         "import infless.errors  # planted",
         "The load generator is HTTP-only: nothing of infless, no torch",
     ),
+    "infless/workers/transformer.py": (
+        "import infless.transform.choice  # planted",
+        "Workers execute transformation plans, never make them",
+    ),
+    "infless/workers/protocol.py": (
+        "import infless.transform.planner  # planted",
+        "The wire protocol is plain records: no numpy, torch or policy",
+    ),
+    "infless/packaging/verify.py": (
+        "import infless.workers.model  # planted",
+        "Packaging and models sit beneath the workers, never above",
+    ),
+    "infless/workers/transforms.py": (
+        "import infless.workers.model  # planted",
+        "No import cycles in workers, transform, packaging or models",
+    ),
 }
 
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from infless.clock import perf_s
 from infless.transform.graphcode import decode_graph
-from infless.transform.planner import PlanStep
+from infless.transform.records import PlanStep
 from infless.transform.structure import ModelStructure, Op
 
 
