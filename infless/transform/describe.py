@@ -1,14 +1,14 @@
 """Describe a model's structure for transformation: its operations and its fx graph.
 
-`describe(module, model_key)` traces the module with `torch.fx` (a module built on the meta
-device will do: nothing is computed) and lists its operations: the leaf modules the graph
-calls or reads a tensor of, in first-use order, each with its type, its constructor
-properties (read back from the module's attributes by the names its `__init__` takes) and
-its tensors. A model fx cannot trace, or whose graph JSON cannot say, is described as not
-transformable, with the reason.
+`describe(module, model_key)` traces the module with `torch.fx`. A module built on the meta
+device will do: nothing is computed. It lists the model's operations: the leaf modules the
+graph calls or reads a tensor of, in first-use order. Each comes with its type, its
+constructor properties (read back from the module's attributes by the names its `__init__`
+takes) and its tensors. A model that fx cannot trace, or whose graph JSON cannot say, is
+described as not transformable, with the reason.
 
 `python -m infless.transform.describe PACKAGE_DIR...` prints each package's structure as a
-line of JSON: the gateway runs it in a subprocess (it never imports torch) and caches them.
+line of JSON. The gateway runs it in a subprocess (it never imports torch) and caches them.
 Build side (imports torch); no I/O but that command's stdout.
 """
 

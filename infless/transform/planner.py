@@ -1,16 +1,18 @@
 """Transformation planning (Optimus §4.4, Module 2⁺): group-based matching in O(n + m).
 
 Operations of the source and destination models are grouped by type (`Op.kind`) and matched
-in order within each group: a matched pair becomes a Replace (same properties and tensor
-shapes: only the weights change) or a Reshape (same type, other properties); unmatched
-source operations are removed (Reduce), unmatched destination operations created (Add), and
-one Edge step rebuilds the data flow last. Each step's cost comes from the profiled
-`MetaOpCosts`; tensors the source already holds with the destination's content (a shared
-backbone: same store file) are not mapped again, and an operation none of whose tensors
-change costs only its fixed part.
+in order within each group. A matched pair becomes a Replace (same properties and tensor
+shapes: only the weights change) or a Reshape (same type, other properties). Unmatched
+source operations are removed (Reduce) and unmatched destination operations created (Add).
+One Edge step rebuilds the data flow last.
 
-`plan_transformation` is pure (no I/O, no clock, no torch); `PlanCache` keeps plans per
-(source, destination) pair, as Optimus caches them when a model registers.
+Each step's cost comes from the profiled `MetaOpCosts`. Tensors the source already holds
+with the destination's content (a shared backbone: the same store file) are not mapped
+again, and an operation none of whose tensors change costs only its fixed part.
+
+A policy: `plan_transformation` is pure (no I/O, no clock, no torch) and produces the steps
+as `transform.records.PlanStep`, the records the worker protocol carries. `PlanCache` keeps
+plans per (source, destination) pair, as Optimus caches them when a model registers.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """Offline profiling of the meta-operators (Optimus §4.4, Module 1) into the profile database.
 
 For each operation type the zoo's models use, at three sizes, it times the real
-meta-operators of `workers.metaops` on tensors mapped from files on tmpfs (as the store
-maps them): Replace (map and assign the tensors), Reshape (change the properties from
-another size, then the tensors), Add (create the operation on the meta device, then the
-tensors), Reduce; and Edge over whole zoo graphs of 30 to 560 nodes. A least-squares fit
-per type gives `fixed_us + per_tensor_us × tensors + per_mib_us × MiB` (per node for Edge),
-stored in the `metaop_costs` table that the gateway reads (`load_costs`).
+meta-operators of `workers.metaops` on tensors mapped from files on tmpfs (as the store maps
+them):
+
+- Replace: map and assign the tensors;
+- Reshape: change the properties from another size, then the tensors;
+- Add: create the operation on the meta device, then the tensors;
+- Reduce;
+- Edge, over whole zoo graphs of 30 to 560 nodes.
+
+A least-squares fit per type gives `fixed_us + per_tensor_us × tensors + per_mib_us × MiB`
+(per node for Edge). It is stored in the `metaop_costs` table that the gateway reads
+(`load_costs`).
 
     python -m infless.transform.profile [--state-dir state] [--repetitions 7]
 

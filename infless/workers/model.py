@@ -1,18 +1,19 @@
-"""The model a worker serves: built from its package (any format), run on tensors, and — for a
-package with a handler — on requests.
+"""The model a worker serves: built from its package (any format), run on tensors and requests.
 
-Worker side (imports torch, lazily). `build_model` puts the package's `src/` on sys.path,
-then builds: a "module" package on the meta device with its weights attached (mapped from
-the shared store, or read from the package), a "torchscript" package with `torch.jit.load`,
-an "export" package with `torch.export.load(...).module()`; and loads the handler when the
-manifest names one. A "module" package whose manifest names a `transform` (a model variant)
-gets it applied after its weights are attached (`workers.transforms`); on a program package
-any transform but "fp32" is `TransformNotApplicable`. `LoadedModel.run` serves a batch of
-tensors, `serve` a batch of requests (`workers.handling`), both through `forward`, which
-computes on the CPU; a GPU worker's `gpu_model.DeviceModel` overrides it (and `gpu_load`
-builds on the device from the same pieces: `read_package`, `host_weights` and
-`models.programs.load_program`).
-Nothing here touches CUDA.
+Worker side (imports torch, lazily). `build_model` puts the package's `src/` on sys.path and
+loads the handler when the manifest names one. Then it builds the model by format:
+
+- "module": on the meta device, with its weights attached (mapped from the shared store, or
+  read from the package). A manifest that names a `transform` (a model variant) gets it
+  applied after the weights are attached (`workers.transforms`).
+- "torchscript": `torch.jit.load`; "export": `torch.export.load(...).module()`. On these
+  program packages any transform but "fp32" is `TransformNotApplicable`.
+
+`LoadedModel.run` serves a batch of tensors and `serve` a batch of requests
+(`workers.handling`). Both go through `forward`, which computes on the CPU. A GPU worker's
+`gpu_model.DeviceModel` overrides it, and `gpu_load` builds on the device from the same
+pieces: `read_package`, `host_weights` and `models.programs.load_program`. Nothing here
+touches CUDA.
 """
 
 from __future__ import annotations

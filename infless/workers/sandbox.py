@@ -1,20 +1,25 @@
 """Entering a tenant's sandbox in a worker, and the probe that tells the gateway it can.
 
-`enter_sandbox(sandbox, secrets)` runs in the worker (root until then, in the cgroups the
-gateway put it in) after it received `LoadModel` and before any code of the package is
-imported. In order: a mount namespace of its own — and, unless `host_network`, an empty
-network namespace (no route to the gateway's HTTP port, to other tenants' services or
-out) — with every mount a slave of the host's; the function's secrets on a tmpfs owned by
-the tenant (`workers.isolation`); the mount view (`workers.mountview`: the gateway's state
-hidden, the tenant's packages and store directory bound back read-only, a size-limited
-scratch, everything else read-only); then the tenant's uid and gid with no capabilities
-and no_new_privs (`workers.privileges`). A worker that already entered a sandbox (forked
-from its model's template, or a GPU worker loading its next model) checks that it is the
-same tenant's and does nothing more; it cannot mount secrets any more. Any failure raises
-`SandboxError`: the worker answers `LoadFailed` and never runs the package unconfined.
+`enter_sandbox(sandbox, secrets)` runs in the worker after it received `LoadModel` and before
+any code of the package is imported. The worker is root until then, in the cgroups the
+gateway put it in. In order, it enters:
+
+1. a mount namespace of its own, with every mount a slave of the host's; and, unless
+   `host_network`, an empty network namespace (no route to the gateway's HTTP port, to other
+   tenants' services or out);
+2. the function's secrets, on a tmpfs owned by the tenant (`workers.isolation`);
+3. the mount view (`workers.mountview`): the gateway's state hidden, the tenant's packages
+   and store directory bound back read-only, a size-limited scratch, everything else
+   read-only;
+4. the tenant's uid and gid, with no capabilities and no_new_privs (`workers.privileges`).
+
+A worker that already entered a sandbox (forked from its model's template, or a GPU worker
+loading its next model) only checks that it is the same tenant's; it cannot mount secrets any
+more. Any failure raises `SandboxError`: the worker answers `LoadFailed` and never runs the
+package unconfined.
 
 `python -m infless.workers.sandbox UID GID` enters a sandbox in a throwaway process and
-prints what it managed as one JSON line; the gateway runs it once at start-up
+prints what it managed as one JSON line. The gateway runs it once at start-up
 (`probe_sandbox`) to learn what this host can enforce. Both sides: ctypes and os only.
 """
 

@@ -1,16 +1,20 @@
 """Warm CUDA workers kept ready per GPU and share: the standby pool of the GPU starter.
 
 CUDA cannot be forked once initialised, and a fresh process needs seconds to its first GPU
-answer (torch import, CUDA context, libraries). So the pool keeps, for every placement it is
-asked to keep (a device, a share, whether under MPS), up to `per_placement` worker processes
-that have done all of that already (`Standby` → `StandbyReady`) and wait for a model. A start
-`take`s one (or gets None and starts fresh); the pool refills behind it. A worker whose
-instance is retired comes back after `Unload` (`put`: kept while its placement and tenant
-are short of workers, else stopped) — for its own tenant only: unloading a model does not
-undo everything a package may have done to its process, so a reused worker never serves
-another tenant (a fresh one serves anyone). A standby worker that dies is forgotten and
-replaced.
-`to_launch` is the pure decision; `StandbyPool` the shell. Gateway side: never imports torch.
+answer (torch import, CUDA context, libraries). So the pool keeps worker processes that have
+done all of that already (`Standby`, then `StandbyReady`) and wait for a model. It keeps up to
+`per_placement` of them for every placement it is asked to keep (a device, a share, whether
+under MPS).
+
+A start `take`s one, or gets None and starts fresh; the pool refills behind it. A worker
+whose instance is retired comes back after `Unload` (`put`). It is kept while its placement
+and tenant are short of workers, else stopped. It serves its own tenant only: unloading a
+model does not undo everything a package may have done to its process, so a reused worker
+never serves another tenant (a fresh one serves anyone). A standby worker that dies is
+forgotten and replaced.
+
+`to_launch` is the pure decision; `StandbyPool` is the shell. Gateway side: never imports
+torch.
 """
 
 from __future__ import annotations

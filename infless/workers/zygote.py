@@ -1,17 +1,18 @@
 """The zygote: a pre-started process with torch imported and no model loaded, forking workers.
 
-Gateway side, `ZygoteLauncher` (a `WorkerLauncher`; never imports torch): starts the zygote
-once per server (`python -m infless.workers.zygote`); per instance, sends the worker's end of
-a fresh socketpair (and the write end of its output pipe) over the control socket
-(SOCK_SEQPACKET + SCM_RIGHTS); the zygote forks a child running
-`infless.workers.main.serve(sock)` and replies with its pid. It also forks
-per-model templates on request (`fork_template`; see `infless.workers.templates`).
-Zygote side, `zygote_main`: imports the preload modules (and calls `module:function` entries:
-the zoo builds its architectures on `meta` once) but runs no CPU torch op and starts no
-thread before forking (OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from starting at
-import; `torch.set_num_threads(1)` runs only in children), then runs the fork-server loop
-(`infless.workers.forkserver`). It dies with the gateway (PR_SET_PDEATHSIG and EOF on the
-control socket). Children end on EOF of their own gateway socket.
+Gateway side: `ZygoteLauncher`, a `WorkerLauncher` that never imports torch. It starts the
+zygote once per server (`python -m infless.workers.zygote`). For each instance it sends the
+worker's end of a fresh socketpair, and the write end of its output pipe, over the control
+socket (SOCK_SEQPACKET + SCM_RIGHTS). The zygote forks a child that runs
+`infless.workers.main.serve(sock)` and replies with its pid. It also forks per-model
+templates on request (`fork_template`; see `infless.workers.templates`).
+
+Zygote side: `zygote_main` imports the preload modules. It calls the `module:function`
+entries too: the zoo builds its architectures on `meta` once. It runs no CPU torch op and
+starts no thread before forking: OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from
+starting at import, and `torch.set_num_threads(1)` runs only in children. Then it runs the
+fork-server loop (`infless.workers.forkserver`). It dies with the gateway (PR_SET_PDEATHSIG,
+and EOF on the control socket). Children end on EOF of their own gateway socket.
 """
 
 from __future__ import annotations
