@@ -1,16 +1,22 @@
 """A worker's secrets, as files under /var/openfaas/secrets in a mount namespace of its own.
 
-`workers.runtime.enter_runtime` calls `mount_secrets` in the worker after the fork and
-before any model code (with a tenant's sandbox, `workers.sandbox` calls it, and the files
-are owned by the tenant's uid). It unshares the mount namespace (CLONE_NEWNS), makes
-every mount a slave of the host's (nothing mounted here propagates back), mounts a small
-tmpfs on the secrets directory, writes each secret as a 0400 file and remounts the tmpfs
-read-only. Every other process (the gateway, other functions' workers) keeps the host's
-namespace, where that directory stays empty. Any failure raises `IsolationError`: the worker
-then refuses to load rather than expose a secret another way.
-`python -m infless.workers.isolation` tries the same in a throwaway process; the gateway
-runs it once (`probe_secrets`) to learn whether this server can mount secrets at all.
-Both sides: ctypes and os only, never torch.
+`workers.runtime.enter_runtime` calls `mount_secrets` in the worker after the fork and before
+any model code. With a tenant's sandbox, `workers.sandbox` calls it instead, and the files
+are owned by the tenant's uid. In order, it:
+
+1. unshares the mount namespace (CLONE_NEWNS);
+2. makes every mount a slave of the host's, so nothing mounted here propagates back;
+3. mounts a small tmpfs on the secrets directory;
+4. writes each secret as a 0400 file;
+5. remounts the tmpfs read-only.
+
+Every other process (the gateway, other functions' workers) keeps the host's namespace,
+where that directory stays empty. Any failure raises `IsolationError`: the worker then
+refuses to load rather than expose a secret another way.
+
+`python -m infless.workers.isolation` tries the same in a throwaway process. The gateway runs
+it once (`probe_secrets`) to learn whether this server can mount secrets at all. Both sides:
+ctypes and os only, never torch.
 """
 
 from __future__ import annotations
@@ -65,10 +71,12 @@ def mount_secrets(
     owner: tuple[int, int] | None = None,
     unshare: bool = True,
 ) -> None:
-    """Mount `secrets` as files under `target`, visible to this process (and its children)
-    only: a private mount namespace (`unshare` False: the caller made it), a tmpfs, 0400
-    files (owned by `owner`'s uid and gid: the tenant the worker will become), then
-    read-only."""
+    """Mount `secrets` as files under `target`, visible to this process and its children only.
+
+    The files sit on a tmpfs in a private mount namespace (`unshare` False: the caller made
+    it). Each is 0400, owned by `owner`'s uid and gid (the tenant the worker will become).
+    The tmpfs ends read-only.
+    """
     for name in secrets:
         if not name or "/" in name or name.startswith("."):
             raise IsolationError(f"secrets: {name!r} is not a valid secret file name")
