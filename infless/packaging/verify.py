@@ -1,12 +1,14 @@
 """Checking a package the way a worker will load it, in a fresh process.
 
 `verify_package` writes the examples to a scratch directory and runs
-`python -P -m infless.workers.package_check` there, with nothing of the caller's PYTHONPATH
-but this copy of infless. So the package must stand on its own: its `src/` and what is
-installed. The child is the worker's own loading
-code (`workers.package_check` says what it checks); this module only starts it and turns
-its one-line JSON report into `Verified` or a `PackagingError`. Packaging is the user's
-side: it runs the worker's code in a child process and never imports it.
+`python -P -m infless.workers.package_check` there. The child's PYTHONPATH holds this copy of
+infless and nothing else of the caller's, so the package must stand on its own: its `src/`
+and what is installed.
+
+The child is the worker's own loading code; `workers.package_check` says what it checks.
+This module only starts it and turns its one-line JSON report into `Verified` or a
+`PackagingError`. Packaging is the user's side: it runs the worker's code in a child process
+and never imports it.
 """
 
 from __future__ import annotations
@@ -19,12 +21,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-Arrays = dict[str, npt.NDArray[Any]]
 EXAMPLES_FILE = "examples.npz"
 EXPECTED_FILE = "expected.npz"
 REQUEST_FILE = "request.bin"
