@@ -47,11 +47,12 @@ from infless.clock import RealClock
 from infless.models.build import ensure_package
 from infless.models.zoo import TRANSFORM_PAIRS
 from infless.transform import profile
-from infless.transform.choice import Candidate, StartCosts, StartPath, choose
+from infless.transform.choice import Candidate, StartCosts, choose
 from infless.transform.costs import MetaOpCosts
 from infless.transform.describe import describe_package
 from infless.transform.optimal import optimal_cost_ms
 from infless.transform.planner import build_cost_ms, plan_transformation
+from infless.transform.records import StartPath
 from infless.transform.structure import ModelStructure
 from infless.weights.store import TensorStore
 from infless.workers import protocol as p

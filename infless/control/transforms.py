@@ -24,17 +24,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from infless.clock import Clock, perf_s
 from infless.control.structures import StructureCache
-from infless.transform.choice import Candidate, StartCosts, StartPath, choose
+from infless.transform.choice import Candidate, StartCosts, choose
 from infless.transform.config import TransformConfig
 from infless.transform.costs import MetaOpCosts
 from infless.transform.idle import IdleEntry, donors_for, may_keep
-from infless.transform.planner import (
-    PlanCache,
-    PlanStep,
-    TransformPlan,
-    build_cost_ms,
-    plan_transformation,
-)
+from infless.transform.planner import PlanCache, TransformPlan, build_cost_ms, plan_transformation
+from infless.transform.records import PlanStep, StartPath
 from infless.weights.store import TensorStore
 from infless.workers.handle import WorkerHandle
 from infless.workers.protocol import StartBreakdown

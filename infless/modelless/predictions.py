@@ -68,8 +68,8 @@ def fp32_predictions(
     db_path = default_db_path(state_dir)
     if not db_path.is_file() or manifest.format != "module":
         return {}
+    from infless.models.programs import add_source_path
     from infless.profiler.service import ModelSource, graph_for
-    from infless.workers.model import add_source_path
 
     add_source_path(package_dir)
     graph = graph_for(ModelSource(manifest.name, manifest, package_dir), state_dir)

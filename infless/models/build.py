@@ -152,14 +152,28 @@ def build_zoo_package(name: str, repository: Path, *, force: bool = False) -> Bu
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     elapsed_s = perf_s() - started
-    return BuildResult(name, target, True, parameters, weights_bytes, elapsed_s)
+    return BuildResult(
+        name=name,
+        path=target,
+        built=True,
+        parameters=parameters,
+        weights_bytes=weights_bytes,
+        elapsed_s=elapsed_s,
+    )
 
 
 def _cached_result(entry: ZooEntry, target: Path, started: float) -> BuildResult:
     manifest = load_manifest(target)
     parameters = parameter_count(build_meta_module(entry))
     elapsed_s = perf_s() - started
-    return BuildResult(entry.name, target, False, parameters, manifest.weights_bytes, elapsed_s)
+    return BuildResult(
+        name=entry.name,
+        path=target,
+        built=False,
+        parameters=parameters,
+        weights_bytes=manifest.weights_bytes,
+        elapsed_s=elapsed_s,
+    )
 
 
 def build_package(name: str, repository: Path, *, force: bool = False) -> Path:

@@ -1,22 +1,28 @@
 """Kernel choices for serving where PyTorch's CPU heuristic is wrong: 1x1 convolutions.
 
 Worker side (imports torch). PyTorch runs a stride-1 1x1 convolution through oneDNN on more
-than one thread or from batch 16 on, and through its native `_slow_conv2d_forward` (an
-unfold and a GEMM per sample; its source says "THNN is faster when single-threaded") on one
-thread below batch 16, and for one small sample (at most 20480 elements) on any number of
-threads. On this machine oneDNN is the faster one there (measured per convolution, with the
-workers' malloc policy, one thread, b1-b8): 64->128 at 32x32 0.62-0.88x the time, 256->1024
-at 14x14 0.48x, 1024->1024 at 2x2 0.08-0.25x (899 us -> 228 us for one sample); the one
-loss, 32->64 at 32x32, b1-b4, by 17-34 us. Whole models on one thread, b1-b8: ResNet-50
-20-28 % faster, SSD-MobileNet 15-37 %, YAMNet 30-38 %, MobileNet-v1 12-57 %; and
-MobileNet-v1 no longer runs a batch of 8 slower than a batch of 16 (22.4 ms against 15.3 ms
-before, 9.7 ms now).
+than one thread, or from batch 16 on. Below batch 16 on one thread, and for one small sample
+(at most 20480 elements) on any number of threads, it runs its native
+`_slow_conv2d_forward` instead: an unfold and a GEMM per sample (its source says "THNN is
+faster when single-threaded").
+
+On this machine oneDNN is the faster one there. Measured per convolution, with the workers'
+malloc policy, one thread, b1-b8:
+
+- 64->128 at 32x32: 0.62-0.88x the time;
+- 256->1024 at 14x14: 0.48x;
+- 1024->1024 at 2x2: 0.08-0.25x (899 us -> 228 us for one sample);
+- the one loss: 32->64 at 32x32, b1-b4, by 17-34 us.
+
+Whole models on one thread, b1-b8: ResNet-50 20-28 % faster, SSD-MobileNet 15-37 %, YAMNet
+30-38 %, MobileNet-v1 12-57 %. MobileNet-v1 no longer runs a batch of 8 slower than a batch
+of 16 (22.4 ms against 15.3 ms before, 9.7 ms now).
 
 `prefer_onednn` retypes such convolutions in place to `OneDnnPointwiseConv2d`, which runs
-every batched float32 CPU input on oneDNN. Every module run for serving or for a
-measurement goes through it (the worker, `load_model`, the predictor's model measurements,
-the operator profiler's rebuilt operators), so profiles, measurements and serving run the
-same kernels. Graphs are traced from modules that did not (their nodes stay
+every batched float32 CPU input on oneDNN. Every module run for serving or for a measurement
+goes through it: the worker, `load_model`, the predictor's model measurements, the operator
+profiler's rebuilt operators. So profiles, measurements and serving run the same kernels.
+Graphs are traced from modules that did not go through it (their nodes stay
 `torch.nn.Conv2d`).
 """
 

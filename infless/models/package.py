@@ -7,18 +7,22 @@ A package is a directory:
     <dir>/src/                 optional: the model's own source, on sys.path in the worker
     <dir>/...                  anything else the handler reads (a tokenizer, labels)
 
-`architecture` names a builder in the zoo (`infless.models.zoo`) or a `module:callable`
-import path (found in `src/` or installed), `arch_kwargs` its keyword arguments;
-`inputs`/`outputs` are the signature without the batch dimension (-1: any length).
-`format` "torchscript" or "export" packages carry a TorchScript file or a `torch.export`
-program (`program_file`) instead of an architecture and weights. `transform` names what the
-worker does to a "module" package's model after attaching its weights (a model variant,
-`infless.workers.transforms`: "bf16", "int8", "channels-last", "torchscript", "compile";
-"" or "fp32": nothing). `handler` optionally names a `module:Class` (see
-`infless.handlers`) run in the worker around the batched forward;
-`preprocess`/`postprocess` optionally name built-in output steps ("softmax", ...).
-`requirements` lists the third-party distributions the package's source imports (checked at
-deploy); `digest` is the package's content digest (`packaging.digest`).
+The manifest's fields:
+
+- `architecture` names a builder in the zoo (`infless.models.zoo`) or a `module:callable`
+  import path (found in `src/` or installed); `arch_kwargs` are its keyword arguments.
+- `inputs`/`outputs` are the signature without the batch dimension (-1: any length).
+- `format` "torchscript" or "export": the package carries a TorchScript file or a
+  `torch.export` program (`program_file`) instead of an architecture and weights.
+- `transform` names what the worker does to a "module" package's model after attaching its
+  weights: a model variant (`infless.workers.transforms`: "bf16", "int8", "channels-last",
+  "torchscript", "compile"; "" or "fp32": nothing).
+- `handler` optionally names a `module:Class` (see `infless.handlers`) run in the worker
+  around the batched forward; `preprocess`/`postprocess` optionally name built-in output
+  steps ("softmax", ...).
+- `requirements` lists the third-party distributions the package's source imports (checked
+  at deploy); `digest` is the package's content digest (`packaging.digest`).
+
 Torch-free: the gateway imports this module.
 """
 

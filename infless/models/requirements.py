@@ -1,10 +1,10 @@
 """A package's `requirements` against the distributions installed in this Python.
 
 Workers run the gateway's own interpreter, so a distribution the package's source imports
-must be installed here: `check_requirements` says which are missing (the deploy is refused)
-and which are installed at a version outside the requirement's specifier (only a warning:
-the package may well work). Requirement strings are read with `packaging.requirements`.
-Torch-free; reads only installed distributions' metadata.
+must be installed here. `check_requirements` says which are missing: the deploy is refused.
+It also says which are installed at a version outside the requirement's specifier: only a
+warning, since the package may well work. Requirement strings are read with
+`packaging.requirements`. Torch-free; reads only installed distributions' metadata.
 """
 
 from __future__ import annotations

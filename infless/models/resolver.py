@@ -36,8 +36,10 @@ def require(image: str, manifest: PackageManifest) -> None:
     if check.mismatched:
         log.warning(
             "image %s (%s): installed at other versions than required: %s",
-            image, manifest.name, ", ".join(check.mismatched),
-        )  # fmt: skip
+            image,
+            manifest.name,
+            ", ".join(check.mismatched),
+        )
 
 
 class PackageResolver:

@@ -1,14 +1,18 @@
-"""Unpacking an uploaded function package safely: from a tar archive (usually gzip'd) or
-from named files (the Open Inference Protocol's `file:<path>` load parameters).
+"""Unpacking an uploaded function package safely, from a tar archive or from named files.
 
-Only regular files and directories are written, all under one fresh directory that nobody
-else writes: absolute names, `..` components, symlinks, hard links, devices, fifos, sparse
-members, a name given twice, more than `Limits.max_members` members and more than
-`Limits.max_bytes` bytes in all are refused before anything of that member is written, with
-an error naming the member. Files are created with O_EXCL | O_NOFOLLOW and modes of our
-own (0644 / 0755), never the archive's. `package_root` finds the package inside what was
-written: the root, or its single top-level directory (`pkg/...`, Triton's `1/...`) when the
-manifest is there. Torch-free; blocking I/O (the gateway runs it in a thread).
+The archive is usually gzip'd; named files are the Open Inference Protocol's `file:<path>`
+load parameters. Only regular files and directories are written, all under one fresh
+directory that nobody else writes.
+
+A member is refused, with an error naming it, before anything of it is written, when it has
+an absolute name or `..` components, is a symlink, hard link, device, fifo or sparse member,
+or is a name given twice. So is an upload of more than `Limits.max_members` members or more
+than `Limits.max_bytes` bytes in all. Files are created with O_EXCL | O_NOFOLLOW and modes of
+our own (0644 / 0755), never the archive's.
+
+`package_root` finds the package inside what was written: the root, or its single top-level
+directory (`pkg/...`, Triton's `1/...`) when the manifest is there. Torch-free; blocking I/O
+(the gateway runs it in a thread).
 """
 
 from __future__ import annotations

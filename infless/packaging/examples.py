@@ -1,11 +1,13 @@
 """The example batch `infless.package` runs, and the signature it gives.
 
-`infer_inputs` takes `example_inputs` (a tensor, a tuple in the forward's order, or a dict by
-parameter name; batch dimension first) and the `inputs=` the user wrote (specs or
-"name:dtype:shape" strings), and returns the examples by input name with the input
-signature: inferred from the examples (`dynamic` marks dimensions of any length), or given
-and checked. Without examples, `inputs=` alone is enough: examples are made up (zeros for
-integers, a seeded normal for floats, `DYNAMIC_EXAMPLE_LENGTH` for a -1 dimension).
+`infer_inputs` takes `example_inputs` and the `inputs=` the user wrote. The examples are a
+tensor, a tuple in the forward's order, or a dict by parameter name, batch dimension first.
+`inputs=` holds specs or "name:dtype:shape" strings. It returns the examples by input name
+with the input signature: inferred from the examples (`dynamic` marks dimensions of any
+length), or given and checked. Without examples, `inputs=` alone is enough: examples are
+made up (zeros for integers, a seeded normal for floats, `DYNAMIC_EXAMPLE_LENGTH` for a -1
+dimension).
+
 `name_outputs` names what the forward returned, and `infer_outputs` gives its signature.
 """
 

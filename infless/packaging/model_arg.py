@@ -1,13 +1,18 @@
 """What the user gave `infless.package` as the model, sorted out.
 
-`sort_out_model` takes an `nn.Module` instance, a builder (a function or class returning one)
-or its import path `"module:callable"` (format "module": built here with `arch_kwargs`,
-recorded by import path), a TorchScript module or `.pt` file (format "torchscript"), or a
-`torch.export` program or `.pt2` file (format "export"), and says which module runs here,
-how a worker gets it, and the forward's input names. `read_weights` reads `weights=` (a
-state dict, a `.safetensors` file, or a `torch.save`d state dict or training checkpoint) and
-`load_weights` fits it to the module. Whatever cannot be packaged is a PackagingError that
-says why and what to do; `step` turns any other failure into one.
+`sort_out_model` takes one of:
+
+- an `nn.Module` instance, a builder (a function or class returning one) or its import path
+  `"module:callable"`: format "module", built here with `arch_kwargs` and recorded by import
+  path;
+- a TorchScript module or `.pt` file: format "torchscript";
+- a `torch.export` program or `.pt2` file: format "export".
+
+It says which module runs here, how a worker gets it, and the forward's input names.
+`read_weights` reads `weights=`: a state dict, a `.safetensors` file, or a `torch.save`d
+state dict or training checkpoint. `load_weights` fits it to the module. Whatever cannot be
+packaged is a PackagingError that says why and what to do; `step` turns any other failure
+into one.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infless.models.programs import torchscript_deprecated
 from infless.packaging.verify import PackagingError
-from infless.workers.model import torchscript_deprecated
 
 
 @dataclass

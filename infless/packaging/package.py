@@ -3,27 +3,28 @@
 What it takes (`model`):
 
 - an `nn.Module` instance, a builder (a function or class returning one) or its import path
-  `"module:callable"`: the package records the import path and `arch_kwargs`, carries the
-  module's source (`source`), and stores the weights (the instance's, the builder's, or
-  `weights=`: a state dict, a `.safetensors` or a `torch.save`d state-dict file) as
-  safetensors — served from the shared tensor store, built on `meta` in the worker;
-- a TorchScript module or file (`.pt`), or a `torch.export` program or file (`.pt2`): the
-  program is the package (loaded whole by each worker).
+  `"module:callable"`. The package records the import path and `arch_kwargs` and carries the
+  module's source (`source`). It stores the weights as safetensors: the instance's, the
+  builder's, or `weights=` (a state dict, a `.safetensors` or a `torch.save`d state-dict
+  file). They are served from the shared tensor store, and the worker builds on `meta`.
+- a TorchScript module or file (`.pt`), or a `torch.export` program or file (`.pt2`). The
+  program is the package, loaded whole by each worker.
 
-The signature comes from `example_inputs` (a tensor, a tuple in the forward's order, or a
-dict by parameter name; batch dimension first) and the outputs the model gives for them;
-`dynamic` marks dimensions of any length, and `inputs=`/`outputs=` override what was inferred
-(names, or -1 dimensions). Without examples, `inputs=` alone is enough: examples are made up
-(zeros for integers, a seeded normal for floats, 8 for a -1 dimension). A `handler`
-(`"module:Class"` or the class) runs around the forward in the worker (`infless.handlers`).
+The signature comes from `example_inputs` and the outputs the model gives for them. The
+examples are a tensor, a tuple in the forward's order, or a dict by parameter name, batch
+dimension first. `dynamic` marks dimensions of any length. `inputs=`/`outputs=` override
+what was inferred (names, or -1 dimensions). Without examples, `inputs=` alone is enough:
+examples are made up (zeros for integers, a seeded normal for floats, 8 for a -1 dimension).
+A `handler` (`"module:Class"` or the class) runs around the forward in the worker
+(`infless.handlers`).
 
-The package is written to a staging directory beside `out`, checked the way a worker will
-load it (`verify`, unless `verify=False`), given its content digest, and only then moved to
-`out`. Everything wrong — a class defined in `__main__`, tensors that do not fit, a forward
-that fails — is a PackagingError naming the problem and the fix.
+The package is written to a staging directory beside `out`. It is checked the way a worker
+will load it (`verify`, unless `verify=False`), given its content digest, and only then
+moved to `out`. Everything wrong is a PackagingError naming the problem and the fix: a class
+defined in `__main__`, tensors that do not fit, a forward that fails.
 
-This module is the entry and the staging/verify/move-in flow; what `model` (and `weights=`)
-are is sorted out by `model_arg`, and the examples and signature by `examples`.
+This module owns the entry and the staging, verify and move-in flow. `model_arg` sorts out
+what `model` (and `weights=`) are; `examples` gives the examples and the signature.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from infless.models.package import (
     TensorSignature,
     encode_manifest,
 )
+from infless.models.programs import torchscript_deprecated
 from infless.packaging.digest import write_digest
 from infless.packaging.examples import (
     SpecLike,
@@ -68,7 +70,6 @@ from infless.packaging.signature import dtype_name
 from infless.packaging.source import plan_sources
 from infless.packaging.verify import PackagingError, Verified, verify_package
 from infless.types import TensorSpec
-from infless.workers.model import torchscript_deprecated
 
 TORCHSCRIPT_FILE = "model.torchscript.pt"
 EXPORT_FILE = "model.pt2"
@@ -177,7 +178,14 @@ def package(
         digest = write_digest(staging)
         _swap(staging, target)
     manifest = msgspec.structs.replace(manifest, digest=digest)
-    return PackageInfo(target, digest, manifest, sorted(plan.files), plan.unresolved, verified)
+    return PackageInfo(
+        path=target,
+        digest=digest,
+        manifest=manifest,
+        source_files=sorted(plan.files),
+        unresolved_imports=plan.unresolved,
+        verified=verified,
+    )
 
 
 # -- writing -------------------------------------------------------------------------------

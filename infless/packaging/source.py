@@ -1,14 +1,13 @@
-"""What source a package carries: the modules it names and the local modules they import,
-and the third-party distributions they need.
+"""What source a package carries: the local modules it needs, and the distributions it requires.
 
-Starting from the modules a package names (the architecture's `module:callable`, the
-handler's `module:Class`), every `import` in their source is followed (`ast`, relative
-imports resolved, imports inside functions included). A module is
+It starts from the modules a package names: the architecture's `module:callable` and the
+handler's `module:Class`. Every `import` in their source is followed (`ast`; relative
+imports resolved; imports inside functions included). A module is one of:
 
 - the platform's (`infless`) or the standard library's: nothing to do;
-- third-party — its file lives in a site-packages directory: its distribution becomes a
-  requirement (`name==version`, checked at deploy);
-- local — anything else (the user's project, an editable install): its file is copied into
+- third-party, its file in a site-packages directory: its distribution becomes a requirement
+  (`name==version`, checked at deploy);
+- local, anything else (the user's project, an editable install): its file is copied into
   the package's `src/` at its import path, with its parent packages' `__init__.py`, and its
   own imports are followed in turn.
 

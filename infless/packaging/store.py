@@ -1,12 +1,13 @@
-"""The gateway's content-addressed package store: `<repository>/packages/<hex>`, one
-directory per uploaded function package, named by its digest (`packaging.digest`).
+"""The gateway's content-addressed package store: one directory per package, named by digest.
 
-An upload is unpacked (`packaging.archive`) into a fresh `packages/.staging-<random>`
-directory, checked (manifest, weights or program file inside the package, the manifest's
-own `digest` when it records one) and renamed to `packages/<hex>` in one step; when that
-digest is stored already, the staging copy is dropped (uploading again is free). Whatever
-happens, the staging directory is removed. Nothing outside `packages/` is ever written.
-Torch-free; blocking I/O (the gateway calls it in a thread).
+Each uploaded function package lives in `<repository>/packages/<hex>`, its digest
+(`packaging.digest`). An upload is unpacked (`packaging.archive`) into a fresh
+`packages/.staging-<random>` directory. It is checked: the manifest, the weights or program
+file inside the package, and the manifest's own `digest` when it records one. Then it is
+renamed to `packages/<hex>` in one step. When that digest is stored already, the staging
+copy is dropped: uploading again is free. Whatever happens, the staging directory is
+removed, and nothing outside `packages/` is ever written. Torch-free; blocking I/O (the
+gateway calls it in a thread).
 """
 
 from __future__ import annotations

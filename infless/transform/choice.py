@@ -1,32 +1,29 @@
 """Which way to start an instance: transform an idle one, or start it normally (Optimus §4.4).
 
 A normal start goes the fastest way the server offers: forked from the model's template when
-one runs, else from the zygote with the store warm, else a fresh process. Each way's cost is
-predicted by `StartCosts` from what starts measured lately (an exponentially weighted mean
-per model and way), or, before any was measured, from the meta-operator profile (building a
-model = adding every operation) plus the fork or process start. A transformation's cost is
-its plan's prediction, scaled by how far measured transformations have been from their
-plans so far (the offline profile times meta-operators alone). `choose` takes the
-cheapest; the safeguard is that a transformation is taken only when it is predicted strictly
-cheaper than the normal start, and never when its plan is infeasible. Warm-up is left out
-everywhere: every way pays it alike.
+one runs, else from the zygote with the store warm, else a fresh process
+(`transform.records.StartPath` names them).
+
+`StartCosts` predicts each way's cost from what starts measured lately: an exponentially
+weighted mean per model and way. Before any start was measured, the prediction comes from
+the meta-operator profile (building a model = adding every operation) plus the fork or
+process start. A transformation's cost is its plan's prediction, scaled by how far measured
+transformations have been from their plans so far (the offline profile times meta-operators
+alone).
+
+`choose` takes the cheapest. The safeguard: a transformation is taken only when it is
+predicted strictly cheaper than the normal start, and never when its plan is infeasible.
+Warm-up is left out everywhere, since every way pays it alike.
 
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-
-class StartPath(enum.Enum):
-    TRANSFORM = "transform"
-    TEMPLATE = "template"
-    ZYGOTE = "zygote"
-    FRESH = "fresh"
-
+from infless.transform.records import StartPath
 
 # What a way costs before this server measured it (ms): the fork round trip from a template
 # or the zygote, a fresh interpreter importing torch (bench.startup on the dev machine).

@@ -1,8 +1,8 @@
 """The `[transform]` config section: warm-instance transformation (Optimus) and idle workers.
 
-An instance its function no longer wants is kept idle (its worker alive, its model loaded,
-its cores given back) for `idle_keep_s`, at most `idle_per_function` per function and
-`max_idle` in all, so that another function of the same tenant may transform it instead of
+An instance its function no longer wants is kept idle for `idle_keep_s`: its worker alive,
+its model loaded, its cores given back. At most `idle_per_function` are kept per function,
+and `max_idle` in all. Another function of the same tenant may then transform it instead of
 starting a worker. Pure data plus `check_transform`; imports nothing of infless.
 """
 

@@ -1,14 +1,14 @@
 """Describe a model's structure for transformation: its operations and its fx graph.
 
-`describe(module, model_key)` traces the module with `torch.fx` (a module built on the meta
-device will do: nothing is computed) and lists its operations: the leaf modules the graph
-calls or reads a tensor of, in first-use order, each with its type, its constructor
-properties (read back from the module's attributes by the names its `__init__` takes) and
-its tensors. A model fx cannot trace, or whose graph JSON cannot say, is described as not
-transformable, with the reason.
+`describe(module, model_key)` traces the module with `torch.fx`. A module built on the meta
+device will do: nothing is computed. It lists the model's operations: the leaf modules the
+graph calls or reads a tensor of, in first-use order. Each comes with its type, its
+constructor properties (read back from the module's attributes by the names its `__init__`
+takes) and its tensors. A model that fx cannot trace, or whose graph JSON cannot say, is
+described as not transformable, with the reason.
 
 `python -m infless.transform.describe PACKAGE_DIR...` prints each package's structure as a
-line of JSON: the gateway runs it in a subprocess (it never imports torch) and caches them.
+line of JSON. The gateway runs it in a subprocess (it never imports torch) and caches them.
 Build side (imports torch); no I/O but that command's stdout.
 """
 
@@ -83,7 +83,7 @@ def describe(module: nn.Module, model_key: str) -> ModelStructure:
     try:
         graph_module = torch.fx.symbolic_trace(module)
     except Exception as exc:
-        return ModelStructure(model_key, (), (), False, f"fx cannot trace it: {exc}")
+        return ModelStructure.untransformable(model_key, f"fx cannot trace it: {exc}")
     modules = dict(module.named_modules())
     seen: dict[str, Op] = {}
     for node in graph_module.graph.nodes:
@@ -95,30 +95,31 @@ def describe(module: nn.Module, model_key: str) -> ModelStructure:
             continue
         owned = modules.get(owner)
         if owned is None or any(True for _ in owned.children()):
-            return ModelStructure(
-                model_key, (), (), False,
-                f"node {node.name!r} reads {node.target!r} of a module that is not an operation",
-            )  # fmt: skip
+            reason = (
+                f"node {node.name!r} reads {node.target!r} of a module that is not an operation"
+            )
+            return ModelStructure.untransformable(model_key, reason)
         if owner not in seen:
             seen[owner] = describe_op(owner, owned)
     try:
         nodes = encode_graph(graph_module.graph)
     except GraphNotDescribable as exc:
-        return ModelStructure(model_key, tuple(seen.values()), (), False, str(exc))
-    return ModelStructure(model_key, tuple(seen.values()), tuple(nodes))
+        return ModelStructure(
+            model_key=model_key, ops=tuple(seen.values()), transformable=False, reason=str(exc)
+        )
+    return ModelStructure(model_key=model_key, ops=tuple(seen.values()), nodes=tuple(nodes))
 
 
 def describe_package(package_dir: Path) -> ModelStructure:
     """A "module" package's structure, its model built on the meta device."""
     from infless.models.loader import build_module
     from infless.models.package import load_manifest
-    from infless.workers.model import add_source_path
+    from infless.models.programs import add_source_path
 
     manifest = load_manifest(package_dir)
     if manifest.format != "module":
-        return ModelStructure(
-            manifest.name, (), (), False, f"a {manifest.format!r} program, not a module"
-        )
+        reason = f"a {manifest.format!r} program, not a module"
+        return ModelStructure.untransformable(manifest.name, reason)
     add_source_path(package_dir)
     return describe(build_module(manifest, device="meta"), manifest.name)
 

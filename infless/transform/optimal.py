@@ -1,12 +1,17 @@
 """The optimal transformation cost (Optimus §4.4, Module 2): a minimum-cost assignment.
 
-The (n + m) × (n + m) cost matrix of Optimus Figure 10 (Riesen and Bunke's graph edit
-distance): top left, transforming source operation i into destination operation j (Replace
-or Reshape; operations of different types cannot be transformed: ∞); top right, removing i
-(Reduce) on the diagonal; bottom left, adding j (Add) on the diagonal; bottom right, zeros.
-Solved with the Hungarian method in O((n + m)³): only for small pairs, to measure how far the
-group-based plan (`planner.plan_transformation`) is from the optimum. Edge is the same for
-both and is added once. Pure: no I/O, no clock, no torch.
+It builds the (n + m) × (n + m) cost matrix of Optimus Figure 10 (Riesen and Bunke's graph
+edit distance):
+
+- top left: transforming source operation i into destination operation j (Replace or
+  Reshape; operations of different types cannot be transformed: ∞);
+- top right: removing i (Reduce), on the diagonal;
+- bottom left: adding j (Add), on the diagonal;
+- bottom right: zeros.
+
+The Hungarian method solves it in O((n + m)³), so it runs only for small pairs: it measures
+how far the group-based plan (`planner.plan_transformation`) is from the optimum. Edge is the
+same for both and is added once. Pure: no I/O, no clock, no torch.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """Transformation planning (Optimus §4.4, Module 2⁺): group-based matching in O(n + m).
 
 Operations of the source and destination models are grouped by type (`Op.kind`) and matched
-in order within each group: a matched pair becomes a Replace (same properties and tensor
-shapes: only the weights change) or a Reshape (same type, other properties); unmatched
-source operations are removed (Reduce), unmatched destination operations created (Add), and
-one Edge step rebuilds the data flow last. Each step's cost comes from the profiled
-`MetaOpCosts`; tensors the source already holds with the destination's content (a shared
-backbone: same store file) are not mapped again, and an operation none of whose tensors
-change costs only its fixed part.
+in order within each group. A matched pair becomes a Replace (same properties and tensor
+shapes: only the weights change) or a Reshape (same type, other properties). Unmatched
+source operations are removed (Reduce) and unmatched destination operations created (Add).
+One Edge step rebuilds the data flow last.
 
-`plan_transformation` is pure (no I/O, no clock, no torch); `PlanCache` keeps plans per
-(source, destination) pair, as Optimus caches them when a model registers.
+Each step's cost comes from the profiled `MetaOpCosts`. Tensors the source already holds
+with the destination's content (a shared backbone: the same store file) are not mapped
+again, and an operation none of whose tensors change costs only its fixed part.
+
+A policy: `plan_transformation` is pure (no I/O, no clock, no torch) and produces the steps
+as `transform.records.PlanStep`, the records the worker protocol carries. `PlanCache` keeps
+plans per (source, destination) pair, as Optimus caches them when a model registers.
 """
 
 from __future__ import annotations
@@ -19,28 +21,20 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
-
 from infless.transform.costs import MetaOpCosts
+from infless.transform.records import PlanStep
 from infless.transform.structure import ModelStructure, Op
 
 SameTensor = Callable[[str, str], bool]  # (source state name, destination state name)
 
 
-class PlanStep(msgspec.Struct, array_like=True, frozen=True):
-    """One meta-operator: `source` and `target` are operation names (qualified module
-    names) in the source and destination models; `tensors` the destination operation's
-    tensors (local names) to map from the store; `cost_us` its predicted cost."""
-
-    op: str  # "replace" | "reshape" | "reduce" | "add" | "edge"
-    source: str = ""
-    target: str = ""
-    tensors: list[str] = []
-    cost_us: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransformPlan:
+    """A plan from one model to another: its steps, predicted cost and what it maps.
+
+    `feasible` False (with `reason`): no plan exists and `predicted_ms` is infinite.
+    """
+
     source_key: str
     dest_key: str
     steps: tuple[PlanStep, ...]
@@ -70,7 +64,14 @@ class TransformPlan:
 
 
 def infeasible(source: ModelStructure, dest: ModelStructure, reason: str) -> TransformPlan:
-    return TransformPlan(source.model_key, dest.model_key, (), float("inf"), False, reason)
+    return TransformPlan(
+        source_key=source.model_key,
+        dest_key=dest.model_key,
+        steps=(),
+        predicted_ms=float("inf"),
+        feasible=False,
+        reason=reason,
+    )
 
 
 def _changed_tensors(src: Op, dst: Op, same: SameTensor | None) -> tuple[list[str], int, int]:
@@ -111,22 +112,27 @@ def plan_transformation(
         if src is not None and src.same_shape(dst):
             names, mapped, kept = _changed_tensors(src, dst, same_tensor)
             cost = costs.us("replace", dst.kind, len(names), mapped)
-            step = PlanStep("replace", src.target, dst.target, names, cost)
+            step = PlanStep(
+                op="replace", source=src.target, target=dst.target, tensors=names, cost_us=cost
+            )
         elif src is not None and src.props is not None and dst.props is not None:
             names, mapped, kept = [t.name for t in dst.tensors], dst.nbytes, 0
             cost = costs.us("reshape", dst.kind, len(names), mapped)
-            step = PlanStep("reshape", src.target, dst.target, names, cost)
+            step = PlanStep(
+                op="reshape", source=src.target, target=dst.target, tensors=names, cost_us=cost
+            )
         elif dst.props is not None:
             if src is not None:  # matched but not reshapeable: remove it, create anew
                 groups[dst.kind].appendleft(src)
             names, mapped, kept = [t.name for t in dst.tensors], dst.nbytes, 0
             cost = costs.us("add", dst.kind, len(names), mapped)
-            step = PlanStep("add", "", dst.target, names, cost)
+            step = PlanStep(op="add", target=dst.target, tensors=names, cost_us=cost)
         else:
-            return infeasible(
-                source, dest, f"operation {dst.target!r} ({dst.short_kind}) has properties "
-                "that cannot be read: it can be neither reshaped nor created",
-            )  # fmt: skip
+            reason = (
+                f"operation {dst.target!r} ({dst.short_kind}) has properties that cannot be "
+                "read: it can be neither reshaped nor created"
+            )
+            return infeasible(source, dest, reason)
         steps.append(step)
         total_us += cost
         mapped_bytes += mapped
@@ -134,15 +140,19 @@ def plan_transformation(
     for group in groups.values():  # what no destination operation took
         for src in group:
             cost = costs.us("reduce", src.kind)
-            steps.append(PlanStep("reduce", src.target, "", [], cost))
+            steps.append(PlanStep(op="reduce", source=src.target, cost_us=cost))
             total_us += cost
     edge_us = costs.edge_us(len(dest.nodes))
-    steps.append(PlanStep("edge", "", "", [], edge_us))
+    steps.append(PlanStep(op="edge", cost_us=edge_us))
     total_us += edge_us
     return TransformPlan(
-        source.model_key, dest.model_key, tuple(steps), total_us / 1000.0, True, "",
-        mapped_bytes, kept_bytes,
-    )  # fmt: skip
+        source_key=source.model_key,
+        dest_key=dest.model_key,
+        steps=tuple(steps),
+        predicted_ms=total_us / 1000.0,
+        mapped_bytes=mapped_bytes,
+        kept_bytes=kept_bytes,
+    )
 
 
 def build_cost_ms(dest: ModelStructure, costs: MetaOpCosts) -> float:

@@ -1,12 +1,18 @@
 """Offline profiling of the meta-operators (Optimus §4.4, Module 1) into the profile database.
 
 For each operation type the zoo's models use, at three sizes, it times the real
-meta-operators of `transform.metaops` on tensors mapped from files on tmpfs (as the store
-maps them): Replace (map and assign the tensors), Reshape (change the properties from
-another size, then the tensors), Add (create the operation on the meta device, then the
-tensors), Reduce; and Edge over whole zoo graphs of 30 to 560 nodes. A least-squares fit
-per type gives `fixed_us + per_tensor_us × tensors + per_mib_us × MiB` (per node for Edge),
-stored in the `metaop_costs` table that the gateway reads (`load_costs`).
+meta-operators of `workers.metaops` on tensors mapped from files on tmpfs (as the store maps
+them):
+
+- Replace: map and assign the tensors;
+- Reshape: change the properties from another size, then the tensors;
+- Add: create the operation on the meta device, then the tensors;
+- Reduce;
+- Edge, over whole zoo graphs of 30 to 560 nodes.
+
+A least-squares fit per type gives `fixed_us + per_tensor_us × tensors + per_mib_us × MiB`
+(per node for Edge). It is stored in the `metaop_costs` table that the gateway reads
+(`load_costs`).
 
     python -m infless.transform.profile [--state-dir state] [--repetitions 7]
 
@@ -33,10 +39,10 @@ from infless.profiler.prediction import default_db_path
 from infless.transform.costdb import load_costs
 from infless.transform.costs import MetaOp, MetaOpCosts
 from infless.transform.describe import describe, describe_op
-from infless.transform.metaops import add, edge, reduce, replace, reshape
 from infless.transform.structure import Op
 from infless.weights.attach import map_tensor
 from infless.weights.stored import StoredTensor
+from infless.workers.metaops import add, edge, reduce, replace, reshape
 
 # (kind's constructor, three sizes of keyword arguments)
 _SHAPES: dict[type[nn.Module], tuple[dict[str, Any], ...]] = {
@@ -125,12 +131,19 @@ def profile_kind(
         both = ((count + len(other[0].tensors)) // 2, (nbytes + other[0].nbytes) // 2)
         samples += [
             ("add", _median_us(partial(_add, op, stored), repetitions), count, nbytes),
-            ("replace", _median_us(partial(_replace, module, op, stored), repetitions), count,
-             nbytes),
-            ("reshape", _median_us(partial(_there_and_back, module, ops[index], other),
-                                   repetitions) / 2, *both),
+            (
+                "replace",
+                _median_us(partial(_replace, module, op, stored), repetitions),
+                count,
+                nbytes,
+            ),
+            (
+                "reshape",
+                _median_us(partial(_there_and_back, module, ops[index], other), repetitions) / 2,
+                *both,
+            ),
             ("reduce", _median_us(partial(_reduce, module), repetitions), 0, 0),
-        ]  # fmt: skip
+        ]
     return samples
 
 

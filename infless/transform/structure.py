@@ -2,15 +2,20 @@
 
 Optimus §4.4 models a network as a graph whose nodes are operations and whose edges are data
 flows; a transformation edits one graph into another. Here an operation (`Op`) is a leaf
-module of the PyTorch model: its qualified name (`target`), its type (`kind`, the module's
-class path: Optimus's operation type), the constructor properties that give its shape
-(`props`: kernel size, channels, hidden size, heads...) and the tensors it holds. The graph is
-the model's `torch.fx` graph in a JSON form (`nodes`: what Edge rebuilds); planning only reads
-how many nodes it has.
+module of the PyTorch model. It has:
 
-Written by `infless.transform.describe` (build side, torch) as `ModelStructure.to_json`,
-read by the planner (gateway side) and the meta-operators (worker side). Pure: no I/O, no
-torch.
+- its qualified name (`target`);
+- its type (`kind`, the module's class path: Optimus's operation type);
+- the constructor properties that give its shape (`props`: kernel size, channels, hidden
+  size, heads...);
+- the tensors it holds.
+
+The graph is the model's `torch.fx` graph in a JSON form (`nodes`: what Edge rebuilds);
+planning only reads how many nodes it has.
+
+`infless.transform.describe` (build side, torch) writes it as `ModelStructure.to_json`. The
+planner (gateway side) and the meta-operators (worker side) read it: this is a record both
+sides share. Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
@@ -101,6 +106,11 @@ class ModelStructure:
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
+    @staticmethod
+    def untransformable(model_key: str, reason: str) -> ModelStructure:
+        """A model that cannot be rebuilt from its graph, and why."""
+        return ModelStructure(model_key=model_key, ops=(), transformable=False, reason=reason)
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -135,7 +145,12 @@ class ModelStructure:
                 kind=str(o["kind"]),
                 props=o["props"] if isinstance(o["props"], dict) else None,
                 tensors=tuple(
-                    OpTensor(str(t["name"]), tuple(t["shape"]), str(t["dtype"]), bool(t["buffer"]))
+                    OpTensor(
+                        name=str(t["name"]),
+                        shape=tuple(t["shape"]),
+                        dtype=str(t["dtype"]),
+                        buffer=bool(t["buffer"]),
+                    )
                     for t in o["tensors"]
                 ),
             )

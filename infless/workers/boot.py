@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from infless.cluster.memory import MemoryLimiter
-from infless.transform.choice import StartPath
-from infless.transform.planner import PlanStep
+from infless.transform.records import PlanStep, StartPath
 from infless.types import WorkerRuntime
 from infless.weights.gpu_tier import SharedModel
 from infless.weights.store import StoreError

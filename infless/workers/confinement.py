@@ -1,18 +1,20 @@
-"""The cgroups each worker process is put in by the gateway, before its model loads: its cores
-(cpuset and quota, else affinity: `cluster.cgroups`), its memory limit (`cluster.memory`)
-and, for a tenant's sandboxed worker, its task limit (`cluster.pids`).
+"""The cgroups the gateway puts each worker process in, before its model loads.
 
-`Confinements.confine(order, pid)` makes one group of each kind per worker process (named
-`<instance>-<pid>`: a replacement never meets its predecessor's groups). A function's
-`limits.memory` is strict — no memory controller means the start fails, never a worker
-without its limit — while the sandbox's defaults (`[isolation] memory_bytes`, `pids_max`)
-apply where the controllers exist (what they cannot enforce is reported by the isolation
-status, not here). A per-model template gets the sandbox's limits too (`confine_template`).
+They hold its cores (cpuset and quota, else affinity: `cluster.cgroups`), its memory limit
+(`cluster.memory`) and, for a tenant's sandboxed worker, its task limit (`cluster.pids`).
+
+`Confinements.confine(order, pid)` makes one group of each kind per worker process, named
+`<instance>-<pid>`: a replacement never meets its predecessor's groups. A function's
+`limits.memory` is strict: no memory controller means the start fails, never a worker
+without its limit. The sandbox's defaults (`[isolation] memory_bytes`, `pids_max`) apply
+where the controllers exist; what they cannot enforce is reported by the isolation status,
+not here. A per-model template gets the sandbox's limits too (`confine_template`).
+
 `stop` ends a retired worker with whatever its package left behind. `release` lets an
-instance's groups go: the worker moves out (a GPU worker returns to its
-standby pool), whatever else is still in its pids group — processes its package left
-behind — is killed, and the groups are removed. `death_cause` says when the kernel killed a
-worker for its memory limit. Gateway side: never imports torch.
+instance's groups go. The worker moves out (a GPU worker returns to its standby pool),
+whatever else is still in its pids group (processes its package left behind) is killed, and
+the groups are removed. `death_cause` says when the kernel killed a worker for its memory
+limit. Gateway side: never imports torch.
 """
 
 from __future__ import annotations

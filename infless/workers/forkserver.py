@@ -1,19 +1,19 @@
 """The fork-server loop shared by the zygote and the per-model templates (process side).
 
 A fork server owns one control socket (SOCK_SEQPACKET, one msgpack message per datagram; see
-`zygote_protocol`). It announces itself with `ZygoteReady`, then forks on request and reports
-every child's exit until the control socket reaches EOF:
+`zygote_protocol`). It announces itself with `ZygoteReady`. Then it forks on request and
+reports every child's exit, until the control socket reaches EOF. It takes two requests:
 
-- `Fork` + the worker's socket (+ the write end of its output pipe): the child makes that
-  pipe its stdout and stderr and serves one instance (`targets.serve(sock)`);
-- `ForkTemplate` + a control socket + a load socket (zygote only): the child becomes a
-  template: it loads one model single-threaded (`targets.prepare_template(load_sock)`, which
+- `Fork`, with the worker's socket and the write end of its output pipe. The child makes that
+  pipe its stdout and stderr and serves one instance (`targets.serve(sock)`).
+- `ForkTemplate`, with a control socket and a load socket (zygote only). The child becomes a
+  template. It loads one model single-threaded (`targets.prepare_template(load_sock)`, which
   answers `Ready` or `LoadFailed` on the load socket), freezes its heap, and runs this same
   loop on its own control socket. Instances forked from it share the model's built module,
-  attached weights and warm-up state copy-on-write instead of building their own.
+  attached weights and warm-up state copy-on-write, instead of building their own.
 
-Children reaped via SIGCHLD -> wakeup fd -> waitpid(WNOHANG). A server never holds a copy of
-a descriptor it handed to a child. Forking is only safe while the server runs one thread:
+Children are reaped via SIGCHLD, a wakeup fd and waitpid(WNOHANG). A server never holds a copy
+of a descriptor it handed to a child. Forking is only safe while the server runs one thread:
 `ZygoteReady.threads` tells the gateway.
 """
 

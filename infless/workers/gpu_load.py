@@ -3,20 +3,20 @@
 Worker side (imports torch). `build_on_device(request, runtime)` builds a package's model as
 the CPU path does (`workers.model`), then on the device:
 
-- "module" packages are built on `meta`; their weights are the GPU tier's device copy when
-  the request carries one (`gpu_weights`: opened by `weights.gpu_open`, attached with
-  `assign=True`, nothing copied), else the host weights (store or package) copied to the
-  device (a private copy). A variant's transform is applied on the device, its examples
-  there too (a trace or a compile of device tensors); `int8` (CPU kernels only) is
-  `TransformNotApplicable`.
-- program packages are loaded onto the device (TorchScript `map_location`, `torch.export`'s
+- A "module" package is built on `meta`. Its weights are the GPU tier's device copy when the
+  request carries one (`gpu_weights`, opened by `weights.gpu_open` and attached with
+  `assign=True`: nothing is copied). Otherwise the host weights (store or package) are copied
+  to the device, a private copy. A variant's transform is applied on the device, with its
+  examples there too (a trace or a compile of device tensors). `int8` has CPU kernels only,
+  so it is `TransformNotApplicable`.
+- A program package is loaded onto the device (TorchScript's `map_location`, `torch.export`'s
   device pass).
 
-`warm_up_on_device` times each warm-up batch size eagerly, captures a graph where the input
-shapes are fixed and the placement allows graphs, times its replay, and keeps it where the
-runtime says replay wins (`choose_paths`); a capture that fails is logged to stderr and that
-size stays eager. Timings are medians of the warm-up rounds, through the whole forward
-(staging in, compute, staging out), so both paths are measured alike.
+`warm_up_on_device` times each warm-up batch size eagerly. Where the input shapes are fixed
+and the placement allows graphs, it captures a graph and times its replay, and it keeps the
+graph where the runtime says replay wins (`choose_paths`). A capture that fails is logged to
+stderr, and that size stays eager. Timings are medians of the warm-up rounds, through the
+whole forward (staging in, compute, staging out), so both paths are measured alike.
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from infless.clock import perf_s
+from infless.models.programs import load_program
 from infless.workers import protocol as p
 from infless.workers.gpu_model import CapturedBatch, DeviceModel
 from infless.workers.gpu_runtime import DeviceRuntime
 from infless.workers.handling import Arrays
-from infless.workers.model import host_weights, load_program, read_package
+from infless.workers.model import host_weights, read_package
 
 if TYPE_CHECKING:
     import torch

@@ -1,18 +1,20 @@
 """A model served on a device: pinned staging buffers, CUDA graphs per batch size, pad and slice.
 
-Worker side (imports torch). `DeviceModel` is a `LoadedModel` whose `forward` (so also `run`
-and the handler path, `serve`) computes on its runtime's device (`gpu_runtime`):
+Worker side (imports torch). `DeviceModel` is a `LoadedModel` whose `forward` computes on its
+runtime's device (`gpu_runtime`); so do `run` and the handler path, `serve`. It computes in
+one of two ways:
 
-- eager: each input is copied into a pinned host buffer kept per (input, shape, dtype) and
-  reused (`HostBuffers`, a bounded LRU), sent with `.to(device, non_blocking=True)`; the
-  outputs come back into pinned buffers the same way; one synchronise per batch.
-- graphs (`capture_batch`, kept by the warm-up where replay measured faster): a batch of n
-  rows replays the graph of the smallest captured batch size >= n (`graph_size_for`). Its
-  rows are copied into the graph's static inputs and the rows after them are zeros; the
+- eager: each input is copied into a pinned host buffer, kept per (input, shape, dtype) and
+  reused (`HostBuffers`, a bounded LRU), then sent with `.to(device, non_blocking=True)`.
+  The outputs come back into pinned buffers the same way. One synchronise per batch.
+- graphs (`capture_batch`; the warm-up keeps those whose replay measured faster): a batch of
+  n rows replays the graph of the smallest captured batch size >= n (`graph_size_for`). Its
+  rows are copied into the graph's static inputs, and the rows after them are zeros; the
   outputs are sliced back to n rows. Padding is sound because rows never interact in
-  inference (no batch statistics: every module is in eval mode).
-Outputs are returned as arrays the caller owns (copies): staging buffers are reused by the
-next batch. Everything runs under `torch.inference_mode()`.
+  inference: every module is in eval mode, so there are no batch statistics.
+
+Outputs are returned as arrays the caller owns (copies), because the staging buffers are
+reused by the next batch. Everything runs under `torch.inference_mode()`.
 """
 
 from __future__ import annotations

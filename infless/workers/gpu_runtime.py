@@ -1,18 +1,20 @@
 """The device a GPU worker computes on, behind one small interface: real CUDA or the fake device.
 
-Worker side (imports torch; CUDA is touched only by `CudaRuntime`'s methods, never at import,
-so the zygote that imports this module stays CUDA-free). `DeviceRuntime` is everything the
-GPU worker's model, warm-up and lifecycle need from a device; `runtime_for(placement)` is the
-one place that tells CUDA from the fake device (`GpuPlacement.runtime`):
+Worker side (imports torch). CUDA is touched only inside `CudaRuntime`'s methods, never at
+import, so the zygote that imports this module stays CUDA-free. `DeviceRuntime` is
+everything the GPU worker's model, warm-up and lifecycle need from a device.
+`runtime_for(placement)` is the one place that tells CUDA from the fake device
+(`GpuPlacement.runtime`):
 
-- `CudaRuntime`: the worker's one visible device as `cuda:0` (`cuda_env`: the placement's
-  uuid in `CUDA_VISIBLE_DEVICES`, and under MPS the daemon's pipe and the instance's share),
-  pinned host buffers, `torch.cuda.CUDAGraph`, the caching allocator's counters.
-- `FakeRuntime` (`[gpu] fake_devices`, machines without a GPU): the CPU through the same code
-  path — no CUDA environment, no CUDA call; "pinned" buffers are plain tensors; a graph
-  records its static buffers at capture and replays by running the module eagerly into them,
-  so the capture, replay, pad and slice branches run in CI; memory counts the weights it was
-  given as a private copy.
+- `CudaRuntime`: the worker's one visible device, as `cuda:0`. `cuda_env` puts the
+  placement's uuid in `CUDA_VISIBLE_DEVICES` and, under MPS, the daemon's pipe and the
+  instance's share. It gives pinned host buffers, `torch.cuda.CUDAGraph` and the caching
+  allocator's counters.
+- `FakeRuntime` (`[gpu] fake_devices`, machines without a GPU): the CPU through the same
+  code path, with no CUDA environment and no CUDA call. Its "pinned" buffers are plain
+  tensors. A graph records its static buffers at capture and replays by running the module
+  eagerly into them, so the capture, replay, pad and slice branches run in CI. Its memory
+  counts the weights it was given as a private copy.
 
 The environment (`cuda_env`) is a pure function; `apply_env` writes it into a mapping.
 """

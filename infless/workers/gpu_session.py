@@ -1,20 +1,20 @@
 """A GPU worker's life on its device: standby, models loaded and unloaded, memory reported.
 
-Worker side (imports torch). One `GpuSession` per GPU worker process, made from the
-placement of its first message (`Standby`, or `LoadModel` with `gpu` on a fresh start);
+Worker side (imports torch). There is one `GpuSession` per GPU worker process, made from the
+placement of its first message (`Standby`, or `LoadModel` with `gpu` on a fresh start).
 `workers.main` runs the socket and asks the session for each step:
 
-- `standby()`: before CUDA is initialised here (else `DeviceAlreadyInitialised`: the
-  environment would not apply), set the placement's CUDA environment (`gpu_runtime.cuda_env`),
-  create the context and warm the math libraries; answer `StandbyReady`.
-- `enter(request)`: a `LoadModel` must name the standby's placement (else `PlacementMismatch`);
-  on a fresh start the standby steps run first.
-- `open_weights(request)`: the GPU tier's copy opened before the worker enters its
-  tenant's sandbox (which hides the tier's files); `build` / `warm_up`: the model on the
-  device (`gpu_load`), and `Ready.gpu`'s report.
-- `unload()`: drop the model, its graphs and buffers, give the allocator's cache back, and
-  forget the package (its environment variables, its `src/` on sys.path and the modules
-  imported from there: the next package may use the same module names); answer
+- `standby()`: sets the placement's CUDA environment (`gpu_runtime.cuda_env`), creates the
+  context and warms the math libraries, then answers `StandbyReady`. It must run before CUDA
+  is initialised here, else the environment would not apply (`DeviceAlreadyInitialised`).
+- `enter(request)`: a `LoadModel` must name the standby's placement (else
+  `PlacementMismatch`). On a fresh start the standby steps run first.
+- `open_weights(request)`: opens the GPU tier's copy. It runs before the worker enters its
+  tenant's sandbox, which hides the tier's files.
+- `build` and `warm_up`: the model on the device (`gpu_load`), and `Ready.gpu`'s report.
+- `unload()`: drops the model, its graphs and buffers, and gives the allocator's cache back.
+  It forgets the package too: its environment variables, its `src/` on sys.path and the
+  modules imported from there (the next package may use the same module names). It answers
   `StandbyReady` with `init_ms` 0.
 """
 

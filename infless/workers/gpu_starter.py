@@ -1,17 +1,23 @@
-"""`GpuStarter`: the outermost layer of this machine's starter chain — instances with a GPU
-share run on their GPU; every other start goes to the layers inside it.
+"""`GpuStarter`: the outermost layer of the starter chain. It runs instances that have a GPU
+share on their GPU and hands every other start to the layers inside it.
 
-A start of ⟨b, c, g > 0⟩ on device i: the weights are published to the host store (as for
-any instance), their device copy is opened from the GPU tier (TrIMS: one copy per model per
-GPU, shared by CUDA IPC; a tier that cannot hold it means a private copy, said in the
-instance's description), a warm CUDA worker for the device and share is taken from the
-standby pool (else one is started fresh: seconds), confined to the instance's cores and
-told to load the model with its placement and the tier's handle. Where the device runs an
-MPS daemon the worker is its client at g %; where it cannot (`GpuSharing.reason`), the
-device is time-sliced and every placement on it is the whole device (one standby class).
-A retired GPU instance's worker unloads its model and goes back to the standby pool (its
-kernels warm: the next start of that placement takes it). When the tier's holder dies, the
-instances that opened its copies are killed (their device mappings are gone): the pool
+A start of ⟨b, c, g > 0⟩ on device i goes in four steps:
+
+1. the weights are published to the host store, as for any instance;
+2. their device copy is opened from the GPU tier (TrIMS: one copy per model per GPU, shared
+   by CUDA IPC). A tier that cannot hold it means a private copy, and the instance's
+   description says so;
+3. a warm CUDA worker for the device and share is taken from the standby pool (else one is
+   started fresh, which takes seconds) and confined to the instance's cores;
+4. the worker is told to load the model with its placement and the tier's handle.
+
+Where the device runs an MPS daemon, the worker is its client at g %. Where it cannot
+(`GpuSharing.reason`), the device is time-sliced and every placement on it is the whole
+device (one standby class).
+
+A retired GPU instance's worker unloads its model and goes back to the standby pool, its
+kernels warm: the next start of that placement takes it. When the tier's holder dies, the
+instances that opened its copies are killed (their device mappings are gone) and the pool
 replaces them. `start` brings the sharing (MPS), the tier and the standby pool up; `close`
 takes them down. Gateway side: never imports torch.
 """
@@ -165,8 +171,7 @@ class GpuStarter(LayeredStarter):
             try:
                 await self.tier.start()
             except Exception as exc:  # the tier is an optimisation: private copies instead
-                log.warning("the GPU tier did not start (%s): weights are copied per instance",
-                            exc)  # fmt: skip
+                log.warning("the GPU tier did not start (%s): weights are copied per instance", exc)
                 self.tier_error = f"{type(exc).__name__}: {exc}"
                 self.tier = None
         self.standby.want(slot.placement(self._default_pct) for slot in self.slots.values())
@@ -198,7 +203,12 @@ class GpuStarter(LayeredStarter):
         ready = await processes.load(order, handle, request)
         start = msgspec.structs.replace(ready.start, spawn_ms=spawn_ms)
         self._instances[order.instance_id] = GpuInstance(
-            handle, slot, placement, path, weights, ready
+            handle=handle,
+            slot=slot,
+            placement=placement,
+            path=path,
+            weights=weights,
+            ready=ready,
         )
         history: History = [
             {
@@ -242,8 +252,9 @@ class GpuStarter(LayeredStarter):
         try:
             shared = await self.tier.open(order.instance_id, order.gpu_index, key, stored)
         except Exception as exc:  # full, or its holder restarting: a private copy instead
-            log.warning("instance %s: GPU tier: %s; its weights are a private copy",
-                        order.instance_id, exc)  # fmt: skip
+            log.warning(
+                "instance %s: GPU tier: %s; its weights are a private copy", order.instance_id, exc
+            )
             return None, f"private: {exc}"
         return shared, "tier"
 
@@ -268,7 +279,12 @@ class GpuStarter(LayeredStarter):
         standby_id = self.standby.next_id(known.placement)
         self._processes.relabel(worker_id, standby_id, "", standby_id)
         worker = StandbyWorker(
-            standby_id, handle, known.placement, ready, self._clock.now(), retiring.order.tenant
+            worker_id=standby_id,
+            handle=handle,
+            placement=known.placement,
+            ready=ready,
+            since_s=self._clock.now(),
+            tenant=retiring.order.tenant,
         )
         await self.standby.put(worker)
         return False  # nothing of the instance stays held: `release` frees it

@@ -166,8 +166,9 @@ class ProcessWorkerHandle:
         """Have a GPU worker drop its model and be a warm standby worker again."""
         return await self._until_standby(p.Unload(), timeout_s)
 
-    async def _until_standby(self, request: p.Standby | p.Unload, timeout_s: float
-                             ) -> p.StandbyReady:  # fmt: skip
+    async def _until_standby(
+        self, request: p.Standby | p.Unload, timeout_s: float
+    ) -> p.StandbyReady:
         reply = await self._control(request, timeout_s, "warm")
         if isinstance(reply, p.LoadFailed):
             raise WorkerStartFailed(reply.error)

@@ -1,11 +1,12 @@
 """Serving a batch of requests through a package's handler (see `infless.handlers`).
 
-Each request is preprocessed on its own (a `HandlerError` or any exception answers that
-request alone), the samples that made it are collated into one batch per input (variable
-dimensions zero-padded: a padded position is 0, so an attention mask marks it out), run with
-one forward, split back into rows, and each row is postprocessed on its own — or, for a
-request that asked for the model's outputs (the Open Inference Protocol), returned as
-tensors. Numpy only: the worker passes its torch forward in, tests a Python function.
+Each request is preprocessed on its own: a `HandlerError`, or any exception, answers that
+request alone. The samples that made it are collated into one batch per input. Variable
+dimensions are zero-padded (a padded position is 0, so an attention mask marks it out). The
+batch runs with one forward and is split back into rows. Each row is postprocessed on its
+own; a request that asked for the model's outputs (the Open Inference Protocol) gets them
+as tensors instead. Numpy only: the worker passes its torch forward in, tests a Python
+function.
 """
 
 from __future__ import annotations

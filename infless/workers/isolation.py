@@ -1,18 +1,22 @@
-"""A worker's runtime before its package loads: the function's environment variables, and its
-secrets as files under /var/openfaas/secrets in a mount namespace of the worker's own.
+"""A worker's secrets, as files under /var/openfaas/secrets in a mount namespace of its own.
 
-`enter_runtime(env, secrets, sandbox)` runs in the worker after the fork and before any model
-code; with a tenant's sandbox (`workers.sandbox`) the secrets are mounted inside it, owned by
-the tenant's uid.
-It sets `os.environ`; with secrets, it unshares the mount namespace (CLONE_NEWNS), makes
-every mount a slave of the host's (nothing mounted here propagates back), mounts a small
-tmpfs on the secrets directory, writes each secret as a 0400 file and remounts the tmpfs
-read-only. Every other process (the gateway, other functions' workers) keeps the host's
-namespace, where that directory stays empty. Any failure raises `IsolationError`: the worker
-then refuses to load rather than expose a secret another way.
-`python -m infless.workers.isolation` tries the same in a throwaway process; the gateway
-runs it once (`probe_secrets`) to learn whether this server can mount secrets at all.
-Both sides: ctypes and os only, never torch.
+`workers.runtime.enter_runtime` calls `mount_secrets` in the worker after the fork and before
+any model code. With a tenant's sandbox, `workers.sandbox` calls it instead, and the files
+are owned by the tenant's uid. In order, it:
+
+1. unshares the mount namespace (CLONE_NEWNS);
+2. makes every mount a slave of the host's, so nothing mounted here propagates back;
+3. mounts a small tmpfs on the secrets directory;
+4. writes each secret as a 0400 file;
+5. remounts the tmpfs read-only.
+
+Every other process (the gateway, other functions' workers) keeps the host's namespace,
+where that directory stays empty. Any failure raises `IsolationError`: the worker then
+refuses to load rather than expose a secret another way.
+
+`python -m infless.workers.isolation` tries the same in a throwaway process. The gateway runs
+it once (`probe_secrets`) to learn whether this server can mount secrets at all. Both sides:
+ctypes and os only, never torch.
 """
 
 from __future__ import annotations
@@ -23,10 +27,6 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from infless.workers.protocol import Sandbox
 
 SECRETS_DIR = Path("/var/openfaas/secrets")
 CLONE_NEWNS = 0x00020000
@@ -43,8 +43,12 @@ class IsolationError(RuntimeError):
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
-    ]  # fmt: skip
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     libc.unshare.argtypes = [ctypes.c_int]
     return libc
 
@@ -67,10 +71,12 @@ def mount_secrets(
     owner: tuple[int, int] | None = None,
     unshare: bool = True,
 ) -> None:
-    """Mount `secrets` as files under `target`, visible to this process (and its children)
-    only: a private mount namespace (`unshare` False: the caller made it), a tmpfs, 0400
-    files (owned by `owner`'s uid and gid: the tenant the worker will become), then
-    read-only."""
+    """Mount `secrets` as files under `target`, visible to this process and its children only.
+
+    The files sit on a tmpfs in a private mount namespace (`unshare` False: the caller made
+    it). Each is 0400, owned by `owner`'s uid and gid (the tenant the worker will become).
+    The tmpfs ends read-only.
+    """
     for name in secrets:
         if not name or "/" in name or name.startswith("."):
             raise IsolationError(f"secrets: {name!r} is not a valid secret file name")
@@ -103,29 +109,17 @@ def mount_secrets(
     _check(libc.mount(None, mount_point, None, remount, None), f"remounting {target} read-only")
 
 
-def enter_runtime(
-    env: Mapping[str, str], secrets: Mapping[str, bytes] | None, sandbox: Sandbox | None = None
-) -> None:
-    """The function's environment and secrets, then its tenant's sandbox (which mounts the
-    secrets itself, for the tenant's uid), before its package is imported."""
-    if sandbox is not None:
-        from infless.workers.sandbox import enter_sandbox
-
-        os.environ["HOME"] = "/tmp"  # noqa: S108 - the sandbox's scratch; the real home is veiled
-        enter_sandbox(sandbox, secrets)
-    elif secrets:
-        mount_secrets(secrets)
-    os.environ.update(env)
-
-
 async def probe_secrets(python: str = "", timeout_s: float = 30.0) -> str | None:
     """Whether a worker could mount secrets here: None if so, else why not (one sentence)."""
     try:
         process = await asyncio.create_subprocess_exec(
-            python or sys.executable, "-m", "infless.workers.isolation",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            python or sys.executable,
+            "-m",
+            "infless.workers.isolation",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        )
     except OSError as exc:
         return f"secrets: the probe could not start: {exc}"
     try:

@@ -1,24 +1,34 @@
 """The worker process: one instance of one function, serving batches over a socket.
 
-Worker side (imports torch). Lifecycle: receive `LoadModel` → set the function's environment,
-mount its secrets and enter its tenant's sandbox (`workers.isolation`, `workers.sandbox`:
-its own uid, no capabilities, a mount view without the gateway's state) → build the model
-(structure on the meta device, then weights: mapped from the shared store or read from the
-package) → time warm-up batches → `Ready`; then answer `RunBatch` / `Ping` until `Shutdown`
-or EOF on the socket (the gateway is gone). A node agent's worker is then told `ServeOn`: it serves
-the gateway over an authenticated TCP connection instead (`workers.tcp`). An idle worker
-may be told to `TransformModel`: it turns its model into another package's
-(`workers.transformer`) and answers `Ready` again.
-One batch at a time; torch threads = the instance's cores; malloc keeps freed memory for
-the next batch (`infless.profiler.allocator`), and the heap the warm-up leaves is trimmed
-once.
-A template process (`prepare_template`) loads a model once on one thread; instances forked
+Worker side (imports torch). Its life:
+
+1. it receives `LoadModel`;
+2. it sets the function's environment, mounts its secrets and enters its tenant's sandbox
+   (`workers.runtime`: its own uid, no capabilities, a mount view without the gateway's
+   state);
+3. it builds the model: structure on the meta device, then weights, mapped from the shared
+   store or read from the package;
+4. it times warm-up batches and answers `Ready`;
+5. it answers `RunBatch` and `Ping` until `Shutdown`, or EOF on the socket (the gateway is
+   gone).
+
+A node agent's worker is then told `ServeOn`: it serves the gateway over an authenticated
+TCP connection instead (`workers.tcp`). An idle worker may be told `TransformModel`: it turns
+its model into another package's (`workers.transformer`) and answers `Ready` again.
+
+It runs one batch at a time, with as many torch threads as the instance has cores. Malloc
+keeps freed memory for the next batch (`infless.profiler.allocator`); the heap the warm-up
+leaves is trimmed once.
+
+A template process (`prepare_template`) loads a model once, on one thread. Instances forked
 from it take that model as is (no build, no attach) and only time their own warm-up.
+
 A GPU worker (its first message `Standby`, or `LoadModel` with `gpu`) has a
-`gpu_session.GpuSession` do the device's steps: stand by (CUDA environment, context,
-libraries) and answer `StandbyReady`, load onto the device, `Unload` back to standby and
-await the next `LoadModel`; its `Pong` reports its device memory. A CPU worker never imports
-the GPU modules and never touches CUDA (the zygote it forks from must never initialise it).
+`gpu_session.GpuSession` do the device's steps. It stands by (CUDA environment, context,
+libraries) and answers `StandbyReady`; it loads onto the device; on `Unload` it goes back to
+standby and awaits the next `LoadModel`. Its `Pong` reports its device memory. A CPU worker
+never imports the GPU modules and never touches CUDA: the zygote it forks from must never
+initialise it.
 """
 
 from __future__ import annotations
@@ -43,8 +53,8 @@ from infless.clock import perf_s
 from infless.profiler.allocator import keep_freed_memory
 from infless.workers import protocol as p
 from infless.workers.channel import BlockingChannel
-from infless.workers.isolation import enter_runtime
 from infless.workers.model import LoadedModel, build_model
+from infless.workers.runtime import enter_runtime
 from infless.workers.tcp import accept_gateway, exit_with
 
 _Channel = BlockingChannel[p.ToWorker, p.FromWorker]
@@ -140,7 +150,7 @@ def _warm_up(model: LoadedModel, batch_sizes: list[int], rounds: int) -> dict[in
 
 
 def _transform(model: LoadedModel, request: p.TransformModel) -> tuple[LoadedModel, p.Ready]:
-    """Transform the served model into the package's (`transform.metaops`), then warm up."""
+    """Transform the served model into the package's (`workers.metaops`), then warm up."""
     import torch
 
     from infless.workers.transformer import transform_model

@@ -1,31 +1,31 @@
-"""The model a worker serves: built from its package (any format), run on tensors, and — for a
-package with a handler — on requests.
+"""The model a worker serves: built from its package (any format), run on tensors and requests.
 
-Worker side (imports torch, lazily). `build_model` puts the package's `src/` on sys.path,
-then builds: a "module" package on the meta device with its weights attached (mapped from
-the shared store, or read from the package), a "torchscript" package with `torch.jit.load`,
-an "export" package with `torch.export.load(...).module()`; and loads the handler when the
-manifest names one. A "module" package whose manifest names a `transform` (a model variant)
-gets it applied after its weights are attached (`workers.transforms`); on a program package
-any transform but "fp32" is `TransformNotApplicable`. `LoadedModel.run` serves a batch of
-tensors, `serve` a batch of requests (`workers.handling`), both through `forward`, which
-computes on the CPU; a GPU worker's `gpu_model.DeviceModel` overrides it (and `gpu_load`
-builds on the device from the same pieces: `read_package`, `host_weights`, `load_program`).
-Nothing here touches CUDA.
+Worker side (imports torch, lazily). `build_model` puts the package's `src/` on sys.path and
+loads the handler when the manifest names one. Then it builds the model by format:
+
+- "module": on the meta device, with its weights attached (mapped from the shared store, or
+  read from the package). A manifest that names a `transform` (a model variant) gets it
+  applied after the weights are attached (`workers.transforms`).
+- "torchscript": `torch.jit.load`; "export": `torch.export.load(...).module()`. On these
+  program packages any transform but "fp32" is `TransformNotApplicable`.
+
+`LoadedModel.run` serves a batch of tensors and `serve` a batch of requests
+(`workers.handling`). Both go through `forward`, which computes on the CPU. A GPU worker's
+`gpu_model.DeviceModel` overrides it, and `gpu_load` builds on the device from the same
+pieces: `read_package`, `host_weights` and `models.programs.load_program`. Nothing here
+touches CUDA.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from infless.clock import perf_s
+from infless.models.programs import add_source_path, load_program
 from infless.workers import protocol as p
 from infless.workers.handling import Arrays, load_handler, serve_requests
 
@@ -134,15 +134,6 @@ def signature_problem(dtype: str, shape: Sequence[int], spec: TensorSpec, rows: 
     return None
 
 
-def add_source_path(package_dir: Path) -> None:
-    """The package's own source (`src/`) is importable, ahead of anything installed."""
-    from infless.models.package import SOURCE_DIR
-
-    source = package_dir / SOURCE_DIR
-    if source.is_dir() and str(source) not in sys.path:
-        sys.path.insert(0, str(source))
-
-
 def build_model(request: p.LoadModel) -> tuple[LoadedModel, float]:
     """The package's model and handler; and when attaching the weights started."""
     from infless.models.loader import attach_weights, build_module
@@ -195,30 +186,3 @@ def host_weights(
     if request.private_weights:  # drop the file mapping: anonymous memory per worker
         state = {name: tensor.clone() for name, tensor in state.items()}
     return state
-
-
-def load_program(package_dir: Path, manifest: PackageManifest, device: str = "cpu") -> Any:
-    """A TorchScript file or a `torch.export` program on `device`, ready to call, in eval
-    mode."""
-    import torch
-
-    path = str(package_dir / manifest.program_file)
-    if manifest.format == "torchscript":
-        with torchscript_deprecated():
-            script = torch.jit.load(path, map_location=device)  # type: ignore[no-untyped-call]
-        return script.eval()
-    program = torch.export.load(path)
-    if device != "cpu":  # constants and device arguments in the graph move too, not just weights
-        from torch.export.passes import move_to_device_pass
-
-        program = move_to_device_pass(program, device)
-    return program.module()
-
-
-@contextlib.contextmanager
-def torchscript_deprecated() -> Iterator[None]:
-    """TorchScript is deprecated since torch 2.13 (in favour of torch.export) but still
-    served: its load/save warnings are not the caller's business."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r".*torch\.jit\..* is deprecated", DeprecationWarning)
-        yield

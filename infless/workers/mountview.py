@@ -1,26 +1,28 @@
 """What a sandboxed worker sees of the file system: a plan of mounts (pure), and applying it.
 
-In the worker's own mount namespace (`workers.sandbox` unshares it and makes every mount a
-slave of the host's, so nothing here propagates back):
+It all happens in the worker's own mount namespace. `workers.sandbox` unshares it and makes
+every mount a slave of the host's, so nothing here propagates back. The plan has three kinds
+of mount:
 
-- **veils** — an empty, read-only tmpfs over each hidden directory: the gateway's state
-  directory (`registry.sqlite`, `secrets/`, the model repository with every tenant's
-  packages) and the tensor store's root, so they do not exist for the worker; and over the
-  highest directory the tenant's uid could not traverse on the way to the Python runtime
-  (a home directory closed to others when the interpreter lives in it), so that the
-  runtime can be bound back below it;
-- **keeps** — directories bound back read-only at their own paths under a veil: the
-  tenant's packages, its store directory, the runtime (`sys.path`, the prefixes);
-- **scratch** — one size-limited, writable tmpfs (mode 1777) on /tmp, bound on /var/tmp
-  and /dev/shm too (one quota for all three): the only place a worker can write.
+- **veils**: an empty, read-only tmpfs over each hidden directory. These are the gateway's
+  state directory (`registry.sqlite`, `secrets/`, the model repository with every tenant's
+  packages) and the tensor store's root: they do not exist for the worker. One more veil
+  covers the highest directory the tenant's uid could not traverse on the way to the Python
+  runtime (a home directory closed to others, with the interpreter in it), so that the
+  runtime can be bound back below it.
+- **keeps**: directories bound back read-only at their own paths under a veil: the tenant's
+  packages, its store directory, the runtime (`sys.path`, the prefixes).
+- **scratch**: one size-limited, writable tmpfs (mode 1777) on /tmp, also bound on /var/tmp
+  and /dev/shm (one quota for all three). It is the only place a worker can write.
 
-Then every mount is made read-only (`mount_setattr(AT_RECURSIVE)`, else a remount per
-mount point), the scratch mounts writable again, and the worker's working directory `/`
-(a directory opened before the veils would otherwise stay reachable through it).
-`plan_view` orders the mounts by depth, so a keep inside a veil inside a keep works, and
-drops those that change nothing. `apply_view` runs as root in the worker; `MountError`
-when any step fails (the worker then refuses to load).
-Worker side, ctypes and os only; never torch.
+Then every mount is made read-only (`mount_setattr(AT_RECURSIVE)`, else a remount per mount
+point) and the scratch mounts writable again. The working directory becomes `/`: a directory
+opened before the veils would otherwise stay reachable through it.
+
+`plan_view` orders the mounts by depth, so a keep inside a veil inside a keep works. It drops
+mounts that change nothing. `apply_view` runs as root in the worker. Any step that fails
+raises `MountError`, and the worker then refuses to load. Worker side, ctypes and os only;
+never torch.
 """
 
 from __future__ import annotations
@@ -158,15 +160,24 @@ class _MountAttr(ctypes.Structure):
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
-    ]  # fmt: skip
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     return libc
 
 
 def _mount(
-    libc: ctypes.CDLL, source: bytes | None, target: Path, fstype: bytes | None, flags: int,
-    options: bytes | None, what: str,
-) -> None:  # fmt: skip
+    libc: ctypes.CDLL,
+    source: bytes | None,
+    target: Path,
+    fstype: bytes | None,
+    flags: int,
+    options: bytes | None,
+    what: str,
+) -> None:
     if libc.mount(source, bytes(target), fstype, flags, options) != 0:
         code = ctypes.get_errno()
         raise MountError(f"mount view: {what} {target} failed: {os.strerror(code)} (errno {code})")
@@ -194,8 +205,11 @@ def _mount_points() -> list[tuple[Path, int]]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         options = set(fields[5].split(","))
-        flags = sum(f for name, f in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV),
-                                      ("noexec", MS_NOEXEC)) if name in options)  # fmt: skip
+        flags = sum(
+            f
+            for name, f in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC))
+            if name in options
+        )
         path = fields[4].encode().decode("unicode_escape")  # \040 for a space
         points.append((Path(path), flags))
     return points
@@ -240,9 +254,12 @@ def apply_view(plan: Sequence[MountOp], scratch_bytes: int, shared: Sequence[Pat
 
 
 def _apply_one(
-    libc: ctypes.CDLL, op: MountOp, sources: dict[Path, int], scratch: list[Path],
+    libc: ctypes.CDLL,
+    op: MountOp,
+    sources: dict[Path, int],
+    scratch: list[Path],
     scratch_bytes: int,
-) -> None:  # fmt: skip
+) -> None:
     hardened = MS_NOSUID | MS_NODEV
     if op.kind == "keep":
         fd = sources.get(op.path)

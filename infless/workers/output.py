@@ -2,10 +2,10 @@
 
 Launchers give each worker its own pipe for fds 1 and 2 and hand back the read end
 (`LaunchedWorker.output`). `OutputPumps.start(fd, function, instance)` reads it without
-blocking (an asyncio read pipe, fed as data arrives), splits the bytes into lines, cuts a
-line longer than `MAX_LINE_BYTES` (the rest of that line is dropped and the cut marked) and
-hands each non-empty line to the sink with the function and instance it came from. A worker
-that exits closes its end (with any children it started): the pump then ends by itself.
+blocking (an asyncio read pipe, fed as data arrives) and splits the bytes into lines. A line
+longer than `MAX_LINE_BYTES` is cut: the rest of it is dropped and the cut marked. Each
+non-empty line goes to the sink with the function and instance it came from. A worker that
+exits closes its end (with any children it started), and the pump then ends by itself.
 Gateway side: never imports torch.
 """
 

@@ -1,20 +1,26 @@
 """Dropping a worker's privileges for good: a tenant's uid and gid, no capabilities, no way back.
 
-`drop_privileges(uid, gid, dumpable=True)` runs in a worker (root until then) after its
-mount namespace is built and before any code of its package is imported. In order: empty
-the capability bounding set (`PR_CAPBSET_DROP`, which needs CAP_SETPCAP: before the uid
-changes), clear the ambient set, `setgroups([])`, `setresgid(gid)`, `setresuid(uid)` (glibc
-applies both to every thread; the kernel then clears the permitted and effective sets),
-`capset` to zero all the same, `PR_SET_NO_NEW_PRIVS` (no setuid binary or file capability
-gives anything back), and `PR_SET_DUMPABLE` as asked: the uid change made the process
-non-dumpable, which would also hide its /proc entries from its own tenant's tools; with
-distinct uids another tenant can neither ptrace nor signal it either way, and a worker that
-holds secrets stays non-dumpable so that a sibling function of the same tenant cannot read
-them through ptrace or /proc/PID/root. It then reads /proc/self/status back and raises
-`PrivilegeError` unless every capability set is empty, the uids and gids are the tenant's
-and no_new_privs is on. Per-thread attributes (bounding set, no_new_privs) reach the
-calling thread and the threads it starts later; a GPU worker's driver threads, started
-before, keep a bounding set but, like every thread, no capability.
+`drop_privileges(uid, gid, dumpable=True)` runs in a worker, as root, after its mount
+namespace is built and before any code of its package is imported. In order, it:
+
+1. empties the capability bounding set (`PR_CAPBSET_DROP`; it needs CAP_SETPCAP, so it comes
+   before the uid changes) and clears the ambient set;
+2. calls `setgroups([])`, `setresgid(gid)` and `setresuid(uid)`. Glibc applies them to every
+   thread, and the kernel then clears the permitted and effective sets;
+3. calls `capset` to zero them all the same;
+4. sets `PR_SET_NO_NEW_PRIVS`: no setuid binary or file capability gives anything back;
+5. sets `PR_SET_DUMPABLE` as asked. The uid change made the process non-dumpable, which would
+   also hide its /proc entries from its own tenant's tools. With distinct uids, another
+   tenant can neither ptrace nor signal it either way. A worker that holds secrets stays
+   non-dumpable, so a sibling function of the same tenant cannot read them through ptrace or
+   /proc/PID/root.
+
+It then reads /proc/self/status back. It raises `PrivilegeError` unless every capability set
+is empty, the uids and gids are the tenant's and no_new_privs is on.
+
+Per-thread attributes (bounding set, no_new_privs) reach the calling thread and the threads
+it starts later. A GPU worker's driver threads, started before, keep a bounding set but, like
+every thread, no capability.
 
 Both sides import it (the gateway's probe runs it in a child): ctypes and os only, never torch.
 """
@@ -53,8 +59,13 @@ class _CapData(ctypes.Structure):
 
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]  # fmt: skip
+    libc.prctl.argtypes = [
+        ctypes.c_int,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
     libc.capset.argtypes = [ctypes.POINTER(_CapHeader), ctypes.POINTER(_CapData)]
     return libc
 

@@ -2,8 +2,12 @@
 
 Frames are a 4-byte big-endian length followed by one msgpack-encoded message. Tensors
 travel as raw bytes with dtype and shape, never as nested lists; no pickle anywhere.
-This module is shared by both sides: it must not import torch or numpy. `LoadModel`
-carries the store's `weights.stored.StoredTensor` entries as they are.
+
+This module is shared by both sides: it must not import torch, numpy or any policy. Some
+messages carry plain records of lower layers as they are: the store's
+`weights.stored.StoredTensor`, the GPU tier's `SharedModel` (`weights.gpu_tier`) and a
+transformation plan's `transform.records.PlanStep`. The contract "The wire protocol is plain
+records" in pyproject.toml holds it to that.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from infless.transform.planner import PlanStep
+from infless.transform.records import PlanStep
 from infless.weights.gpu_tier import SharedModel
 from infless.weights.stored import StoredTensor
 
@@ -34,12 +38,12 @@ class GpuPlacement(msgspec.Struct, frozen=True):
     """Where and how a GPU worker computes (`Standby`, `LoadModel.gpu`).
 
     The worker sets its CUDA environment from this before CUDA is initialised in it (it was
-    forked from a zygote that never initialised CUDA, or started fresh): only `uuid` is
-    visible (`CUDA_VISIBLE_DEVICES`, so the worker computes on `cuda:0`), and under MPS it
-    is the client of the device's daemon (`CUDA_MPS_PIPE_DIRECTORY = mps_pipe_dir`) with
-    `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = gpu_pct`; `mps_pipe_dir` None: time-sliced.
-    `runtime` "fake": no CUDA at all, the fake device of `[gpu] fake_devices` (computes on
-    the CPU through the same code path; machines without a GPU).
+    forked from a zygote that never initialised CUDA, or started fresh). Only `uuid` is
+    visible (`CUDA_VISIBLE_DEVICES`), so the worker computes on `cuda:0`. Under MPS it is
+    the client of the device's daemon (`CUDA_MPS_PIPE_DIRECTORY = mps_pipe_dir`) with
+    `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = gpu_pct`; `mps_pipe_dir` None means time-sliced.
+    `runtime` "fake" means no CUDA at all: the fake device of `[gpu] fake_devices`, which
+    computes on the CPU through the same code path (machines without a GPU).
     """
 
     runtime: Literal["cuda", "fake"]
@@ -83,13 +87,17 @@ class GpuReport(msgspec.Struct, frozen=True):
 
 
 class Sandbox(msgspec.Struct, frozen=True):
-    """How a worker is confined before its package's code runs (`workers.sandbox`): its
-    tenant's unprivileged `uid`/`gid`; a mount namespace where `hide` (the gateway's state,
-    the store's root, the model repository) does not exist except `keep` (its tenant's
-    packages and store directory), bound back read-only; one writable tmpfs of
-    `scratch_bytes` on the `scratch` directories; every other mount read-only except the
-    host's `shared` directories (a GPU worker's /dev/shm); an empty network namespace
-    unless `host_network`."""
+    """How a worker is confined before its package's code runs (`workers.sandbox`).
+
+    - its tenant's unprivileged `uid`/`gid`;
+    - a mount namespace where `hide` (the gateway's state, the store's root, the model
+      repository) does not exist, except `keep` (its tenant's packages and store
+      directory), bound back read-only;
+    - one writable tmpfs of `scratch_bytes` on the `scratch` directories;
+    - every other mount read-only, except the host's `shared` directories (a GPU worker's
+      /dev/shm);
+    - an empty network namespace, unless `host_network`.
+    """
 
     uid: int
     gid: int
@@ -264,13 +272,27 @@ class Listening(msgspec.Struct, tag="listening", frozen=True):
 
 
 ToWorker = (
-    LoadModel | TransformModel | RunBatch | RunRequests | Ping | Shutdown | ServeOn | Hello
-    | Standby | Unload
-)  # fmt: skip
+    LoadModel
+    | TransformModel
+    | RunBatch
+    | RunRequests
+    | Ping
+    | Shutdown
+    | ServeOn
+    | Hello
+    | Standby
+    | Unload
+)
 FromWorker = (
-    Ready | LoadFailed | BatchResult | RequestsResult | BatchFailed | Pong | Listening
+    Ready
+    | LoadFailed
+    | BatchResult
+    | RequestsResult
+    | BatchFailed
+    | Pong
+    | Listening
     | StandbyReady
-)  # fmt: skip
+)
 Message = ToWorker | FromWorker
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,13 +1,16 @@
-"""Run records: a PID file for every process a gateway starts through its fork servers (the
-zygote, templates, workers), so that the next gateway on the same state directory finds
-and stops the ones a crash left behind — by recorded pid and start time, never by name.
+"""Run records: a PID file for every process a gateway starts through its fork servers.
 
-One file per process, `<directory>/<pid>`, holding `<start ticks> <role> <label>`. The
-start time (field 22 of /proc/PID/stat, clock ticks since boot) tells a recorded process
-from a later one that reuses its pid. A record is written when the process is forked and
-removed when its exit is reported (the fork server's `ChildExited`, the zygote's wait); a
-process whose parent died unreported keeps its record, which the next `reap` settles.
-`reap` must run only by the holder of the state directory's lock (`infless.statedir`): it
+Those processes are the zygote, the templates and the workers. The next gateway on the same
+state directory finds the ones a crash left behind and stops them: by recorded pid and start
+time, never by name.
+
+There is one file per process, `<directory>/<pid>`, holding `<start ticks> <role> <label>`.
+The start time (field 22 of /proc/PID/stat, clock ticks since boot) tells a recorded process
+from a later one that reuses its pid. A record is written when the process is forked. It is
+removed when its exit is reported (the fork server's `ChildExited`, the zygote's wait). A
+process whose parent died unreported keeps its record, and the next `reap` settles it.
+
+`reap` must run only by the holder of the state directory's lock (`infless.statedir`). It
 SIGKILLs every recorded process that still runs with its recorded start time, and removes
 every record.
 

@@ -1,20 +1,25 @@
 """Entering a tenant's sandbox in a worker, and the probe that tells the gateway it can.
 
-`enter_sandbox(sandbox, secrets)` runs in the worker (root until then, in the cgroups the
-gateway put it in) after it received `LoadModel` and before any code of the package is
-imported. In order: a mount namespace of its own — and, unless `host_network`, an empty
-network namespace (no route to the gateway's HTTP port, to other tenants' services or
-out) — with every mount a slave of the host's; the function's secrets on a tmpfs owned by
-the tenant (`workers.isolation`); the mount view (`workers.mountview`: the gateway's state
-hidden, the tenant's packages and store directory bound back read-only, a size-limited
-scratch, everything else read-only); then the tenant's uid and gid with no capabilities
-and no_new_privs (`workers.privileges`). A worker that already entered a sandbox (forked
-from its model's template, or a GPU worker loading its next model) checks that it is the
-same tenant's and does nothing more; it cannot mount secrets any more. Any failure raises
-`SandboxError`: the worker answers `LoadFailed` and never runs the package unconfined.
+`enter_sandbox(sandbox, secrets)` runs in the worker after it received `LoadModel` and before
+any code of the package is imported. The worker is root until then, in the cgroups the
+gateway put it in. In order, it enters:
+
+1. a mount namespace of its own, with every mount a slave of the host's; and, unless
+   `host_network`, an empty network namespace (no route to the gateway's HTTP port, to other
+   tenants' services or out);
+2. the function's secrets, on a tmpfs owned by the tenant (`workers.isolation`);
+3. the mount view (`workers.mountview`): the gateway's state hidden, the tenant's packages
+   and store directory bound back read-only, a size-limited scratch, everything else
+   read-only;
+4. the tenant's uid and gid, with no capabilities and no_new_privs (`workers.privileges`).
+
+A worker that already entered a sandbox (forked from its model's template, or a GPU worker
+loading its next model) only checks that it is the same tenant's; it cannot mount secrets any
+more. Any failure raises `SandboxError`: the worker answers `LoadFailed` and never runs the
+package unconfined.
 
 `python -m infless.workers.sandbox UID GID` enters a sandbox in a throwaway process and
-prints what it managed as one JSON line; the gateway runs it once at start-up
+prints what it managed as one JSON line. The gateway runs it once at start-up
 (`probe_sandbox`) to learn what this host can enforce. Both sides: ctypes and os only.
 """
 
@@ -64,13 +69,19 @@ def entered() -> Sandbox | None:
 def _namespaces(host_network: bool) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [
-        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
-    ]  # fmt: skip
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     flags = CLONE_NEWNS | (0 if host_network else CLONE_NEWNET)
     if libc.unshare(flags) != 0:
         code = ctypes.get_errno()
-        raise SandboxError(f"sandbox: unshare of the mount/network namespaces failed: "
-                           f"{os.strerror(code)} (errno {code})")  # fmt: skip
+        raise SandboxError(
+            f"sandbox: unshare of the mount/network namespaces failed: "
+            f"{os.strerror(code)} (errno {code})"
+        )
     if libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
         code = ctypes.get_errno()
         raise SandboxError(f"sandbox: making / a slave mount failed: {os.strerror(code)}")
@@ -125,8 +136,13 @@ class ProbeReport(msgspec.Struct, frozen=True):
 
 
 def _probe(uid: int, gid: int, hidden: str) -> ProbeReport:
-    sandbox = Sandbox(uid, gid, hide=[hidden] if hidden else [], scratch=list(DEFAULT_SCRATCH),
-                      scratch_bytes=1 << 20)  # fmt: skip
+    sandbox = Sandbox(
+        uid,
+        gid,
+        hide=[hidden] if hidden else [],
+        scratch=list(DEFAULT_SCRATCH),
+        scratch_bytes=1 << 20,
+    )
     try:
         enter_sandbox(sandbox)
     except SandboxError as exc:
@@ -142,7 +158,13 @@ def _probe(uid: int, gid: int, hidden: str) -> ProbeReport:
         scratch = True
     except OSError:
         scratch = False
-    return ProbeReport("", os.getuid(), readable, _gone(hidden), read_only, scratch)
+    return ProbeReport(
+        uid=os.getuid(),
+        runtime_readable=readable,
+        hidden=_gone(hidden),
+        read_only=read_only,
+        scratch_writable=scratch,
+    )
 
 
 def _runtime_readable() -> bool:
@@ -175,10 +197,16 @@ async def probe_sandbox(
     """Run the probe in a child process (`python -m infless.workers.sandbox`)."""
     try:
         process = await asyncio.create_subprocess_exec(
-            python or sys.executable, "-m", "infless.workers.sandbox", str(uid), str(gid),
-            str(hidden), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            python or sys.executable,
+            "-m",
+            "infless.workers.sandbox",
+            str(uid),
+            str(gid),
+            str(hidden),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        )
     except OSError as exc:
         return ProbeReport(error=f"sandbox: the probe could not start: {exc}")
     try:

@@ -1,16 +1,20 @@
 """Warm CUDA workers kept ready per GPU and share: the standby pool of the GPU starter.
 
 CUDA cannot be forked once initialised, and a fresh process needs seconds to its first GPU
-answer (torch import, CUDA context, libraries). So the pool keeps, for every placement it is
-asked to keep (a device, a share, whether under MPS), up to `per_placement` worker processes
-that have done all of that already (`Standby` → `StandbyReady`) and wait for a model. A start
-`take`s one (or gets None and starts fresh); the pool refills behind it. A worker whose
-instance is retired comes back after `Unload` (`put`: kept while its placement and tenant
-are short of workers, else stopped) — for its own tenant only: unloading a model does not
-undo everything a package may have done to its process, so a reused worker never serves
-another tenant (a fresh one serves anyone). A standby worker that dies is forgotten and
-replaced.
-`to_launch` is the pure decision; `StandbyPool` the shell. Gateway side: never imports torch.
+answer (torch import, CUDA context, libraries). So the pool keeps worker processes that have
+done all of that already (`Standby`, then `StandbyReady`) and wait for a model. It keeps up to
+`per_placement` of them for every placement it is asked to keep (a device, a share, whether
+under MPS).
+
+A start `take`s one, or gets None and starts fresh; the pool refills behind it. A worker
+whose instance is retired comes back after `Unload` (`put`). It is kept while its placement
+and tenant are short of workers, else stopped. It serves its own tenant only: unloading a
+model does not undo everything a package may have done to its process, so a reused worker
+never serves another tenant (a fresh one serves anyone). A standby worker that dies is
+forgotten and replaced.
+
+`to_launch` is the pure decision; `StandbyPool` is the shell. Gateway side: never imports
+torch.
 """
 
 from __future__ import annotations
@@ -121,8 +125,12 @@ class StandbyPool:
         try:
             worker = await self.start(worker_id, placement)
         except Exception as exc:  # reported, not retried at once: the next take refills
-            log.warning("standby worker for GPU %d at %d%% failed: %s",
-                        placement.index, placement.gpu_pct, exc)  # fmt: skip
+            log.warning(
+                "standby worker for GPU %d at %d%% failed: %s",
+                placement.index,
+                placement.gpu_pct,
+                exc,
+            )
             self.failures = [*self.failures[-4:], f"{type(exc).__name__}: {exc}"]
             return
         finally:

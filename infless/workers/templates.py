@@ -1,21 +1,23 @@
 """Per-model templates: instances of a stored model forked from a process that already holds it.
 
-A zygote-forked worker builds its model, attaches the stored weights and warms up on its own,
-and each of those steps leaves private pages (Python objects, allocator state, torch/oneDNN
+A zygote-forked worker builds its model, attaches the stored weights and warms up on its own.
+Each of those steps leaves private pages (Python objects, allocator state, torch/oneDNN
 caches): ~20 MiB per resnet-50 worker. A template does those steps once, single-threaded,
-then serves forks; its instances share those pages copy-on-write and only time their own
-warm-up on their own cores.
+then serves forks. Its instances share those pages copy-on-write and only time their own
+warm-up, on their own cores.
 
-One template per (tenant, package, stored tensors and their files, environment variables):
-a template loads its model with the function's `envVars` set, as an instance would. A
-store file published again (deleted or truncated under the template, then re-published by
-a start: a new inode) is a new key, so no instance is forked from a template that maps the
-old file. Functions with secrets
-have no template (each of their workers mounts its own). It is started beside the model's second
-instance (a single instance would only pay for it); that instance does not wait for it and
-forks from the zygote, instances asked for while it starts wait for it (a burst of scale-out
-shares it), later ones fork from it at once. It holds the model's store tensors like an
-instance and is closed with the model's last instance (a cold function keeps no template).
+There is one template per (tenant, package, stored tensors and their files, environment
+variables): a template loads its model with the function's `envVars` set, as an instance
+would. A store file published again (deleted or truncated under the template, then
+re-published by a start: a new inode) is a new key, so no instance is forked from a template
+that maps the old file. Functions with secrets have no template: each of their workers
+mounts its own.
+
+A template is started beside the model's second instance (a single instance would only pay
+for it). That instance does not wait for it and forks from the zygote. Instances asked for
+while it starts wait for it, so a burst of scale-out shares it; later ones fork from it at
+once. It holds the model's store tensors like an instance and is closed with the model's
+last instance: a cold function keeps no template.
 
 Gateway side, never imports torch: `TemplateCache` (used by `InstanceBooter`) starts
 templates through the `ZygoteLauncher` and launches instances from them.

@@ -1,10 +1,10 @@
 """In the worker: turn the model it serves into another package's (Optimus's online execution).
 
-`transform_model` checks that both models are plain "module" packages, maps the tensors
-the plan's steps name from the store (read-only, zero-copy, as `attach` does), runs the
-plan's meta-operators (`transform.metaops.execute_plan`) on the served module and returns
-the destination's `LoadedModel` with the milliseconds each kind of meta-operator took.
-Worker side (imports torch).
+`transform_model` checks that both models are plain "module" packages. It maps the tensors
+the plan's steps name from the store (read-only, zero-copy, as `attach` does). It runs the
+plan's meta-operators (`workers.metaops.execute_plan`) on the served module. It returns the
+destination's `LoadedModel` and the milliseconds each kind of meta-operator took. Worker
+side (imports torch).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infless.transform.metaops import TransformFailed, execute_plan
+from infless.models.programs import add_source_path
 from infless.transform.structure import ModelStructure
 from infless.weights.attach import ensure_descriptor_headroom, map_tensor
 from infless.workers.handling import load_handler
-from infless.workers.model import LoadedModel, add_source_path
+from infless.workers.metaops import TransformFailed, execute_plan
+from infless.workers.model import LoadedModel
 
 if TYPE_CHECKING:
     import torch

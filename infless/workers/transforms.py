@@ -1,23 +1,24 @@
 """A model variant's transform, applied in the worker after the weights are attached.
 
 Worker side (imports torch). `apply_transform(module, transform, manifest)` returns a module
-callable like the original: the same positional input tensors in the signature's dtypes,
-the same outputs (a tensor, a tuple/list or a dict), floating outputs in the signature's
-dtypes. The transforms (`PackageManifest.transform`):
+callable like the original. It takes the same positional input tensors, in the signature's
+dtypes. It gives the same outputs (a tensor, a tuple/list or a dict), floating outputs in
+the signature's dtypes. The transforms (`PackageManifest.transform`):
 
-- `bf16`: weights in bfloat16; floating inputs cast to bfloat16 on the way in (integer
-  inputs such as token ids untouched), floating outputs back to the signature's dtype.
+- `bf16`: weights in bfloat16. Floating inputs are cast to bfloat16 on the way in (integer
+  inputs such as token ids are untouched); floating outputs go back to the signature's dtype.
 - `int8`: dynamic quantisation of the Linear/LSTM/GRU layers
-  (`torch.ao.quantization.quantize_dynamic`, qint8 weights, activations quantised per batch).
+  (`torch.ao.quantization.quantize_dynamic`: qint8 weights, activations quantised per batch).
 - `channels-last`: 4-D weights and the 4-D floating inputs (batch + 3 dims) in NHWC order.
-- `torchscript`: `torch.jit.trace` on an example batch of 2, then `torch.jit.freeze`; checked
-  at batches 1 and 3 against the eager module (a trace that baked its batch size in fails).
-- `compile`: `torch.compile(dynamic=True)` (inductor), compiled here on example batches of 2
-  and 1 (one graph for batches above 1, one specialised for 1), so its load pays for it.
+- `torchscript`: `torch.jit.trace` on an example batch of 2, then `torch.jit.freeze`. It is
+  checked at batches 1 and 3 against the eager module, so a trace that baked its batch size
+  in fails.
+- `compile`: `torch.compile(dynamic=True)` (inductor). It is compiled here on example batches
+  of 2 and 1 (one graph for batches above 1, one specialised for 1), so its load pays for it.
 
-A transform that does not fit the model (int8 without such a layer, channels-last without
-an image-like input, anything on a TorchScript or exported program) raises
-`TransformNotApplicable`; anything else that goes wrong raises what it raised.
+A transform that does not fit the model raises `TransformNotApplicable`: int8 without such a
+layer, channels-last without an image-like input, anything on a TorchScript or exported
+program. Anything else that goes wrong raises what it raised.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 from torch.jit._trace import TracerWarning
 
 from infless.models.package import NO_TRANSFORM
+from infless.models.programs import torchscript_deprecated
 
 if TYPE_CHECKING:
     from infless.models.package import PackageManifest
@@ -167,8 +169,6 @@ def _channels_last(module: nn.Module, manifest: PackageManifest) -> nn.Module:
 
 
 def _traced(module: nn.Module, examples: ExampleInputs) -> nn.Module:
-    from infless.workers.model import torchscript_deprecated
-
     with torchscript_deprecated(), warnings.catch_warnings(), torch.no_grad():
         # "might not generalize to other inputs": the batches below check that it does
         warnings.simplefilter("ignore", TracerWarning)

@@ -1,17 +1,18 @@
 """The zygote: a pre-started process with torch imported and no model loaded, forking workers.
 
-Gateway side, `ZygoteLauncher` (a `WorkerLauncher`; never imports torch): starts the zygote
-once per server (`python -m infless.workers.zygote`); per instance, sends the worker's end of
-a fresh socketpair (and the write end of its output pipe) over the control socket
-(SOCK_SEQPACKET + SCM_RIGHTS); the zygote forks a child running
-`infless.workers.main.serve(sock)` and replies with its pid. It also forks
-per-model templates on request (`fork_template`; see `infless.workers.templates`).
-Zygote side, `zygote_main`: imports the preload modules (and calls `module:function` entries:
-the zoo builds its architectures on `meta` once) but runs no CPU torch op and starts no
-thread before forking (OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from starting at
-import; `torch.set_num_threads(1)` runs only in children), then runs the fork-server loop
-(`infless.workers.forkserver`). It dies with the gateway (PR_SET_PDEATHSIG and EOF on the
-control socket). Children end on EOF of their own gateway socket.
+Gateway side: `ZygoteLauncher`, a `WorkerLauncher` that never imports torch. It starts the
+zygote once per server (`python -m infless.workers.zygote`). For each instance it sends the
+worker's end of a fresh socketpair, and the write end of its output pipe, over the control
+socket (SOCK_SEQPACKET + SCM_RIGHTS). The zygote forks a child that runs
+`infless.workers.main.serve(sock)` and replies with its pid. It also forks per-model
+templates on request (`fork_template`; see `infless.workers.templates`).
+
+Zygote side: `zygote_main` imports the preload modules. It calls the `module:function`
+entries too: the zoo builds its architectures on `meta` once. It runs no CPU torch op and
+starts no thread before forking: OPENBLAS_NUM_THREADS=1 keeps numpy's OpenBLAS pool from
+starting at import, and `torch.set_num_threads(1)` runs only in children. Then it runs the
+fork-server loop (`infless.workers.forkserver`). It dies with the gateway (PR_SET_PDEATHSIG,
+and EOF on the control socket). Children end on EOF of their own gateway socket.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ __all__ = ["DEFAULT_PRELOAD", "ZygoteError", "ZygoteLauncher", "zygote_main"]
 DEFAULT_TARGET = "infless.workers.main:serve"
 DEFAULT_TEMPLATE_PREPARE = "infless.workers.main:prepare_template"
 _RUNTIME = (
-    "infless.workers.main", "infless.models.loader", "infless.weights.attach",
+    "infless.workers.main",
+    "infless.models.loader",
+    "infless.weights.attach",
     "infless.workers.transformer",  # an idle worker may be told to transform its model
-)  # fmt: skip
+)
 _PRIME = "infless.models.loader:prime_builders"  # `module:function` entries are called
 DEFAULT_PRELOAD = ("numpy", "torch", "safetensors", *_RUNTIME, _PRIME)
 _PR_SET_PDEATHSIG = 1
@@ -151,12 +154,23 @@ class ZygoteLauncher:
         try:
             fd = theirs.fileno()
             self._process = await asyncio.create_subprocess_exec(
-                self._python, "-m", "infless.workers.zygote", "--control-fd", str(fd),
-                "--parent-pid", str(os.getpid()), "--target", self._target,
-                "--template-prepare", self._template_prepare,
-                "--preload", ",".join(self._preload),
-                pass_fds=(fd,), env=env, stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+                self._python,
+                "-m",
+                "infless.workers.zygote",
+                "--control-fd",
+                str(fd),
+                "--parent-pid",
+                str(os.getpid()),
+                "--target",
+                self._target,
+                "--template-prepare",
+                self._template_prepare,
+                "--preload",
+                ",".join(self._preload),
+                pass_fds=(fd,),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
         except BaseException:
             ours.close()
             raise

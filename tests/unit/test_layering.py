@@ -76,6 +76,22 @@ PLANTED = {
         "import infless.offline  # planted",
         "The running server never imports the offline tools",
     ),
+    "infless/workers/transformer.py": (
+        "import infless.transform.choice  # planted",
+        "Workers execute transformation plans, never make them",
+    ),
+    "infless/workers/protocol.py": (
+        "import infless.transform.planner  # planted",
+        "The wire protocol is plain records: no numpy, torch or policy",
+    ),
+    "infless/packaging/verify.py": (
+        "import infless.workers.model  # planted",
+        "Packaging and models sit beneath the workers, never above",
+    ),
+    "infless/workers/transforms.py": (
+        "import infless.workers.model  # planted",
+        "No import cycles in workers, transform, packaging or models",
+    ),
 }
 
 

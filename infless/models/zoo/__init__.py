@@ -17,9 +17,15 @@ from infless.models.zoo.entry import WEIGHTS_VERSION, ZooEntry, image, probabili
 from infless.models.zoo.families import FAMILIES, FAMILY_ENTRIES, TRANSFORM_PAIRS
 
 __all__ = [
-    "BUILDERS", "FAMILIES", "TABLE1_MODELS", "TRANSFORM_PAIRS", "WEIGHTS_VERSION", "ZOO",
-    "ZooEntry", "zoo_entry",
-]  # fmt: skip
+    "BUILDERS",
+    "FAMILIES",
+    "TABLE1_MODELS",
+    "TRANSFORM_PAIRS",
+    "WEIGHTS_VERSION",
+    "ZOO",
+    "ZooEntry",
+    "zoo_entry",
+]
 
 # builder name (a manifest's `architecture`) -> "module:callable"
 BUILDERS: dict[str, str] = {

@@ -120,6 +120,13 @@ def bert(
     "classification" (pooled [CLS] → class logits) or "qa" (per token: span start and end
     logits)."""
     return BertClassifier(
-        vocab_size, hidden, layers, heads, intermediate, max_positions, type_vocab_size, classes,
-        head,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        intermediate=intermediate,
+        max_positions=max_positions,
+        type_vocab_size=type_vocab_size,
+        classes=classes,
+        head=head,
+    )

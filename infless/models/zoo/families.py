@@ -25,9 +25,15 @@ def _bert_entry(size: str, layers: int, hidden: int, heads: int, seed: int, qa: 
         sig("attention_mask", "int64", _BERT_TOKENS),
     )
     kwargs: dict[str, object] = {
-        "vocab_size": 30522, "hidden": hidden, "layers": layers, "heads": heads,
-        "intermediate": 4 * hidden, "max_positions": 512, "type_vocab_size": 2, "classes": 2,
-    }  # fmt: skip
+        "vocab_size": 30522,
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "intermediate": 4 * hidden,
+        "max_positions": 512,
+        "type_vocab_size": 2,
+        "classes": 2,
+    }
     if qa:
         return ZooEntry(
             name=f"bert-{size}-qa",
@@ -95,17 +101,30 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 # (source, destination) pairs of `bench.transform`: within each family both ways, across
 # families both ways, and the two heads on one BERT.
 TRANSFORM_PAIRS: tuple[tuple[str, str], ...] = (
-    ("resnet-18", "resnet-34"), ("resnet-34", "resnet-18"),
-    ("resnet-34", "resnet-50"), ("resnet-50", "resnet-34"),
-    ("resnet-50", "resnet-101"), ("resnet-101", "resnet-50"),
-    ("resnet-101", "resnet-152"), ("resnet-152", "resnet-101"),
-    ("vgg-11", "vgg-16"), ("vgg-16", "vgg-11"),
-    ("vgg-13", "vgg-19"), ("vgg-19", "vgg-13"),
-    ("bert-mini", "bert-small"), ("bert-small", "bert-mini"),
-    ("bert-medium", "bert-base"), ("bert-base", "bert-medium"),
-    ("bert-mini", "bert-base"), ("bert-base", "bert-mini"),
-    ("bert-base", "bert-base-qa"), ("bert-base-qa", "bert-base"),
-    ("resnet-152", "vgg-19"), ("vgg-19", "resnet-152"),
-    ("resnet-50", "vgg-16"), ("vgg-16", "resnet-50"),
-    ("resnet-50", "bert-base"), ("bert-base", "resnet-50"),
-)  # fmt: skip
+    ("resnet-18", "resnet-34"),
+    ("resnet-34", "resnet-18"),
+    ("resnet-34", "resnet-50"),
+    ("resnet-50", "resnet-34"),
+    ("resnet-50", "resnet-101"),
+    ("resnet-101", "resnet-50"),
+    ("resnet-101", "resnet-152"),
+    ("resnet-152", "resnet-101"),
+    ("vgg-11", "vgg-16"),
+    ("vgg-16", "vgg-11"),
+    ("vgg-13", "vgg-19"),
+    ("vgg-19", "vgg-13"),
+    ("bert-mini", "bert-small"),
+    ("bert-small", "bert-mini"),
+    ("bert-medium", "bert-base"),
+    ("bert-base", "bert-medium"),
+    ("bert-mini", "bert-base"),
+    ("bert-base", "bert-mini"),
+    ("bert-base", "bert-base-qa"),
+    ("bert-base-qa", "bert-base"),
+    ("resnet-152", "vgg-19"),
+    ("vgg-19", "resnet-152"),
+    ("resnet-50", "vgg-16"),
+    ("vgg-16", "resnet-50"),
+    ("resnet-50", "bert-base"),
+    ("bert-base", "resnet-50"),
+)

@@ -1,18 +1,19 @@
 """Seeded, deterministic weights for zoo models: every tensor drawn from its own generator.
 
 Worker/build side (imports torch). Each state-dict tensor gets a generator seeded from
-(seed, tensor name), so a tensor's values depend only on its seed, name and shape, not on
-construction order or on the rest of the model: models built from the same backbone seed
+(seed, tensor name). So a tensor's values depend only on its seed, name and shape, not on
+construction order or on the rest of the model. Models built from the same backbone seed
 share those tensors bit for bit (Tetris's transfer-learning case).
 
-Values are plausible rather than trained, and chosen so outputs depend on inputs (tests of
-batching need that): matrices and filters are He-scaled with zero-mean rows, so a constant
-offset in a layer's input does not swamp the signal; batch-norm statistics are calibrated
-on a seeded random batch, as if the model had been trained, and rounded to bfloat16
-precision. Everything runs in one torch thread, so weights are bit-for-bit reproducible
-for a given CPU and torch build whatever the caller's thread count (another CPU's vector
-units may round some last bits differently). Every tensor is distinct, so no content-hash
-sharing happens by accident. Must not do I/O.
+Values are plausible rather than trained, and chosen so that outputs depend on inputs (tests
+of batching need that). Matrices and filters are He-scaled with zero-mean rows, so a constant
+offset in a layer's input does not swamp the signal. Batch-norm statistics are calibrated on
+a seeded random batch, as if the model had been trained, and rounded to bfloat16 precision.
+
+Everything runs in one torch thread, so weights are bit-for-bit reproducible for a given CPU
+and torch build, whatever the caller's thread count (another CPU's vector units may round
+some last bits differently). Every tensor is distinct, so no content-hash sharing happens by
+accident. Must not do I/O.
 """
 
 from __future__ import annotations

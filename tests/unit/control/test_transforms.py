@@ -58,7 +58,7 @@ class FakeStarter(StarterDefaults):
     released: list[str] = field(default_factory=list)
 
     def normal_path(self, order: BootOrder) -> Any:
-        from infless.transform.choice import StartPath
+        from infless.transform.records import StartPath
 
         return StartPath.ZYGOTE
 

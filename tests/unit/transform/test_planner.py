@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from infless.transform.choice import Candidate, StartCosts, StartPath, choose
+from infless.transform.choice import Candidate, StartCosts, choose
 from infless.transform.costs import LinearCost, MetaOpCosts
 from infless.transform.idle import IdleEntry, donors_for, may_keep
 from infless.transform.optimal import assignment, optimal_cost_ms
 from infless.transform.planner import PlanCache, build_cost_ms, plan_transformation
+from infless.transform.records import StartPath
 from infless.transform.structure import ModelStructure, Op, OpTensor
 
 CONV = "torch.nn.modules.conv.Conv2d"

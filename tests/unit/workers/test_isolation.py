@@ -17,7 +17,8 @@ from infless.workers.isolation import IsolationError, mount_secrets, probe_secre
 CHILD = """
 import json, os, sys
 from pathlib import Path
-from infless.workers.isolation import enter_runtime, mount_secrets
+from infless.workers.isolation import mount_secrets
+from infless.workers.runtime import enter_runtime
 target = Path(sys.argv[1])
 mount_secrets({"db-password": b"hunter2", "empty": b""}, target)
 enter_runtime({"GREETING": "hi"}, None)

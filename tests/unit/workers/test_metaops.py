@@ -14,7 +14,8 @@ from infless.models.zoo import TRANSFORM_PAIRS, ZOO
 from infless.transform.costs import MetaOpCosts
 from infless.transform.describe import describe, describe_op
 from infless.transform.graphcode import decode_graph, encode_graph
-from infless.transform.metaops import (
+from infless.transform.planner import plan_transformation
+from infless.workers.metaops import (
     TransformFailed,
     add,
     edge,
@@ -23,7 +24,6 @@ from infless.transform.metaops import (
     replace,
     reshape,
 )
-from infless.transform.planner import plan_transformation
 
 COSTS = MetaOpCosts.default()
 

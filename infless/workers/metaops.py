@@ -1,20 +1,21 @@
 """Optimus's five meta-operators on PyTorch modules, and a plan's execution.
 
-- `replace(op, tensors)`: the operation keeps its shape, its weights become `tensors`
-  (mapped from the store: nothing is copied);
+- `replace(op, tensors)`: the operation keeps its shape; its weights become `tensors`,
+  mapped from the store (nothing is copied).
 - `reshape(op, props, tensors, dest)`: change its shape properties (kernel size, channels,
-  features, hidden size...) in place, then give it the destination's tensors; only what
-  differs is touched, no new module is made;
-- `reduce(ops, target)`: remove an operation (its tensors are unmapped with it);
+  features, hidden size...) in place, then give it the destination's tensors. Only what
+  differs is touched; no new module is made.
+- `reduce(ops, target)`: remove an operation; its tensors are unmapped with it.
 - `add(dest, tensors)`: create an operation of the destination's type and properties on the
-  meta device and give it its tensors;
-- `edge(nodes, ops)`: rebuild the data flow: the destination's fx graph over the operations
+  meta device, and give it its tensors.
+- `edge(nodes, ops)`: rebuild the data flow, the destination's fx graph over the operations
   (a `torch.fx.GraphModule`).
 
-`execute_plan` runs a `TransformPlan`'s steps on a model's operations and returns the
-destination model, bit-equal to one built fresh (same operations, same tensors, same graph),
-with the time each kind of meta-operator took. Worker side (imports torch); no I/O beyond
-mapping store files.
+`execute_plan` runs a plan's steps (`transform.records.PlanStep`, as the worker protocol
+carries them) on a model's operations. It returns the destination model, bit-equal to one
+built fresh (same operations, same tensors, same graph), and the time each kind of
+meta-operator took. Worker code: the gateway plans (`transform.planner`), the worker
+executes. It imports torch and does no I/O beyond mapping store files.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import nn
 
 from infless.clock import perf_s
 from infless.transform.graphcode import decode_graph
-from infless.transform.planner import PlanStep
+from infless.transform.records import PlanStep
 from infless.transform.structure import ModelStructure, Op
 
 
