@@ -42,11 +42,18 @@ def on_gpu(profile: VariantProfile, figures: Mapping[tuple[int, int], float]) ->
     return replace(profile, latency=[*profile.latency, *points])
 
 
-def catalog_of(*profiles: VariantProfile) -> tuple[ModellessCatalog, ModelEntry]:
+def catalog_of(*profiles: VariantProfile, capacity: Capacity | None = None) -> ModellessCatalog:
+    """A catalogue of model `m` with `profiles` (packages `/r/<variant>`), measured at
+    `capacity` (None: as profiled)."""
     catalog = ModellessCatalog()
-    entry = ModelEntry("m", 50.0, tuple(replace(p, package_dir=f"/r/{p.name}") for p in profiles))
-    catalog.put(entry)
-    return catalog, entry
+    entry = ModelEntry(
+        model="m",
+        slo_ms=50.0,
+        profiles=tuple(replace(p, package_dir=f"/r/{p.name}") for p in profiles),
+        capacity=capacity or Capacity(),
+    )
+    catalog.publish(entry)
+    return catalog
 
 
 def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
@@ -67,8 +74,8 @@ def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
 def test_the_catalog_predictor_prices_gpu_shares_without_the_cores_capacity_factor() -> None:
     fp32, bf16, int8 = three_variants()
     int8 = replace(int8, gpu_error="int8 dynamic quantisation has CPU kernels only")
-    catalog, entry = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
-    entry.capacity = Capacity(host=0.5)  # the host's cores serve at half the profiled speed
+    # the host's cores serve at half the profiled speed
+    catalog = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8, capacity=Capacity(host=0.5))
     predictor = CatalogPredictor(catalog)
     assert predictor.predict_latency_ms("/r/bf16", 8, 1, 100) == 2.0
     assert predictor.predict_latency_ms("/r/bf16", 8, 1) == 2 * bf16.exec_ms(8, 1)
@@ -81,7 +88,7 @@ def test_the_catalog_predictor_prices_gpu_shares_without_the_cores_capacity_fact
 def test_the_planner_chooses_a_variants_gpu_share_and_reports_those_without_points() -> None:
     fp32, bf16, int8 = three_variants()
     int8 = replace(int8, gpu_error="int8 dynamic quantisation has CPU kernels only")
-    catalog, _ = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
+    catalog = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
     server = ServerView("g", 4, 4, (100,), (100,))
     cfg = ScalingConfig(cpu_options=(1, 2), gpu_options_pct=(30, 100))
     # SLO 10 ms: b = 8 fits half of it only on the whole GPU (2 ms; 30 %: 6 ms, a core: 13.5)
