@@ -46,10 +46,10 @@ class VerticalScaling:
             self._catalog.snapshot(),
             view,
             demand,
-            tick_s,
-            self._memory,
-            self._cfg,
-            self._demand_cfg,
+            tick_s=tick_s,
+            memory=self._memory,
+            cfg=self._cfg,
+            demand_cfg=self._demand_cfg,
         )
         self._memory = plan.memory
         for decided in plan.apps:

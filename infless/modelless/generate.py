@@ -122,10 +122,20 @@ def generate(
         raise ValueError(f"--cpus {cores}: core counts start at 1")
     labels = source.labels()
     run = _Run(
-        package_dir, manifest, out_dir.resolve(), model, source, labels,
-        choose_metric(metric, labels, manifest), cores, max_batch, budget_s, timeout_s,
-        gpu if gpu is not None and gpu.shares_pct else None, say,
-    )  # fmt: skip
+        package_dir=package_dir,
+        manifest=manifest,
+        out_dir=out_dir.resolve(),
+        model=model,
+        validation=source,
+        labels=labels,
+        metric=choose_metric(metric, labels, manifest),
+        cpus=cores,
+        max_batch=max_batch,
+        budget_s=budget_s,
+        timeout_s=timeout_s,
+        gpu=gpu if gpu is not None and gpu.shares_pct else None,
+        log=say,
+    )
     run.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(run.scratch, ignore_errors=True)
     run.scratch.mkdir()
@@ -156,7 +166,7 @@ def generate(
     return GenerationResult(model=model, metric=run.metric, variants=profiles)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Run:
     """One generation's settings: what every variant is written and profiled with."""
 
@@ -189,14 +199,10 @@ class _Run:
         target = self.out_dir / name
         write_variant(self.package_dir, self.manifest, target, self.model, name)
         outputs_file = self.scratch / f"{name}.npy"
-        report = run_child(
-            [
-                "--package", str(target), "--outputs", str(outputs_file),
-                "--max-batch", str(self.max_batch), "--cpus", ",".join(map(str, self.cpus)),
-                "--budget-s", str(self.budget_s), *self.validation.args(),
-            ],
-            self.timeout_s,
-        )  # fmt: skip
+        args = ["--package", str(target), "--outputs", str(outputs_file)]
+        args += ["--max-batch", str(self.max_batch), "--cpus", ",".join(map(str, self.cpus))]
+        args += ["--budget-s", str(self.budget_s), *self.validation.args()]
+        report = run_child(args, self.timeout_s)
         profile = msgspec.structs.replace(
             self.base(name),
             status=report.status,

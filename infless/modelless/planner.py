@@ -71,6 +71,7 @@ def plan_vertical(
     snapshot: Sequence[ModelReading],
     view: PoolView,
     demand: Demand,
+    *,
     tick_s: float,
     memory: PlannerMemory,
     cfg: ModellessConfig,
@@ -170,12 +171,7 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     target_serving = serving is not VariantState.INACTIVE
     own = {c.name: rates.get(c.function, 0.0) for c in present}
     moved = retarget(
-        app_rps,
-        own,
-        pinned,
-        decision.target,
-        target_serving,
-        [c.name for c in present],
+        app_rps, own, pinned, decision.target, target_serving, [c.name for c in present]
     )
     for card in present:
         rates[card.function] = moved[card.name]
@@ -187,7 +183,16 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
             rates[card.function] = max(moved[keep], own[keep])
         return decided(frozenset(c.name for c in let_go))
     short = _cores_short(entry, decision, live, free)
-    released = _make_room(entry, present, decision.target, keep, live, pinned, short, tick)
+    released = _make_room(
+        entry=entry,
+        present=present,
+        target=decision.target,
+        keep=keep,
+        live=live,
+        pinned=pinned,
+        short=short,
+        tick=tick,
+    )
     return decided(released)
 
 
@@ -205,6 +210,7 @@ def _cores_short(
 
 
 def _make_room(
+    *,
     entry: ModelEntry,
     present: list[VariantCard],
     target: str,

@@ -144,17 +144,28 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     current variant was chosen but does not serve yet), it is replicated if need be, not
     replaced: a second switch before the first one lands throws a start away."""
     ranked = options(load, cfg)
+
+    def decided(target: str | None, move: Move, wait: Hold = Hold()) -> VerticalDecision:
+        return VerticalDecision(
+            model=load.model,
+            target=target,
+            previous=current,
+            move=move,
+            options=ranked,
+            hold=wait,
+        )
+
     if not ranked:
-        return VerticalDecision(load.model, None, current, "keep", ranked, Hold())
+        return decided(None, "keep")
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
         best = min(ranked, key=lambda o: (*_steady_rank(o), o.cost))
         move: Move = "start" if current is None else "upgrade"  # the current one cannot
-        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
+        return decided(best.card.name, move)
     live = load.live.get(current, 0)
     if not settled:
         move = "replicate" if now.instances > live else "keep"
-        return VerticalDecision(load.model, current, current, move, ranked, Hold())
+        return decided(current, move)
     if now.instances > live:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
@@ -165,7 +176,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
         move = "replicate" if best is now else "upgrade"
-        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
+        return decided(best.card.name, move)
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs
     # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
@@ -174,13 +185,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     here = [o for o in roomy if meets_slo_at(o.card, load.capacity.factor(o.card.name))]
     steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
-        return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
+        return decided(current, "keep")
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
     if ticks >= cfg.scale_down_ticks:
-        return VerticalDecision(load.model, steady.card.name, current, "downgrade", ranked, Hold())
-    return VerticalDecision(
-        load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
-    )
+        return decided(steady.card.name, "downgrade")
+    return decided(current, "keep", Hold(steady.card.name, ticks))
 
 
 def _per_core(card: VariantCard) -> float:

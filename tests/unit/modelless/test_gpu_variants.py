@@ -64,8 +64,9 @@ def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
     assert card_for(gpu_bf16, 50.0) == card_for(bf16, 50.0)
     assert gpu_bf16.exec_ms(8, 1, 30) == 6.0
     assert gpu_bf16.exec_ms(4, 4, 30) == pytest.approx(2.0 + 4.0 * 3.0 / 7.0)  # any c
-    assert gpu_bf16.exec_ms(8, 1, 50) == pytest.approx(6.0 + (2.0 - 6.0) * (1 / 30 - 1 / 50) /
-                                                       (1 / 30 - 1 / 100))  # fmt: skip
+    assert gpu_bf16.exec_ms(8, 1, 50) == pytest.approx(
+        6.0 + (2.0 - 6.0) * (1 / 30 - 1 / 50) / (1 / 30 - 1 / 100)
+    )
     with pytest.raises(LookupError, match="measured down to 30 %"):
         gpu_bf16.exec_ms(1, 1, 10)
     assert fp32.exec_ms(1, 1) == 4.0
@@ -93,8 +94,9 @@ def test_the_planner_chooses_a_variants_gpu_share_and_reports_those_without_poin
     cfg = ScalingConfig(cpu_options=(1, 2), gpu_options_pct=(30, 100))
     # SLO 10 ms: b = 8 fits half of it only on the whole GPU (2 ms; 30 %: 6 ms, a core: 13.5)
     functions = tuple(FunctionView(f"m--{v}", f"/r/{v}", 10.0, 8) for v in ("bf16", "int8"))
-    result = plan(PoolView((server,), functions), Demand({"m--bf16": 1500.0}), CatalogPredictor(
-        catalog), cfg)  # fmt: skip
+    result = plan(
+        PoolView((server,), functions), Demand({"m--bf16": 1500.0}), CatalogPredictor(catalog), cfg
+    )
     first = result.starts[0]
     assert (first.function, first.config.batch_size, first.config.gpu_pct) == ("m--bf16", 8, 100)
     int8_decision = result.decision("m--int8")
@@ -156,8 +158,9 @@ def test_variants_that_do_not_run_on_a_gpu_say_why_and_start_no_child() -> None:
         assert points == []
         assert why
     assert children.envs == []
-    _, why = gpu_points(Path("/v"), "bf16", [1], GpuPlan((100,)), print, FakeGpuChildren(
-        failing=frozenset({100})))  # fmt: skip
+    _, why = gpu_points(
+        Path("/v"), "bf16", [1], GpuPlan((100,)), print, FakeGpuChildren(failing=frozenset({100}))
+    )
     assert why == "the GPU profiling failed: 100 %: CUDA error: out of memory"
 
 
@@ -186,9 +189,15 @@ def test_the_generator_adds_gpu_points_where_its_children_find_cuda(
     monkeypatch.setattr(g, "run_child", cpu_child)
     monkeypatch.setattr(gp, "run_child", children)
     result = g.generate(
-        _package(tmp_path / "pkg"), "mine", tmp_path / "out", generate_samples=4,
-        variants=["fp32", "int8"], max_batch=2, gpu=GpuPlan((100,)), log=lambda _: None,
-    )  # fmt: skip
+        _package(tmp_path / "pkg"),
+        "mine",
+        tmp_path / "out",
+        generate_samples=4,
+        variants=["fp32", "int8"],
+        max_batch=2,
+        gpu=GpuPlan((100,)),
+        log=lambda _: None,
+    )
     fp32, int8 = result.variants
     if not cuda:  # no GPU where the variants were profiled: exactly as on a CPU host
         assert fp32.latency == int8.latency == [LatencyPoint(1, 1, 5.0)]

@@ -15,7 +15,7 @@ from infless.control.vertical import VerticalScaling
 from infless.modelless.capacity import Capacity
 from infless.modelless.catalog import ModelEntry, ModellessCatalog, ModelReading
 from infless.modelless.config import ModellessConfig
-from infless.modelless.decisions import PlannerMemory
+from infless.modelless.decisions import PlannerMemory, VerticalPlan
 from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import plan_vertical
 from infless.modelless.states import Tracked, VariantState
@@ -86,9 +86,10 @@ def test_no_registered_model_changes_nothing() -> None:
 def test_first_tick_picks_a_target_and_lets_the_others_go_cold() -> None:
     catalog, planner = setup()
     out_view, out_demand = planner.adjust(
-        view(1.0, {"fp32": [instance("m--fp32", 1)]}), Demand({"m--fp32": 10.0, "plain": 3.0}),
+        view(1.0, {"fp32": [instance("m--fp32", 1)]}),
+        Demand({"m--fp32": 10.0, "plain": 3.0}),
         0.5,
-    )  # fmt: skip
+    )
     assert current(catalog).target == "fp32"
     warm = {f.name: f.keep_warm for f in out_view.functions}
     assert warm == {"m--fp32": True, "m--bf16": False, "m--int8": False, "plain": True}
@@ -175,8 +176,9 @@ def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -
         traffic.served["bf16"] = traffic.served.get("bf16", 0) + 450
         out_view, out = planner.adjust(
             view(tick * 0.5, running, other=False, server=full),
-            Demand({"m--bf16": 900.0, "m--fp32": 0.0}), 0.5,
-        )  # fmt: skip
+            Demand({"m--bf16": 900.0, "m--fp32": 0.0}),
+            0.5,
+        )
     assert current(catalog).target == "int8"
     # fp32 (less capacity) gives its core up wholly; bf16 serves on until int8 does
     assert not function(out_view, "m--fp32").keep_warm
@@ -313,9 +315,7 @@ def pure_inputs() -> Inputs:
     running = {"fp32": [instance("m--fp32", 1)]}
     demand = Demand({"m--fp32": 600.0, "plain": 3.0})
     traffic.served["fp32"] = 300
-    first = plan_vertical(
-        catalog.snapshot(), view(1.5, running), demand, 0.5, PlannerMemory(), CFG, DemandConfig()
-    )
+    first = plan_at(catalog.snapshot(), view(1.5, running), demand, PlannerMemory())
     traffic.served["fp32"] = 600
     return catalog, catalog.snapshot(), view(2.0, running), demand, first.memory
 
@@ -323,10 +323,19 @@ def pure_inputs() -> Inputs:
 CFG = ModellessConfig(scale_down_ticks=0)
 
 
+def plan_at(
+    snapshot: tuple[ModelReading, ...], pool: PoolView, demand: Demand, memory: PlannerMemory
+) -> VerticalPlan:
+    """One pure pass at 0.5-s ticks with `CFG`."""
+    return plan_vertical(
+        snapshot, pool, demand, tick_s=0.5, memory=memory, cfg=CFG, demand_cfg=DemandConfig()
+    )
+
+
 def test_the_planner_returns_decisions_and_mutates_nothing_it_reads() -> None:
     catalog, snapshot, pool, demand, memory = pure_inputs()
     _, *before = pure_inputs()  # the same inputs, built again: what they must still be
-    plan = plan_vertical(snapshot, pool, demand, 0.5, memory, CFG, DemandConfig())
+    plan = plan_at(snapshot, pool, demand, memory)
     assert [snapshot, pool, demand, memory] == before
     assert catalog.snapshot() == snapshot  # the catalogue is untouched too
     # what it decided: upgrade to int8, which does not serve yet, so fp32 stays frozen
