@@ -1,14 +1,15 @@
 """Model-less serving on this gateway: registration and the variants' functions.
 
-`ModellessService.register` takes a registration (a model name, the fp32 package's image,
-the SLO, a validation set, the applications' goals), stores it as "generating", and in the
-background runs the variant generator (`python -m infless.modelless.generate`, a process
-of its own: it imports torch and loads each variant in a fresh child) into the model
-repository (`<repository>/variants/<model>/<variant>/`); it then stores the profiles in the
-metadata store (SQLite, `registry.variants`), deploys one function per ready variant
-(`<model>--<variant>`, autoscaled, starting with no instance: Inactive) and puts the model
-into the catalogue the request path selects from. The registration's wire format is
-`registry.registration`'s; the variants' live states, `control.variant_monitor`'s.
+`ModellessService.register` takes a registration: a model name, the fp32 package's image,
+the SLO, a validation set and the applications' goals. It stores the model as
+"generating" and runs the variant generator in the background
+(`python -m infless.modelless.generate`, a process of its own: it imports torch and loads
+each variant in a fresh child) into the model repository
+(`<repository>/variants/<model>/<variant>/`). Then it stores the profiles in the metadata
+store (SQLite, `registry.variants`), deploys one function per ready variant
+(`<model>--<variant>`, autoscaled, starting with no instance: Inactive) and publishes the
+model into the catalogue the request path selects from. The registration's wire format is
+`registry.registration`'s; the variants' live states are `control.variant_monitor`'s.
 
 Registration is one of the catalogue's writers, all in the control shell: it publishes
 and withdraws models and their applications' goals. Its status answers are typed views

@@ -1,32 +1,35 @@
-"""Generate a registered model's variants and profile each: `python -m infless.modelless.generate`.
+"""Generate a registered model's variants and profile each:
+`python -m infless.modelless.generate`.
 
     python -m infless.modelless.generate --package state/models/textcnn-69 --model textcnn-69 \\
         --out state/variants/textcnn-69 --generate 256 [--variants fp32,bf16,int8] \\
         [--validation FILE] [--metric cosine] [--max-batch 32] [--cpus 1,2] [--state-dir state]
         [--gpu-shares 10,20,30,40,50,100] [--mps-pipe-dir DIR] [--gpu-uuid GPU-…]
 
-For every variant (`profiles.TRANSFORMS`; fp32 is always made, first: it is the reference)
-it writes a function package `OUT/<variant>/` (`variant_packages`), then profiles the variant
-in a fresh process of its own (`--profile-one`, `profile_child`), so that what it costs to
-load is honest: its `load_ms`, `peak_memory_bytes`, the first output on the validation set
-(`validation`; `--validation FILE` or `--generate N` samples) and the forward's latency at
-each batch size (powers of two up to `--max-batch`) and core count (`--cpus`). The variant's
-accuracy (`--metric`, `accuracy`) compares its outputs with the labels or with fp32's.
+For every variant (`profiles.TRANSFORMS`; fp32 is always made, first: it is the
+reference) the generator writes a function package `OUT/<variant>/` (`variant_packages`).
+It then profiles the variant in a fresh process of its own (`--profile-one`,
+`profile_child`), so that what it costs to load is honest. The child measures `load_ms`,
+`peak_memory_bytes`, the first output on the validation set (`validation`; `--validation
+FILE` or `--generate N` samples) and the forward's latency at each batch size (powers of
+two up to `--max-batch`) and core count (`--cpus`). The variant's accuracy (`--metric`,
+`accuracy`) compares its outputs with the labels or with fp32's.
 
-A variant whose transform does not fit the model is "not-applicable"; one whose child fails in
-any way (an exception, a crash, the `--timeout-s`) is "failed" with a short message; neither
-stops the others, and the package of a variant that is not ready is removed. If fp32 fails,
-every variant fails with its error. With `--state-dir` holding operator profiles of the
-model (`infless profile`), the points get the operator predictor's figures (`predictions`).
-Where the profile child finds CUDA and `--gpu-shares` are given, each variant that runs on a
-GPU is also measured there, one process per share (`gpu_points`; under the MPS daemon of
-`--mps-pipe-dir`, else at 100 % only); without a GPU, or without shares, nothing changes.
+A variant whose transform does not fit the model is "not-applicable". One whose child
+fails in any way (an exception, a crash, the `--timeout-s`) is "failed", with a short
+message. Neither stops the others, and the package of a variant that is not ready is
+removed. If fp32 fails, every variant fails with its error.
 
-The last stdout line is the `GenerationResult` as JSON; the lines before it are progress
+With `--state-dir` holding operator profiles of the model (`infless profile`), the points
+get the operator predictor's figures (`predictions`). Where the profile child finds CUDA
+and `--gpu-shares` are given, each variant that runs on a GPU is also measured there, one
+process per share (`gpu_points`): under the MPS daemon of `--mps-pipe-dir`, else at 100 %
+only. Without a GPU, or without shares, nothing changes.
+
+The last stdout line is the `GenerationResult` as JSON. The lines before it are progress
 (`{"progress": {"done", "total", "step"}}`, as each variant begins); what it says for
-people goes to stderr. `generate()`
-is the same as a function. Worker side: the children import torch; this process only when
-it reads operator profiles.
+people goes to stderr. `generate()` does the same as a function. Worker side: the
+children import torch; this process does only when it reads operator profiles.
 """
 
 from __future__ import annotations
