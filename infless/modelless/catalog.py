@@ -23,7 +23,7 @@ from infless.errors import GoalsUnmet, InvalidInput
 from infless.modelless.capacity import Capacity
 from infless.modelless.cards import VariantCard
 from infless.modelless.decisions import AppDecision
-from infless.modelless.entry import DEFAULT_APP, ModelEntry, Traffic, TrafficReading
+from infless.modelless.entry import DEFAULT_APP, ModelEntry, TrafficReading
 from infless.modelless.profiles import Goals, VariantProfile
 from infless.modelless.selection import NoVariant, Selected, fallbacks, meets, select
 from infless.modelless.states import Tracked, VariantState
@@ -152,18 +152,13 @@ class ModellessCatalog:
         model = self._variant_functions.get(function)
         return None if model is None else self._models[model]
 
-    def traffic(self, model: str) -> Traffic | None:
-        entry = self._models.get(model)
-        return None if entry is None else entry.traffic
-
     # -- the request path: reads entries, counts its queries ---------------------------------
     def pin(self, function: str) -> None:
         """A query addressed a variant function by name: its demand stays there."""
         entry = self.owner_of(function)
         if entry is not None:
             card = entry.by_function[function]
-            entry.traffic.count(entry.traffic.pinned, card.name)
-            entry.traffic.direct += 1
+            entry.traffic.record_direct(card.name)
 
     def choose(
         self,
@@ -200,8 +195,8 @@ class ModellessCatalog:
         card = choice.card
         target = entry.card(entry.target) if entry.target else None
         if target is not None and card.name != target.name and not meets(target, goals):
-            entry.traffic.count(entry.traffic.pinned, card.name)
-        entry.traffic.count(entry.traffic.served, card.name)
+            entry.traffic.record_pinned(card.name)
+        entry.traffic.record_served(card.name)
         return entry, card
 
 
@@ -217,7 +212,7 @@ def _spill(
     spare = next((c for c in others if has_room(c)), None)
     if spare is None:
         return choice
-    entry.traffic.spilled += 1
+    entry.traffic.record_spill()
     return Selected(spare, entry.states[spare.name])
 
 

@@ -37,8 +37,22 @@ class Traffic:
         self.direct = 0  # calls to a variant's function by name, ever
         self.spilled = 0  # queries sent on: the selected variant had no room
 
-    def count(self, counter: dict[str, int], variant: str) -> None:
-        counter[variant] = counter.get(variant, 0) + 1
+    def record_served(self, variant: str) -> None:
+        """A query routed to `variant` by selection."""
+        self.served[variant] = self.served.get(variant, 0) + 1
+
+    def record_pinned(self, variant: str) -> None:
+        """An arrival whose demand must stay on `variant`."""
+        self.pinned[variant] = self.pinned.get(variant, 0) + 1
+
+    def record_direct(self, variant: str) -> None:
+        """A call to `variant`'s function by name: pinned there, and counted apart."""
+        self.record_pinned(variant)
+        self.direct += 1
+
+    def record_spill(self) -> None:
+        """A query sent on: the variant selected had no room."""
+        self.spilled += 1
 
     def reading(self) -> TrafficReading:
         """A frozen copy of the counters the planner reads."""

@@ -10,7 +10,7 @@ from infless.control.variant_monitor import VariantMonitor
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import VariantState
-from infless.scaling.view import FunctionView
+from infless.scaling.view import FunctionView, ScalingPlan
 from tests.unit.modelless.support import three_variants
 
 
@@ -35,6 +35,9 @@ class FakeTarget:
             for name, serving in self.serving.items()
         )
         return Snapshot(servers=(), functions=functions, now_s=self.now_s)
+
+    def apply(self, plan: ScalingPlan) -> None:
+        raise AssertionError("the monitor only reads")
 
 
 def serving(served: int, batches: int, exec_ms: float, ready: int = 1) -> Serving:
