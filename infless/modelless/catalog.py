@@ -87,12 +87,7 @@ class ModellessCatalog:
         if entry is not None:
             self._models[model] = replace(entry, apps={**entry.apps, app_id: goals})
 
-    def observe(
-        self,
-        model: str,
-        tracked: Mapping[str, Tracked],
-        capacity: Capacity,
-    ) -> None:
+    def observe(self, model: str, tracked: Mapping[str, Tracked], capacity: Capacity) -> None:
         """The monitor's write: the variants' tracked states and the capacity factors."""
         entry = self._models.get(model)
         if entry is None:
