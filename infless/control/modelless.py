@@ -39,7 +39,9 @@ from infless.modelless.cards import slo_problem
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.profiles import (
     PROGRESS_KEY,
+    GenerationProgress,
     GenerationResult,
+    ProgressLine,
     VariantProfile,
     variant_function,
 )
@@ -58,16 +60,14 @@ MAX_VALIDATION_BYTES = 64 << 20
 GENERATOR_LINE_BYTES = 64 << 20  # the generator's result is one JSON line
 
 
-def progress_of(line: bytes) -> dict[str, object] | None:
+def progress_of(line: bytes) -> GenerationProgress | None:
     """A progress line of the generator (`{"progress": {...}}`), None for any other."""
     if not line.startswith(b'{"' + PROGRESS_KEY.encode()):
         return None
     try:
-        decoded = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+        return msgspec.json.decode(line, type=ProgressLine).progress
+    except msgspec.DecodeError:  # the result line, or a malformed one
         return None
-    progress = decoded.get(PROGRESS_KEY) if isinstance(decoded, dict) else None
-    return progress if isinstance(progress, dict) else None
 
 
 class ModellessService:
@@ -96,7 +96,7 @@ class ModellessService:
         self._resolver = resolver
         self._deployed = deployed
         self._jobs: dict[str, asyncio.Task[None]] = {}
-        self._progress: dict[str, dict[str, object]] = {}  # by model, while generating
+        self._progress: dict[str, GenerationProgress] = {}  # by model, while generating
         self.python = sys.executable
 
     @property

@@ -53,9 +53,10 @@ from infless.modelless.gpu_points import GpuPlan, gpu_points
 from infless.modelless.predictions import with_predictions
 from infless.modelless.profile_child import ChildReport, batch_sizes, child_main
 from infless.modelless.profiles import (
-    PROGRESS_KEY,
     TRANSFORMS,
+    GenerationProgress,
     GenerationResult,
+    ProgressLine,
     VariantProfile,
 )
 from infless.modelless.validation import (
@@ -248,7 +249,7 @@ def _stderr(line: str) -> None:
 
 def _progress_line(done: int, total: int, step: str) -> None:
     """Progress for the gateway (`control.modelless` reads it as the generator runs)."""
-    line = {PROGRESS_KEY: {"done": done, "total": total, "step": step}}
+    line = ProgressLine(progress=GenerationProgress(done=done, total=total, step=step))
     sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
     sys.stdout.flush()
 

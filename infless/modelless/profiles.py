@@ -122,6 +122,20 @@ class Application(msgspec.Struct, frozen=True):
 PROGRESS_KEY = "progress"
 
 
+class GenerationProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far the generator is: `done` variants of `total`, and the step it is on."""
+
+    done: int
+    total: int
+    step: str = ""
+
+
+class ProgressLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One progress line of the generator's stdout (`{"progress": {...}}`)."""
+
+    progress: GenerationProgress
+
+
 class GenerationResult(msgspec.Struct, frozen=True):
     """What `python -m infless.modelless.generate` prints as its last line."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from infless.modelless.profiles import Goals, VariantProfile
+from infless.modelless.profiles import GenerationProgress, Goals, VariantProfile
 from infless.modelless.states import VariantState
 from infless.registry.variants import RegisteredModel
 
@@ -47,7 +47,7 @@ class VariantView(VariantProfile, frozen=True, kw_only=True):
 class ModelView(RegisteredModel, frozen=True, kw_only=True):
     """One registered model: its record, its applications and its variants."""
 
-    progress: dict[str, object] | None = None  # variants done of all, while generating
+    progress: GenerationProgress | None = None  # variants done of all, while generating
     apps: dict[str, Goals] = msgspec.field(default_factory=dict)
     target: str | None = None  # the variant vertical scaling chose
     overflow: str | None = None  # the variant kept warm beside it
@@ -58,6 +58,7 @@ class ModelView(RegisteredModel, frozen=True, kw_only=True):
 
 VIEW_TYPES: tuple[type[msgspec.Struct], ...] = (
     ModelView,
+    GenerationProgress,
     VariantView,
     VariantConfigView,
     RegisteredModel,

@@ -11,11 +11,11 @@ import msgspec
 import pytest
 
 from infless.config import Config
-from infless.control.modelless import ModellessService
+from infless.control.modelless import ModellessService, progress_of
 from infless.control.service import FunctionService
 from infless.errors import FunctionNotFound
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
-from infless.modelless.profiles import Goals
+from infless.modelless.profiles import GenerationProgress, Goals
 from infless.modelless.states import VariantState
 from infless.modelless.views import ModelView
 from infless.models.resolver import PackageResolver
@@ -145,3 +145,12 @@ def test_an_application_added_reaches_the_catalogue_through_its_writer(tmp_path:
     assert set(after.apps) == {"strict", "fast"}
     assert set(before.apps) == {"strict"}  # a reader's entry never changes under it
     assert after.traffic is before.traffic  # the request path's counters carry on
+
+
+def test_the_generators_progress_is_shown_with_its_keys() -> None:
+    progress = progress_of(b'{"progress": {"done": 1, "total": 3, "step": "bf16"}}\n')
+    assert progress == GenerationProgress(done=1, total=3, step="bf16")
+    assert progress_of(b'{"progress": "half"}\n') is None  # malformed: not progress
+    record = RegisteredModel(model="m", image="img", slo_ms=50.0, max_batch=8)
+    view = ModelView(**msgspec.structs.asdict(record), progress=progress)
+    assert rendered(view)["progress"] == {"done": 1, "total": 3, "step": "bf16"}
