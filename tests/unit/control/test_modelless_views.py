@@ -17,7 +17,7 @@ from infless.errors import FunctionNotFound
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.profiles import GenerationProgress, Goals
 from infless.modelless.states import VariantState
-from infless.modelless.views import ModelView
+from infless.modelless.views import VIEW_TYPES, ModelView
 from infless.models.resolver import PackageResolver
 from infless.registry.variants import RegisteredModel, VariantStore
 from tests.support.clock import FakeClock
@@ -154,3 +154,18 @@ def test_the_generators_progress_is_shown_with_its_keys() -> None:
     record = RegisteredModel(model="m", image="img", slo_ms=50.0, max_batch=8)
     view = ModelView(**msgspec.structs.asdict(record), progress=progress)
     assert rendered(view)["progress"] == {"done": 1, "total": 3, "step": "bf16"}
+
+
+def test_the_views_give_a_json_schema_with_the_clients_keys() -> None:
+    _, components = msgspec.json.schema_components(VIEW_TYPES)
+    assert {"ModelView", "VariantView", "VariantConfigView", "GenerationProgress"} <= set(
+        components
+    )
+    variant = components["VariantView"]["properties"]
+    assert {"package_dir", "sloProblem", "meetsSlo", "capacityFactor"} <= set(variant)
+    assert set(components["VariantConfigView"]["properties"]) == {
+        "batchSize",
+        "cpus",
+        "qps",
+        "costPerRequest",
+    }
