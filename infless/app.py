@@ -35,6 +35,7 @@ from infless.control.service import FunctionService
 from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
+from infless.control.vertical import VerticalScaling
 from infless.gateway import routes
 from infless.gateway.auth import AuthSettings, load_auth
 from infless.gateway.context import GatewayContext
@@ -42,7 +43,6 @@ from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.modelless.catalog import ModellessCatalog
 from infless.modelless.latency import CatalogPredictor
-from infless.modelless.planner import ModellessPlanner
 from infless.models.resolver import PackageResolver
 from infless.nodes.backend import ClusterBackend, attach_cluster
 from infless.nodes.factory import make_starter, make_store, store_root
@@ -247,7 +247,7 @@ def build_platform(
             profiles=lambda keys: CatalogPredictor(  # g > 0: this server's GPUs' profiles
                 catalog, load_planning_predictor(state_dir, keys, [d.name for d in gpus.devices])
             ),
-            vertical=ModellessPlanner(catalog, config.modelless, scaling.demand),
+            vertical=VerticalScaling(catalog, config.modelless, scaling.demand),
         )  # fmt: skip
         tickers.append(Ticker(clock, scaling.tick_s, autoscaler.tick, "autoscaler"))
     coldstart = config.coldstart
@@ -272,9 +272,15 @@ def build_platform(
     )
     variant_store = VariantStore(state_dir / REGISTRY_FILE)
     modelless = ModellessService(
-        config, clock, variant_store, catalog, functions, resolver, pool.functions,
+        config=config,
+        clock=clock,
+        store=variant_store,
+        catalog=catalog,
+        functions=functions,
+        resolver=resolver,
+        deployed=pool.functions,
         gpu_target=lambda: None if gpu is None else gpu.starter.profile_target(),
-    )  # fmt: skip
+    )
     monitor = VariantMonitor(pool, catalog, config.modelless)
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway

@@ -1,15 +1,19 @@
 """Model-less serving on this gateway: registration and the variants' functions.
 
-`ModellessService.register` takes a registration (a model name, the fp32 package's image,
-the SLO, a validation set, the applications' goals), stores it as "generating", and in the
-background runs the variant generator (`python -m infless.modelless.generate`, a process
-of its own: it imports torch and loads each variant in a fresh child) into the model
-repository (`<repository>/variants/<model>/<variant>/`); it then stores the profiles in the
-metadata store (SQLite, `registry.variants`), deploys one function per ready variant
-(`<model>--<variant>`, autoscaled, starting with no instance: Inactive) and puts the model
-into the catalogue the request path selects from. The registration's wire format is
-`registry.registration`'s; the variants' live states, `control.variant_monitor`'s.
-Gateway side: no torch.
+`ModellessService.register` takes a registration: a model name, the fp32 package's image,
+the SLO, a validation set and the applications' goals. It stores the model as
+"generating" and runs the variant generator in the background
+(`python -m infless.modelless.generate`, a process of its own: it imports torch and loads
+each variant in a fresh child) into the model repository
+(`<repository>/variants/<model>/<variant>/`). Then it stores the profiles in the metadata
+store (SQLite, `registry.variants`), deploys one function per ready variant
+(`<model>--<variant>`, autoscaled, starting with no instance: Inactive) and publishes the
+model into the catalogue the request path selects from. The registration's wire format is
+`registry.registration`'s; the variants' live states are `control.variant_monitor`'s.
+
+Registration is one of the catalogue's writers, all in the control shell: it publishes
+and withdraws models and their applications' goals. Its status answers are typed views
+(`modelless.views`) that the gateway renders. Gateway side: no torch.
 """
 
 from __future__ import annotations
@@ -33,8 +37,16 @@ from infless.control.service import FunctionService, rfc3339
 from infless.errors import FunctionExists, FunctionNotFound, InvalidDeployment
 from infless.modelless.cards import slo_problem
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
-from infless.modelless.profiles import PROGRESS_KEY, GenerationResult, variant_function
-from infless.modelless.states import Tracked
+from infless.modelless.profiles import (
+    PROGRESS_KEY,
+    GenerationProgress,
+    GenerationResult,
+    ProgressLine,
+    VariantProfile,
+    variant_function,
+)
+from infless.modelless.states import VariantState
+from infless.modelless.views import ModelView, VariantConfigView, VariantView
 from infless.models.resolver import PackageResolver
 from infless.registry.registration import AppGoals, Registration, check_goals, parse_registration
 from infless.registry.variants import RegisteredModel, VariantStore
@@ -48,21 +60,22 @@ MAX_VALIDATION_BYTES = 64 << 20
 GENERATOR_LINE_BYTES = 64 << 20  # the generator's result is one JSON line
 
 
-def progress_of(line: bytes) -> dict[str, object] | None:
+def progress_of(line: bytes) -> GenerationProgress | None:
     """A progress line of the generator (`{"progress": {...}}`), None for any other."""
     if not line.startswith(b'{"' + PROGRESS_KEY.encode()):
         return None
     try:
-        decoded = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+        return msgspec.json.decode(line, type=ProgressLine).progress
+    except msgspec.DecodeError:  # the result line, or a malformed one
         return None
-    progress = decoded.get(PROGRESS_KEY) if isinstance(decoded, dict) else None
-    return progress if isinstance(progress, dict) else None
 
 
 class ModellessService:
+    """Registers models, deploys their variants' functions and describes them."""
+
     def __init__(
         self,
+        *,
         config: Config,
         clock: Clock,
         store: VariantStore,
@@ -83,7 +96,7 @@ class ModellessService:
         self._resolver = resolver
         self._deployed = deployed
         self._jobs: dict[str, asyncio.Task[None]] = {}
-        self._progress: dict[str, dict[str, object]] = {}  # by model, while generating
+        self._progress: dict[str, GenerationProgress] = {}  # by model, while generating
         self.python = sys.executable
 
     @property
@@ -99,9 +112,13 @@ class ModellessService:
             raise FunctionExists(f"model {reg.model!r} is being registered; wait for it")
         package_dir, _ = await self._resolver.resolve(reg.image)
         record = RegisteredModel(
-            reg.model, reg.image, reg.slo_ms, reg.max_batch, reg.metric,
+            model=reg.model,
+            image=reg.image,
+            slo_ms=reg.slo_ms,
+            max_batch=reg.max_batch,
+            metric=reg.metric,
             registered_at=rfc3339(self._clock.wall()),
-        )  # fmt: skip
+        )
         self._store.put_model(record)
         for app in reg.apps:
             self._store.put_app(reg.model, app.id, app.goals())
@@ -140,10 +157,9 @@ class ModellessService:
             log.exception("registering %s failed", reg.model)
             self._store.put_model(replace(record, status="failed", error=str(exc)[-2000:]))
             return
-        self._store.put_model(
-            replace(record, status="ready", metric=result.metric,
-                    generation_s=round(self._clock.now() - started, 1))
-        )  # fmt: skip
+        generation_s = round(self._clock.now() - started, 1)
+        ready = replace(record, status="ready", metric=result.metric, generation_s=generation_s)
+        self._store.put_model(ready)
         log.info("model %s registered: %d variants", reg.model, len(result.variants))
 
     async def _run_generator(
@@ -152,9 +168,10 @@ class ModellessService:
         process = await asyncio.create_subprocess_exec(
             *self._generator_args(reg, package_dir, validation),
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             limit=GENERATOR_LINE_BYTES,
-        )  # fmt: skip
+        )
         assert process.stdout is not None
         assert process.stderr is not None
         stderr = asyncio.ensure_future(process.stderr.read())
@@ -182,12 +199,11 @@ class ModellessService:
     def _generator_args(
         self, reg: Registration, package_dir: Path, validation: Path | None
     ) -> list[str]:
-        args = [
-            self.python, "-m", "infless.modelless.generate",
-            "--package", str(package_dir), "--model", reg.model,
-            "--out", str(self.variants_root / reg.model), "--max-batch", str(reg.max_batch),
-            "--state-dir", str(self._config.state_dir),
-        ]  # fmt: skip
+        args = [self.python, "-m", "infless.modelless.generate"]
+        args += ["--package", str(package_dir), "--model", reg.model]
+        args += ["--out", str(self.variants_root / reg.model)]
+        args += ["--max-batch", str(reg.max_batch)]
+        args += ["--state-dir", str(self._config.state_dir)]
         if validation is None:
             args += ["--generate", str(reg.validation.generate)]
         else:
@@ -213,8 +229,8 @@ class ModellessService:
         self._store.put_variants(reg.model, result.variants)
         ready = [p for p in result.variants if p.status == "ready"]
         if not ready:
-            raise RuntimeError("no variant could be built: " + "; ".join(
-                f"{p.name}: {p.error}" for p in result.variants))  # fmt: skip
+            why = "; ".join(f"{p.name}: {p.error}" for p in result.variants)
+            raise RuntimeError(f"no variant could be built: {why}")
         old = self.catalog.get(reg.model)
         keep = {variant_function(reg.model, p.name) for p in ready}
         if old is not None:
@@ -239,12 +255,18 @@ class ModellessService:
         )
 
     def _publish(self, model: str, slo_ms: float) -> None:
-        profiles = tuple(self._store.variants(model))
-        entry = ModelEntry(model, slo_ms, profiles, self._store.apps(model))
+        """The model's entry from the store into the catalogue (a re-registration keeps
+        the target and the switch count)."""
         old = self.catalog.get(model)
-        if old is not None:
-            entry.target, entry.switches = old.target, old.switches
-        self.catalog.put(entry)
+        entry = ModelEntry(
+            model=model,
+            slo_ms=slo_ms,
+            profiles=tuple(self._store.variants(model)),
+            apps=self._store.apps(model),
+            target=old.target if old is not None else None,
+            switches=old.switches if old is not None else 0,
+        )
+        self.catalog.publish(entry)
 
     async def _remove_function(self, name: str) -> None:
         with contextlib.suppress(FunctionNotFound):
@@ -257,10 +279,8 @@ class ModellessService:
             if record.status == "ready":
                 self._publish(record.model, record.slo_ms)
             elif record.status == "generating":  # the gateway stopped mid-way
-                self._store.put_model(
-                    replace(record, status="failed", error="the gateway restarted while "
-                            "generating; register again")
-                )  # fmt: skip
+                error = "the gateway restarted while generating; register again"
+                self._store.put_model(replace(record, status="failed", error=error))
 
     def put_app(self, model: str, body: object) -> AppGoals:
         try:
@@ -271,52 +291,38 @@ class ModellessService:
         if self._store.model(model) is None:
             raise FunctionNotFound(f"model {model!r} is not registered")
         self._store.put_app(model, app.id, app.goals())
-        entry = self.catalog.get(model)
-        if entry is not None:
-            entry.apps[app.id] = app.goals()
+        self.catalog.put_app(model, app.id, app.goals())
         return app
 
-    def describe(self, model: str) -> dict[str, object]:
+    def describe(self, model: str) -> ModelView:
+        """The model's view (`GET /system/variants/{model}`); FunctionNotFound if it is not
+        registered."""
         record = self._store.model(model)
         if record is None:
             raise FunctionNotFound(
                 f"model {model!r} is not registered; GET /system/models lists them"
             )
         entry = self.catalog.get(model)
-        variants = []
-        for profile in self._store.variants(model):
-            row: dict[str, object] = msgspec.to_builtins(profile)
-            if profile.status == "ready":  # deployed as a function, whether it fits the SLO
-                row["function"] = variant_function(model, profile.name)
-                row["sloProblem"] = slo_problem(profile, record.slo_ms)
-                row["meetsSlo"] = row["sloProblem"] is None
-                row["config"] = None
-            card = entry.card(profile.name) if entry else None
-            if entry is not None and card is not None:
-                row["state"] = entry.states.get(card.name, Tracked().state).value
-                row["config"] = {"batchSize": card.batch_size, "cpus": card.cpus,
-                                 "qps": round(card.qps, 1),
-                                 "costPerRequest": card.cost_per_request}  # fmt: skip
-                row["served"] = entry.served.get(card.name, 0)
-                row["capacityFactor"] = round(entry.capacity.factor(card.name), 3)
-                row["released"] = card.name in entry.released
-            variants.append(row)
-        return {
-            **msgspec.to_builtins(record),
-            "progress": self._progress.get(model),  # variants done of all, while generating
-            "apps": {k: msgspec.to_builtins(g) for k, g in self._store.apps(model).items()},
-            "target": entry.target if entry else None,
-            "overflow": entry.overflow if entry else None,
-            "switches": entry.switches if entry else 0,
-            "spilled": entry.spilled if entry else 0,
-            "variants": variants,
-        }
+        variants = tuple(
+            _variant_view(profile, record.slo_ms, entry) for profile in self._store.variants(model)
+        )
+        return ModelView(
+            **msgspec.structs.asdict(record),
+            progress=self._progress.get(model),
+            apps=self._store.apps(model),
+            target=entry.target if entry else None,
+            overflow=entry.overflow if entry else None,
+            switches=entry.switches if entry else 0,
+            spilled=entry.spilled if entry else 0,
+            variants=variants,
+        )
 
-    def models(self) -> list[dict[str, object]]:
-        return [msgspec.to_builtins(m) for m in self._store.models()]
+    def models(self) -> tuple[RegisteredModel, ...]:
+        """Every registered model's record (`GET /system/models`)."""
+        return tuple(self._store.models())
 
     async def remove(self, model: str) -> None:
-        entry = self.catalog.remove(model)
+        entry = self.catalog.withdraw(model)
         profiles = self._store.variants(model)
         if not self._store.delete_model(model) and entry is None:
             raise FunctionNotFound(f"model {model!r} is not registered")
@@ -333,3 +339,35 @@ class ModellessService:
         for task in list(self._jobs.values()):
             task.cancel()
         await asyncio.gather(*self._jobs.values(), return_exceptions=True)
+
+
+def _variant_view(profile: VariantProfile, slo_ms: float, entry: ModelEntry | None) -> VariantView:
+    """One variant's view: its profile; its function and SLO fit when it is ready (it is
+    deployed whether or not it fits); its live figures when it is in the catalogue."""
+    view = VariantView(**msgspec.structs.asdict(profile))
+    if profile.status == "ready":
+        problem = slo_problem(profile, slo_ms)
+        view = replace(
+            view,
+            function=variant_function(profile.model, profile.name),
+            slo_problem=problem,
+            meets_slo=problem is None,
+            config=None,
+        )
+    card = entry.card(profile.name) if entry is not None else None
+    if entry is None or card is None:
+        return view
+    config = VariantConfigView(
+        batch_size=card.batch_size,
+        cpus=card.cpus,
+        qps=round(card.qps, 1),
+        cost_per_request=card.cost_per_request,
+    )
+    return replace(
+        view,
+        state=entry.states.get(card.name, VariantState.INACTIVE),
+        config=config,
+        served=entry.served.get(card.name, 0),
+        capacity_factor=round(entry.capacity.factor(card.name), 3),
+        released=card.name in entry.released,
+    )

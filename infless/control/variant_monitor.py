@@ -1,12 +1,13 @@
 """`VariantMonitor`: every `modelless.monitor_s`, each registered variant's state
-(`modelless.states`) and the application's capacity factors (`modelless.capacity`) from
-what its ready instances did in the last window — served, batches, the workers' summed
-service time, queued, refused — against its profile.
+(`modelless.states`) and its model's capacity factors (`modelless.capacity`).
 
-It reads those counters through the scaling port (`ScalingTarget.snapshot`: each
-function's `Serving` and refusals), never the pool, the routers or the instances, so the
-server and the simulator run this same object; it writes only the catalogue's entries
-(states, tracked latencies, capacity). Reads no clock: the snapshot carries `now`.
+Both come from what the variant's ready instances did in the last window (served,
+batches, the workers' summed service time, queued, refused), set against its profile.
+The monitor reads those counters through the scaling port (`ScalingTarget.snapshot`: each
+function's `Serving` and refusals), never the pool, the routers or the instances. So the
+server and the simulator run this same object. It is part of the control shell: it
+writes the catalogue through `ModellessCatalog.observe` only. Reads no clock: the
+snapshot carries `now`.
 """
 
 from __future__ import annotations
@@ -50,30 +51,40 @@ class VariantMonitor:
         self, entry: ModelEntry, functions: Mapping[str, FunctionState], window: float
     ) -> None:
         windows: dict[str, WindowLoad] = {}
+        tracked: dict[str, Tracked] = {}
         for card in entry.catalogue.cards:
             function = functions.get(card.function)
             if function is None:
                 continue
             load = windows[card.name] = self._window(entry, card.name, function, window)
             prev = entry.tracked.get(card.name, Tracked())
-            tracked = next_state(prev, load, self._cfg.states)
-            if tracked.state is not prev.state:
-                log.info("modelless: %s is %s", card.function, tracked.state.value)
-            entry.tracked[card.name] = tracked
-            entry.states[card.name] = tracked.state
-        entry.capacity = next_capacity(entry.capacity, windows, self._cfg)
+            tracked[card.name] = next_state(prev, load, self._cfg.states)
+            if tracked[card.name].state is not prev.state:
+                log.info("modelless: %s is %s", card.function, tracked[card.name].state.value)
+        capacity = next_capacity(entry.capacity, windows, self._cfg)
+        self._catalog.observe(entry.model, tracked, capacity)
 
     def _window(
         self, entry: ModelEntry, variant: str, function: FunctionState, window: float
     ) -> WindowLoad:
         serving = function.serving
         now = Counters(
-            serving.served, serving.batches, serving.exec_ms, function.refused, serving.ready
+            served=serving.served,
+            batches=serving.batches,
+            exec_ms=serving.exec_ms,
+            refused=function.refused,
+            ready=serving.ready,
         )
         before = self._seen.get(function.name, now)
         self._seen[function.name] = now
         profile = next(p for p in entry.profiles if p.name == variant)
         return window_load(
-            profile, now, before, serving.ready, serving.max_batch, serving.max_cpus,
-            serving.queued, window,
-        )  # fmt: skip
+            profile,
+            now,
+            before,
+            replicas=serving.ready,
+            batch_size=serving.max_batch,
+            cpus=serving.max_cpus,
+            queued=serving.queued,
+            window_s=window,
+        )

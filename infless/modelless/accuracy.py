@@ -1,9 +1,15 @@
 """A variant's accuracy on the validation set: the metrics, the default one, the score.
 
-`--metric`: `top1-labels` against the labels the validation file gives (the default when it
-gives them), else against fp32's outputs: `top1-agreement` (argmax agreement, the default for
-tensor packages) or `cosine` (mean cosine similarity of the first output per sample, the
-default for handler packages). Scores compare the first output of every sample.
+`--metric` chooses one of three:
+
+- `top1-labels`: against the labels the validation file gives (the default when it gives
+  them);
+- `top1-agreement`: argmax agreement with fp32's outputs (the default for tensor
+  packages);
+- `cosine`: mean cosine similarity with fp32's first output per sample (the default for
+  handler packages).
+
+Scores compare the first output of every sample.
 """
 
 from __future__ import annotations

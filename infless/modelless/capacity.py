@@ -1,20 +1,24 @@
 """What share of its profiled throughput each variant delivers here and now.
 
-Profiles time the forward pass on an idle core (thread CPU clock); a worker serving beside
-the gateway, the client and other workers runs slower — on a 2-core machine about half as
-fast — and pays for decoding and encoding its batches besides. The monitor measures that in
-every window where a variant served at least `capacity_min_batches` batches: the profile's
-t_exec at the mean batch served over the worker's measured service time per batch (wall
-clock, as it serves) — or, in a window where it refused `SATURATED` of its arrivals or
-more (at capacity, not a burst's few refusals) with a steady number of replicas, the share
-of the window its replicas would have been busy serving what they served at profiled
-speed, when that is lower: it counts the gaps between batches (the gateway's side) too.
-That ratio is averaged into the variant's *own* factor and, weighted by batches, into the
-application's *host* factor: the contention a variant not running now would meet. So
-vertical scaling compares a running variant's measured capacity with the others' profiles
-corrected by the same contention, instead of with their idle-core promises. A variant with
-no such window drifts towards the host factor by `capacity_recovery` of the gap per
-window. Pure: no I/O, no clock.
+Profiles time the forward pass on an idle core (thread CPU clock). A worker serving
+beside the gateway, the client and other workers runs slower: on a 2-core machine about
+half as fast. It also pays for decoding and encoding its batches.
+
+The monitor measures that share in every window where a variant served at least
+`capacity_min_batches` batches. The share is the profile's t_exec at the mean batch
+served, over the worker's measured service time per batch (wall clock, as it serves).
+In a window where the variant refused `SATURATED` of its arrivals or more (at capacity,
+not a burst's few refusals) with a steady number of replicas, a second figure counts: the
+share of the window its replicas would have been busy serving what they served at
+profiled speed. When that is lower it is used, since it also counts the gaps between
+batches (the gateway's side).
+
+The ratio is averaged into the variant's *own* factor. Weighted by batches, it is also
+averaged into the application's *host* factor: the contention a variant that does not
+run now would meet. So vertical scaling compares a running variant's measured capacity
+with the other variants' profiles corrected by the same contention, not with their
+idle-core promises. A variant with no such window drifts towards the host factor by
+`capacity_recovery` of the gap per window. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
 """A variant's figures as the policies use them: `VariantCard`, one per ready variant.
 
-From a profile and the model's SLO: the inference latency at batch 1 (the best core count's:
-what a query's latency goal is checked against), and the configuration <b, c> that serves
-the most requests per core within the SLO (INFless's feasibility: t_exec <= SLO for b = 1,
-t_exec <= SLO/2 for larger batches), which gives the variant's saturation throughput per
-instance Q, its hardware cost per instance C (cores) and its cost per request C/Q; and Q
-where the variant runs slower than profiled (`sustained_qps`), and whether it still meets
-the SLO there at all (`meets_slo_at`). Cards judge the points
-measured on CPU cores only: a variant's GPU points price GPU instances (`latency`), the
-cores a card counts are what vertical scaling hands between variants. Pure: no I/O.
+A card comes from a profile and the model's SLO. It holds:
+
+- the inference latency at batch 1, at the best core count: a query's latency goal is
+  checked against it;
+- the configuration <b, c> that serves the most requests per core within the SLO
+  (INFless's feasibility: t_exec <= SLO for b = 1, t_exec <= SLO/2 for larger batches);
+- from that configuration, the saturation throughput per instance Q, the hardware cost per
+  instance C (cores) and the cost per request C/Q.
+
+`sustained_qps` is Q where the variant runs slower than profiled; `meets_slo_at` says
+whether it still meets the SLO there at all. Cards judge the points measured on CPU cores
+only: a variant's GPU points price GPU instances (`latency`), while the cores a card
+counts are what vertical scaling hands between variants. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,29 +1,35 @@
-"""`ModellessCatalog`: the registered models as the request path, the monitor and the
-autoscaler share them — each model's variant cards, its applications' goals, its variants'
-live states, the variant model-vertical scaling chose (the target), the one it keeps warm
-beside it (the overflow) and the arrivals that had to go elsewhere (pinned).
+"""`ModellessCatalog`: the registered models that the request path, the monitor and the
+autoscaler share.
 
-Who writes what: registration (`control.modelless`) puts and removes models; the monitor
-(`control.variant_monitor`) writes `states`, `tracked` and `capacity`; the vertical planner
-(`modelless.planner`) writes `target` and `overflow` and counts `switches`; the request
-path (`choose`, `pin`) counts `served`, `pinned`, `direct` and `spilled`. Everybody reads.
-In memory only: the metadata store (SQLite) holds the durable part. No I/O, no clock.
+One writer. Only the control shell changes the catalogue: registration
+(`control.modelless`) publishes and withdraws models and their applications; the variant
+monitor (`control.variant_monitor`) records the variants' states; the vertical-scaling
+shell (`control.vertical`) applies the planner's decisions. Each write publishes a new
+frozen `ModelEntry` (`modelless.entry`), so what a reader holds never changes under it.
+The planner (`modelless.planner`) reads a `snapshot()` and returns decisions.
+
+The request path (`choose`, `pin`) reads entries and counts its queries in the model's
+`Traffic`, the one mutable part (`modelless.entry`). In memory only: the metadata store
+(SQLite) holds the durable part. No I/O, no clock.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from infless.errors import GoalsUnmet, InvalidInput
 from infless.modelless.capacity import Capacity
-from infless.modelless.cards import VariantCard, cards_for
+from infless.modelless.cards import VariantCard
+from infless.modelless.decisions import AppDecision
+from infless.modelless.entry import DEFAULT_APP, ModelEntry, TrafficReading
 from infless.modelless.profiles import Goals, VariantProfile
-from infless.modelless.selection import Catalogue, NoVariant, Selected, fallbacks, meets, select
+from infless.modelless.selection import NoVariant, Selected, fallbacks, meets, select
 from infless.modelless.states import Tracked, VariantState
 
-DEFAULT_APP = "default"  # the application of queries that name none
+__all__ = ["DEFAULT_APP", "GOAL_HEADERS", "ModelEntry", "ModelReading", "ModellessCatalog"]
+
 # Query goals: headers on /function/{model}, parameters on V2.
 GOAL_HEADERS = {
     "app": "X-Infless-App",
@@ -33,59 +39,12 @@ GOAL_HEADERS = {
 }
 
 
-@dataclass(eq=False)
-class ModelEntry:
-    model: str
-    slo_ms: float
-    profiles: tuple[VariantProfile, ...]
-    apps: dict[str, Goals] = field(default_factory=dict)
-    catalogue: Catalogue = field(init=False)
-    by_function: dict[str, VariantCard] = field(init=False)
-    states: dict[str, VariantState] = field(default_factory=dict)  # by variant name
-    tracked: dict[str, Tracked] = field(default_factory=dict)
-    target: str | None = None
-    released: frozenset[str] = frozenset()  # variants vertical scaling lets go (no new load)
-    overflow: str | None = None  # the variant kept warm beside the target (`[modelless]`)
-    pinned: dict[str, int] = field(default_factory=dict)  # arrivals by variant, ever
-    served: dict[str, int] = field(default_factory=dict)  # queries routed, by variant
-    direct: int = 0  # calls to a variant's function by name, ever
-    switches: int = 0  # vertical moves (upgrades and downgrades)
-    spilled: int = 0  # queries sent to another variant: the selected one had no room
-    # what each variant delivers against its profile here (`modelless.capacity`)
-    capacity: Capacity = field(default_factory=Capacity)
+@dataclass(frozen=True, slots=True)
+class ModelReading:
+    """One model in a snapshot: its entry and its traffic counters at that instant."""
 
-    def __post_init__(self) -> None:
-        self.catalogue = Catalogue.of(cards_for(self.profiles, self.slo_ms))
-        self.by_function = {c.function: c for c in self.catalogue.cards}
-
-    @property
-    def default_goals(self) -> Goals:
-        """Goals of queries naming no application: the `default` application's when one is
-        registered, else the SLO as the latency bound and no accuracy floor."""
-        return self.app_goals(DEFAULT_APP) if DEFAULT_APP in self.apps else Goals(self.slo_ms)
-
-    @property
-    def arrivals(self) -> int:
-        """The application's queries ever: routed by selection, or to a variant by name."""
-        return sum(self.served.values()) + self.direct
-
-    @property
-    def planning_goals(self) -> Goals:
-        """What vertical scaling plans the application's variant for: the loosest goals of
-        its registered applications (queries of stricter ones are pinned elsewhere), or the
-        defaults when none is registered."""
-        if not self.apps:
-            return self.default_goals
-        goals = [self.app_goals(a) for a in self.apps]
-        bounds = [g.latency_ms or self.slo_ms for g in goals]
-        return Goals(max(bounds), min(g.min_accuracy for g in goals), 1.0)
-
-    def app_goals(self, app_id: str) -> Goals:
-        goals = self.apps[app_id]
-        return Goals(goals.latency_ms or self.slo_ms, goals.min_accuracy, goals.cost_weight)
-
-    def card(self, variant: str) -> VariantCard | None:
-        return next((c for c in self.catalogue.cards if c.name == variant), None)
+    entry: ModelEntry
+    traffic: TrafficReading
 
 
 def goals_from_parameters(parameters: Mapping[str, object]) -> dict[str, str]:
@@ -96,37 +55,86 @@ def goals_from_parameters(parameters: Mapping[str, object]) -> dict[str, str]:
 
 
 class ModellessCatalog:
+    """The registered models by name, with indexes by variant function and package."""
+
     def __init__(self) -> None:
         self._models: dict[str, ModelEntry] = {}
-        self._variant_functions: dict[str, ModelEntry] = {}
-        self._by_package: dict[str, tuple[ModelEntry, VariantProfile]] = {}
+        self._variant_functions: dict[str, str] = {}  # variant function -> model
+        self._by_package: dict[str, tuple[str, VariantProfile]] = {}  # -> (model, profile)
 
     def __bool__(self) -> bool:
         return bool(self._models)
 
-    def put(self, entry: ModelEntry) -> None:
+    # -- the control shell's writes ---------------------------------------------------------
+    def publish(self, entry: ModelEntry) -> None:
+        """Put `entry` in place of the model's (its applications merged into the old
+        ones). Registration's write."""
         old = self._models.get(entry.model)
         if old is not None:
-            entry.apps = {**old.apps, **entry.apps}
+            entry = replace(entry, apps={**old.apps, **entry.apps})
         self._models[entry.model] = entry
         self._index()
 
-    def remove(self, model: str) -> ModelEntry | None:
+    def withdraw(self, model: str) -> ModelEntry | None:
+        """Remove `model`; returns its last entry (None: it was not there)."""
         entry = self._models.pop(model, None)
         self._index()
         return entry
 
+    def put_app(self, model: str, app_id: str, goals: Goals) -> None:
+        """Add or replace one application's goals (no-op for a model not published)."""
+        entry = self._models.get(model)
+        if entry is not None:
+            self._models[model] = replace(entry, apps={**entry.apps, app_id: goals})
+
+    def observe(self, model: str, tracked: Mapping[str, Tracked], capacity: Capacity) -> None:
+        """The monitor's write: the variants' tracked states and the capacity factors."""
+        entry = self._models.get(model)
+        if entry is None:
+            return
+        self._models[model] = replace(
+            entry,
+            tracked={**entry.tracked, **tracked},
+            states={**entry.states, **{name: t.state for name, t in tracked.items()}},
+            capacity=capacity,
+        )
+
+    def apply(self, decision: AppDecision) -> ModelEntry | None:
+        """The planner's decision for one model, applied: its target, overflow variant,
+        released variants and switch count. Returns the new entry (None: no such model)."""
+        entry = self._models.get(decision.model)
+        if entry is None:
+            return None
+        released = entry.released if decision.released is None else decision.released
+        new = replace(
+            entry,
+            target=decision.target,
+            overflow=decision.overflow,
+            released=released,
+            switches=entry.switches + (1 if decision.switched else 0),
+        )
+        self._models[decision.model] = new
+        return new
+
     def _index(self) -> None:
         models = self._models.values()
-        self._variant_functions = {f: e for e in models for f in e.by_function}
+        self._variant_functions = {f: e.model for e in models for f in e.by_function}
         self._by_package = {
-            p.package_dir: (e, p) for e in models for p in e.profiles if p.package_dir
+            p.package_dir: (e.model, p) for e in models for p in e.profiles if p.package_dir
         }
+
+    # -- reads ------------------------------------------------------------------------------
+    def snapshot(self) -> tuple[ModelReading, ...]:
+        """Every model's entry with a frozen reading of its traffic (the planner's input)."""
+        return tuple(ModelReading(e, e.traffic.reading()) for e in self._models.values())
 
     def variant_for_package(self, package_dir: str) -> tuple[ModelEntry, VariantProfile] | None:
         """The variant whose package is `package_dir` (its functions' model key), with its
         model."""
-        return self._by_package.get(package_dir)
+        found = self._by_package.get(package_dir)
+        if found is None:
+            return None
+        return self._models[found[0]], found[1]
 
     def get(self, model: str) -> ModelEntry | None:
         return self._models.get(model)
@@ -136,15 +144,16 @@ class ModellessCatalog:
 
     def owner_of(self, function: str) -> ModelEntry | None:
         """The model a variant function belongs to (None: an ordinary function)."""
-        return self._variant_functions.get(function)
+        model = self._variant_functions.get(function)
+        return None if model is None else self._models[model]
 
+    # -- the request path: reads entries, counts its queries ---------------------------------
     def pin(self, function: str) -> None:
         """A query addressed a variant function by name: its demand stays there."""
-        entry = self._variant_functions.get(function)
+        entry = self.owner_of(function)
         if entry is not None:
             card = entry.by_function[function]
-            entry.pinned[card.name] = entry.pinned.get(card.name, 0) + 1
-            entry.direct += 1
+            entry.traffic.record_direct(card.name)
 
     def choose(
         self,
@@ -153,13 +162,14 @@ class ModellessCatalog:
         has_room: Callable[[VariantCard], bool] | None = None,
     ) -> tuple[ModelEntry, VariantCard] | None:
         """The variant a query for `model` goes to, or None when `model` is not model-less.
+
         Raises InvalidInput for malformed goals, GoalsUnmet when no variant meets them.
 
-        `has_room`: whether a running variant can admit the query in time now (the
-        admission control's test). When the selected variant cannot, the query spills over
-        to the best other running variant meeting its goals that can (`fallbacks`) — the
-        overflow variant vertical scaling keeps warm, typically — rather than being refused;
-        when none can, it stays with the selected one (which refuses it)."""
+        `has_room` says whether a running variant can admit the query in time now (the
+        admission control's test). When the selected variant cannot, the query spills
+        over to the best other running variant that meets its goals and can (`fallbacks`).
+        That is typically the overflow variant vertical scaling keeps warm. When none can,
+        the query stays with the selected variant, which refuses it."""
         entry = self._models.get(model)
         if entry is None:
             return None
@@ -168,27 +178,28 @@ class ModellessCatalog:
         if has_room is not None and isinstance(choice, Selected):
             choice = _spill(entry, choice, goals, has_room)
         if isinstance(choice, NoVariant):
-            raise GoalsUnmet(
-                choice.message(model),
-                closest=[
-                    {"variant": c.name, "accuracy": round(c.accuracy, 6),
-                     "latencyMs": round(c.latency_b1_ms, 3)}
-                    for c in choice.closest
-                ],
-            )  # fmt: skip
+            closest = [
+                {
+                    "variant": c.name,
+                    "accuracy": round(c.accuracy, 6),
+                    "latencyMs": round(c.latency_b1_ms, 3),
+                }
+                for c in choice.closest
+            ]
+            raise GoalsUnmet(choice.message(model), closest=closest)
         card = choice.card
         target = entry.card(entry.target) if entry.target else None
         if target is not None and card.name != target.name and not meets(target, goals):
-            entry.pinned[card.name] = entry.pinned.get(card.name, 0) + 1
-        entry.served[card.name] = entry.served.get(card.name, 0) + 1
+            entry.traffic.record_pinned(card.name)
+        entry.traffic.record_served(card.name)
         return entry, card
 
 
 def _spill(
     entry: ModelEntry, choice: Selected, goals: Goals, has_room: Callable[[VariantCard], bool]
 ) -> Selected:
-    """`choice`, or where that running variant cannot admit the query in time, the best
-    other running variant meeting `goals` that can (counted as spilled); a cold start (an
+    """`choice`, or, where that running variant cannot admit the query in time, the best
+    other running variant meeting `goals` that can (counted as spilled). A cold start (an
     Inactive choice) is left as it is."""
     if choice.state is VariantState.INACTIVE or has_room(choice.card):
         return choice
@@ -196,14 +207,16 @@ def _spill(
     spare = next((c for c in others if has_room(c)), None)
     if spare is None:
         return choice
-    entry.spilled += 1
+    entry.traffic.record_spill()
     return Selected(spare, entry.states[spare.name])
 
 
 def query_goals(entry: ModelEntry, given: Mapping[str, str] | None) -> Goals:
-    """A query's goals from `given` (keyed by the header names, `GOAL_HEADERS`): its
-    application's (`app`; none named: the `default` application's, if registered),
-    overridden by explicit ones; the model's SLO as the latency bound when none is given."""
+    """A query's goals from `given` (keyed by the header names, `GOAL_HEADERS`).
+
+    They are its application's goals (`app`; none named: the `default` application's, if
+    registered), overridden by explicit ones. The model's SLO is the latency bound when
+    none is given."""
     base = entry.default_goals
     if not given:
         return base
@@ -211,14 +224,18 @@ def query_goals(entry: ModelEntry, given: Mapping[str, str] | None) -> Goals:
     if app:
         if app not in entry.apps:
             known = ", ".join(sorted(entry.apps)) or "none"
-            raise InvalidInput(f"application {app!r} is not registered for {entry.model!r} "
-                               f"(registered: {known})")  # fmt: skip
+            raise InvalidInput(
+                f"application {app!r} is not registered for {entry.model!r} (registered: {known})"
+            )
         base = entry.app_goals(app)
     latency = _number(given, "latency_ms", base.latency_ms, low=0.0)
     accuracy = _number(given, "min_accuracy", base.min_accuracy, low=0.0, high=1.0)
     weight = _number(given, "cost_weight", base.cost_weight, low=0.0, high=1.0)
-    return Goals(latency, accuracy if accuracy is not None else 0.0,
-                 weight if weight is not None else 1.0)  # fmt: skip
+    return Goals(
+        latency_ms=latency,
+        min_accuracy=accuracy if accuracy is not None else 0.0,
+        cost_weight=weight if weight is not None else 1.0,
+    )
 
 
 def _number(

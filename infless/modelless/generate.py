@@ -1,32 +1,35 @@
-"""Generate a registered model's variants and profile each: `python -m infless.modelless.generate`.
+"""Generate a registered model's variants and profile each:
+`python -m infless.modelless.generate`.
 
     python -m infless.modelless.generate --package state/models/textcnn-69 --model textcnn-69 \\
         --out state/variants/textcnn-69 --generate 256 [--variants fp32,bf16,int8] \\
         [--validation FILE] [--metric cosine] [--max-batch 32] [--cpus 1,2] [--state-dir state]
         [--gpu-shares 10,20,30,40,50,100] [--mps-pipe-dir DIR] [--gpu-uuid GPU-…]
 
-For every variant (`profiles.TRANSFORMS`; fp32 is always made, first: it is the reference)
-it writes a function package `OUT/<variant>/` (`variant_packages`), then profiles the variant
-in a fresh process of its own (`--profile-one`, `profile_child`), so that what it costs to
-load is honest: its `load_ms`, `peak_memory_bytes`, the first output on the validation set
-(`validation`; `--validation FILE` or `--generate N` samples) and the forward's latency at
-each batch size (powers of two up to `--max-batch`) and core count (`--cpus`). The variant's
-accuracy (`--metric`, `accuracy`) compares its outputs with the labels or with fp32's.
+For every variant (`profiles.TRANSFORMS`; fp32 is always made, first: it is the
+reference) the generator writes a function package `OUT/<variant>/` (`variant_packages`).
+It then profiles the variant in a fresh process of its own (`--profile-one`,
+`profile_child`), so that what it costs to load is honest. The child measures `load_ms`,
+`peak_memory_bytes`, the first output on the validation set (`validation`; `--validation
+FILE` or `--generate N` samples) and the forward's latency at each batch size (powers of
+two up to `--max-batch`) and core count (`--cpus`). The variant's accuracy (`--metric`,
+`accuracy`) compares its outputs with the labels or with fp32's.
 
-A variant whose transform does not fit the model is "not-applicable"; one whose child fails in
-any way (an exception, a crash, the `--timeout-s`) is "failed" with a short message; neither
-stops the others, and the package of a variant that is not ready is removed. If fp32 fails,
-every variant fails with its error. With `--state-dir` holding operator profiles of the
-model (`infless profile`), the points get the operator predictor's figures (`predictions`).
-Where the profile child finds CUDA and `--gpu-shares` are given, each variant that runs on a
-GPU is also measured there, one process per share (`gpu_points`; under the MPS daemon of
-`--mps-pipe-dir`, else at 100 % only); without a GPU, or without shares, nothing changes.
+A variant whose transform does not fit the model is "not-applicable". One whose child
+fails in any way (an exception, a crash, the `--timeout-s`) is "failed", with a short
+message. Neither stops the others, and the package of a variant that is not ready is
+removed. If fp32 fails, every variant fails with its error.
 
-The last stdout line is the `GenerationResult` as JSON; the lines before it are progress
+With `--state-dir` holding operator profiles of the model (`infless profile`), the points
+get the operator predictor's figures (`predictions`). Where the profile child finds CUDA
+and `--gpu-shares` are given, each variant that runs on a GPU is also measured there, one
+process per share (`gpu_points`): under the MPS daemon of `--mps-pipe-dir`, else at 100 %
+only. Without a GPU, or without shares, nothing changes.
+
+The last stdout line is the `GenerationResult` as JSON. The lines before it are progress
 (`{"progress": {"done", "total", "step"}}`, as each variant begins); what it says for
-people goes to stderr. `generate()`
-is the same as a function. Worker side: the children import torch; this process only when
-it reads operator profiles.
+people goes to stderr. `generate()` does the same as a function. Worker side: the
+children import torch; this process does only when it reads operator profiles.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ from infless.modelless.gpu_points import GpuPlan, gpu_points
 from infless.modelless.predictions import with_predictions
 from infless.modelless.profile_child import ChildReport, batch_sizes, child_main
 from infless.modelless.profiles import (
-    PROGRESS_KEY,
     TRANSFORMS,
+    GenerationProgress,
     GenerationResult,
+    ProgressLine,
     VariantProfile,
 )
 from infless.modelless.validation import (
@@ -122,10 +126,20 @@ def generate(
         raise ValueError(f"--cpus {cores}: core counts start at 1")
     labels = source.labels()
     run = _Run(
-        package_dir, manifest, out_dir.resolve(), model, source, labels,
-        choose_metric(metric, labels, manifest), cores, max_batch, budget_s, timeout_s,
-        gpu if gpu is not None and gpu.shares_pct else None, say,
-    )  # fmt: skip
+        package_dir=package_dir,
+        manifest=manifest,
+        out_dir=out_dir.resolve(),
+        model=model,
+        validation=source,
+        labels=labels,
+        metric=choose_metric(metric, labels, manifest),
+        cpus=cores,
+        max_batch=max_batch,
+        budget_s=budget_s,
+        timeout_s=timeout_s,
+        gpu=gpu if gpu is not None and gpu.shares_pct else None,
+        log=say,
+    )
     run.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(run.scratch, ignore_errors=True)
     run.scratch.mkdir()
@@ -156,7 +170,7 @@ def generate(
     return GenerationResult(model=model, metric=run.metric, variants=profiles)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Run:
     """One generation's settings: what every variant is written and profiled with."""
 
@@ -189,14 +203,10 @@ class _Run:
         target = self.out_dir / name
         write_variant(self.package_dir, self.manifest, target, self.model, name)
         outputs_file = self.scratch / f"{name}.npy"
-        report = run_child(
-            [
-                "--package", str(target), "--outputs", str(outputs_file),
-                "--max-batch", str(self.max_batch), "--cpus", ",".join(map(str, self.cpus)),
-                "--budget-s", str(self.budget_s), *self.validation.args(),
-            ],
-            self.timeout_s,
-        )  # fmt: skip
+        args = ["--package", str(target), "--outputs", str(outputs_file)]
+        args += ["--max-batch", str(self.max_batch), "--cpus", ",".join(map(str, self.cpus))]
+        args += ["--budget-s", str(self.budget_s), *self.validation.args()]
+        report = run_child(args, self.timeout_s)
         profile = msgspec.structs.replace(
             self.base(name),
             status=report.status,
@@ -239,7 +249,7 @@ def _stderr(line: str) -> None:
 
 def _progress_line(done: int, total: int, step: str) -> None:
     """Progress for the gateway (`control.modelless` reads it as the generator runs)."""
-    line = {PROGRESS_KEY: {"done": done, "total": total, "step": step}}
+    line = ProgressLine(progress=GenerationProgress(done=done, total=total, step=step))
     sys.stdout.write(msgspec.json.encode(line).decode() + "\n")
     sys.stdout.flush()
 

@@ -1,17 +1,17 @@
 """The variant generator's GPU step: a variant's latency on a GPU, one process per share.
 
-Where the variant's profile child found CUDA (`ChildReport.cuda`) and the generation was
-given shares (`[scaling] gpu_options_pct`, the generator's `--gpu-shares`), `gpu_points`
-runs the GPU profiling child (`profiler.gpu_profile`) on the variant's package once per
-share — under the server's MPS daemon (`--mps-pipe-dir`) at each share, without one at
-100 % only (a process then has the whole device) — and returns its points as
+`gpu_points` runs where the variant's profile child found CUDA (`ChildReport.cuda`) and
+the generation was given shares (`[scaling] gpu_options_pct`, the generator's
+`--gpu-shares`). It runs the GPU profiling child (`profiler.gpu_profile`) on the variant's
+package once per share: under the server's MPS daemon (`--mps-pipe-dir`) at each share;
+without one, at 100 % only (a process then has the whole device). It returns the points as
 `LatencyPoint`s with `gpu_pct` set and cpus = 1 (the host side's core).
 
-Variants that run on a GPU as they are get measured: fp32, bf16 (the one that gains there)
-and channels-last. int8 (dynamic quantisation has CPU kernels only), torchscript (a trace
-frozen on the CPU keeps its constants there) and compile (compiled for the CPU) are not,
-and say why (`VariantProfile.gpu_error`), so the planner reports their GPU shares as
-unpriced with that reason. Runs children; never imports torch.
+Variants that run on a GPU as they are get measured: fp32, bf16 (the one that gains
+there) and channels-last. Three are not, and say why (`VariantProfile.gpu_error`): int8
+(dynamic quantisation has CPU kernels only), torchscript (a trace frozen on the CPU keeps
+its constants there) and compile (compiled for the CPU). The planner then reports their
+GPU shares as unpriced with that reason. Runs children; never imports torch.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
-"""`CatalogPredictor`: the autoscaler's latency predictions for variant functions, from their
-profiles — so Algorithm 1 can plan a variant no instance has run yet (the measured
-predictor knows only what ran; the operator profiles know the fp32 graph at best).
+"""`CatalogPredictor`: the autoscaler's latency predictions for variant functions, from
+their profiles.
+
+With it, Algorithm 1 can plan a variant that no instance has run yet. The measured
+predictor knows only what ran, and the operator profiles know the fp32 graph at best.
 
 A variant function's model key is its package directory (`FunctionSpec.image`), which the
-profile records; on cores the prediction is `VariantProfile.exec_ms` over the variant's
+profile records. On cores, the prediction is `VariantProfile.exec_ms` over the variant's
 capacity factor (`modelless.capacity`: profiles are timed on an idle core, and the factor
-is what contention for the host's cores leaves of that). On a GPU share it is the variant's
-GPU points as `VariantProfile.exec_ms` prices them, not divided by the factor (a GPU batch
-does not slow with the host's cores); a variant without GPU points raises LookupError with
-the reason, which the planner reports as unpriced. Other keys go to the fallback (the GPU
-profiles, then the operator profiles). Reads the catalogue live, so a model registered
-later is known at once. Pure: no I/O.
+is what contention for the host's cores leaves of that). On a GPU share, it is the
+variant's GPU points as `VariantProfile.exec_ms` prices them, not divided by the factor: a
+GPU batch does not slow with the host's cores. A variant without GPU points raises
+LookupError with the reason, which the planner reports as unpriced. Other keys go to the
+fallback (the GPU profiles, then the operator profiles). It reads the catalogue live, so a
+model registered later is known at once. Pure: no I/O.
 """
 
 from __future__ import annotations

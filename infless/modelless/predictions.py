@@ -1,11 +1,12 @@
 """The operator predictor's figures for the generated variants' latency points.
 
-With a state directory holding operator profiles of the model (`infless profile`), fp32's
-points get the combined-operator predictor's figure (`predicted_ms`, without the planning
-offset), and every other variant fp32's prediction scaled by its measured/fp32 ratio at the
-smallest <batch, cores> (one calibration point: the others remain predictions to check
-against the measurements). It never profiles operators itself; it imports torch (the
-profiler's) only when there is a profile database to read.
+This needs a state directory holding operator profiles of the model (`infless profile`).
+fp32's points then get the combined-operator predictor's figure (`predicted_ms`, without
+the planning offset). Every other variant gets fp32's prediction scaled by its
+measured/fp32 ratio at the smallest <batch, cores>. That is one calibration point: the
+other figures remain predictions to check against the measurements. It never profiles
+operators itself. It imports torch (the profiler's) only when there is a profile database
+to read.
 """
 
 from __future__ import annotations

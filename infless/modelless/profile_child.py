@@ -1,20 +1,22 @@
 """Profiling one variant, in a fresh process of its own (the generator's `--profile-one`).
 
-The child builds the model as a worker does (`workers.model.build_model`, weights from the
-package), runs a first batch, and that wall time is the variant's `load_ms`; its
-`peak_memory_bytes` is the child's peak RSS at the end (torch, the model, the largest timed
-batch: all of it; read as the process's own high-water mark `VmHWM`, since `ru_maxrss` after
-a fork+exec also counts the parent's peak on Linux). The child then runs the validation set
-through the model (its first output saved for the accuracy) and times the tensor forward at
-each batch size (powers of two up to `--max-batch`) and core count (`torch.set_num_threads`):
-the median of the repetitions `profiler.operators.measure_threads` takes within `--budget-s`
-(at least 3), on the calling thread's CPU clock, inputs drawn from the signature (token ids
-below the smallest `nn.Embedding`'s size, as `profiler.service.measure_model_ms`). Last, it
-says whether CUDA is available to it (`cuda`): the generator then measures the variant on
-the GPU too, in processes of their own (`gpu_points`).
+The child builds the model as a worker does (`workers.model.build_model`, weights from
+the package) and runs a first batch. That wall time is the variant's `load_ms`. Its
+`peak_memory_bytes` is the child's peak RSS at the end: torch, the model and the largest
+timed batch, all of it. It is read as the process's own high-water mark `VmHWM`, because
+on Linux `ru_maxrss` after a fork+exec also counts the parent's peak.
 
-Whatever happens, the child's last stdout line is its `ChildReport` as JSON. Worker side: the
-functions import torch when they run, not this module.
+The child then runs the validation set through the model, saving its first output for the
+accuracy. It times the tensor forward at each batch size (powers of two up to
+`--max-batch`) and core count (`torch.set_num_threads`): the median of the repetitions
+`profiler.operators.measure_threads` takes within `--budget-s` (at least 3), on the
+calling thread's CPU clock. Inputs are drawn from the signature (token ids below the
+smallest `nn.Embedding`'s size, as in `profiler.service.measure_model_ms`). Last, it says
+whether CUDA is available to it (`cuda`); if so, the generator also measures the variant
+on the GPU, in processes of their own (`gpu_points`).
+
+Whatever happens, the child's last stdout line is its `ChildReport` as JSON. Worker side:
+the functions import torch when they run, not this module.
 """
 
 from __future__ import annotations

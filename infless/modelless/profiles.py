@@ -1,15 +1,17 @@
-"""What is known about a registered model's variants: the records the generator writes, the
-metadata store keeps and every policy reads.
+"""What is known about a registered model's variants: the records the generator writes,
+the metadata store keeps and every policy reads.
 
 A **variant** is one way of running the registered model: a `transform` applied in the
-worker after the weights are attached (`fp32`: none; `bf16`; `int8`: dynamic quantisation;
-`channels-last`; `torchscript`: traced and frozen; `compile`: `torch.compile`). Each is a
-package of its own (its manifest names the transform; the weights are the same files, so
-the tensor store shares them). Its profile: accuracy on the registration's validation set,
-latency per <batch, cores> (measured, and the combined-operator predictor's figure where it
-has one), load time and peak memory. Where the generator ran with a GPU, the points of the
-variants that run there (fp32, bf16, channels-last) at the GPU shares it measured too
-(`gpu_pct` > 0, host side on one core), priced over <b, g> as GPU profiles are
+worker after the weights are attached. `fp32` applies none; the others are `bf16`,
+`int8` (dynamic quantisation), `channels-last`, `torchscript` (traced and frozen) and
+`compile` (`torch.compile`). Each variant is a package of its own: its manifest names the
+transform, and the weights are the same files, so the tensor store shares them.
+
+A variant's profile holds its accuracy on the registration's validation set, its latency
+per <batch, cores> (measured, and the combined-operator predictor's figure where it has
+one), its load time and its peak memory. Where the generator ran with a GPU, the variants
+that run there (fp32, bf16, channels-last) also have points at the GPU shares it measured
+(`gpu_pct` > 0, host side on one core). Those are priced over <b, g> as GPU profiles are
 (`scaling.gpu_profiles.GpuCurve`); `gpu_error` says why a variant has none.
 Pure data: no I/O, no torch.
 """
@@ -118,6 +120,20 @@ class Application(msgspec.Struct, frozen=True):
 
 # The generator's stdout: lines {"progress": {"done", "total", "step"}}, then the result
 PROGRESS_KEY = "progress"
+
+
+class GenerationProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far the generator is: `done` variants of `total`, and the step it is on."""
+
+    done: int
+    total: int
+    step: str = ""
+
+
+class ProgressLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One progress line of the generator's stdout (`{"progress": {...}}`)."""
+
+    progress: GenerationProgress
 
 
 class GenerationResult(msgspec.Struct, frozen=True):

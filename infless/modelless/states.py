@@ -1,17 +1,19 @@
-"""The live state of each variant (INFaaS §3, Figure 4): Inactive, Active, Overloaded,
-Interfered — from what its instances did over the last monitoring window.
+"""The live state of each variant (INFaaS §3, Figure 4): Inactive, Active, Overloaded or
+Interfered, from what its instances did over the last monitoring window.
 
-The reference (`query_executor.cc`, every second) blacklists a variant when its mean
-latency passes `latency_factor` x its profiled inference latency while its rate passes
-`qps_factor` of what the profile sustains, or when its queue holds more than
-`queue_factor` seconds of work; it is cleared only when the queue is back under the bound
-and the latency under `recover_factor` x the profile. Here the latency is the instances'
-mean *service* time per batch against the profiled t_exec at their batch size and cores
-(the queueing wait a batching platform adds on purpose is not interference), the profiled
-rate is b / t_exec per replica, and a refusal by admission control (a 429: the variant is
-at capacity) counts as overload. High latency at a low rate is Interfered; at a high rate,
-Overloaded. A window with no completed batch decays the tracked latency (÷ `idle_decay`),
-so an idle variant recovers. Pure: no I/O, no clock.
+The reference (`query_executor.cc`, every second) blacklists a variant in two cases: its
+mean latency passes `latency_factor` x its profiled inference latency while its rate
+passes `qps_factor` of what the profile sustains; or its queue holds more than
+`queue_factor` seconds of work. It is cleared only when the queue is back under the bound
+and the latency under `recover_factor` x the profile.
+
+Here the latency is the instances' mean *service* time per batch, against the profiled
+t_exec at their batch size and cores. The queueing wait a batching platform adds on
+purpose is not interference. The profiled rate is b / t_exec per replica. A refusal by
+admission control (a 429: the variant is at capacity) counts as overload. High latency at
+a low rate is Interfered; at a high rate, Overloaded. A window with no completed batch
+decays the tracked latency (÷ `idle_decay`), so an idle variant recovers.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

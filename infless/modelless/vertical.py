@@ -1,40 +1,44 @@
-"""Model-vertical scaling (INFaaS §4.2): per application, replicate the running variant or
-switch to another one — the paper's greedy heuristic for its ILP.
+"""Model-vertical scaling (INFaaS §4.2): for each application, replicate the running
+variant or switch to another. This is the paper's greedy heuristic for its ILP.
 
-The ILP's cost of an action δ on variant v is C_v·(δ + λ·T_load,v·max(δ, 0)) (hardware cost
-per second, plus the load latency of the instances it adds, weighed by λ), under the
-constraints that the instances carry the load plus slack, that new instances meet the SLO,
-and that they fit the resources. The greedy heuristic compares, at each tick, the options
-"replicate the current variant" and "move to variant v" for every v that meets the
-application's goals: each needs n_v = ceil(L·(1 + slack) / Q_v) instances and costs
-C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0), N_v its live instances; Q_v is what the
-variant sustains at its capacity factor (`modelless.capacity`, `cards.sustained_qps`: its
-profiled latencies slowed down, which may also force a smaller batch size); options that do not
-fit the cores are dropped (unless none fits: then the one with the most measured throughput
-per core). Ties go to the more accurate variant; under load pressure, a switch must cost
-less than replicating. With nothing chosen yet, an application starts on the
-option best once loaded (C·n, then accuracy, then the load term).
+The ILP's cost. An action δ on variant v costs C_v·(δ + λ·T_load,v·max(δ, 0)): hardware
+cost per second, plus the load latency of the instances it adds, weighed by λ. The
+instances must carry the load plus slack, new instances must meet the SLO, and all must
+fit the resources.
 
-A move the load forces (the current variant would need more instances than it runs, and
-another option that serves more requests per core by its profile costs less, load term
-included) happens at once: an *upgrade*; if none costs less, the current variant is
-replicated. Without load pressure, an option is judged
-by what it costs once loaded (C·n) and then by accuracy — with the load term in, an
-application would stay on whatever it runs — and a move to a better one (fewer cores, or
-as many and more accurate: back to fp32 when the load has fallen) waits until the same
-choice was made on `scale_down_ticks` consecutive ticks: a *downgrade*, delayed like the
-reference's scale-down, and judged at the load plus `downgrade_headroom` of it (a variant
-that carries the load only just would be upgraded from again at the next burst), among the
-variants that still meet the SLO at their capacity factor (`cards.meets_slo_at`: on a busy
-host, fp32's batch-1 time can pass the SLO however light the load). How many
-instances, and with which <b, c>, stays Algorithm 1's business: this module only decides
+The heuristic. At each tick it compares "replicate the current variant" with "move to
+variant v", for every v that meets the application's goals. Option v needs
+n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0),
+where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
+(`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
+may also force a smaller batch. Options that do not fit the cores are dropped; if none
+fits, the one with the most measured throughput per core stays. Ties go to the more
+accurate variant. With nothing chosen yet, an application starts on the option that is
+best once loaded (C·n, then accuracy, then the load term).
+
+Upgrades. When the current variant would need more instances than it runs, the load
+forces a move. Another option that serves more requests per core by its profile, and
+costs less (load term included), wins at once: an *upgrade*. If none costs less, the
+current variant is replicated.
+
+Downgrades. Without load pressure an option is judged by what it costs once loaded (C·n),
+then by accuracy; with the load term in, an application would stay on whatever it runs.
+A move to a better option (fewer cores, or as many and more accurate: back to fp32 when
+the load has fallen) waits until the same choice was made on `scale_down_ticks`
+consecutive ticks, like the reference's scale-down. It is judged at the load plus
+`downgrade_headroom` of it, so that a variant that only just carries the load is not
+upgraded from again at the next burst. Only variants that still meet the SLO at their
+capacity factor count (`cards.meets_slo_at`: on a busy host, fp32's batch-1 time can pass
+the SLO however light the load).
+
+How many instances, with which <b, c>, stays Algorithm 1's business. This module decides
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
 
-The overflow variant (`overflow_card`, with `[modelless] overflow`): the variant a fixed
-deployment would pick — the cheapest per request meeting the goals — stays warm beside the
-target, and a query the target cannot admit in time goes there (`catalog.choose`). Its
-cores are not the other options' to take (`AppLoad.overflow`).
+The overflow variant (`overflow_card`, with `[modelless] overflow`) is the one a fixed
+deployment would pick: the cheapest per request that meets the goals. It stays warm
+beside the target, and a query the target cannot admit in time goes there
+(`catalog.choose`). Its cores are not the other options' to take (`AppLoad.overflow`).
 Pure: no I/O, no clock.
 """
 
@@ -144,17 +148,28 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     current variant was chosen but does not serve yet), it is replicated if need be, not
     replaced: a second switch before the first one lands throws a start away."""
     ranked = options(load, cfg)
+
+    def decided(target: str | None, move: Move, wait: Hold = Hold()) -> VerticalDecision:
+        return VerticalDecision(
+            model=load.model,
+            target=target,
+            previous=current,
+            move=move,
+            options=ranked,
+            hold=wait,
+        )
+
     if not ranked:
-        return VerticalDecision(load.model, None, current, "keep", ranked, Hold())
+        return decided(None, "keep")
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
         best = min(ranked, key=lambda o: (*_steady_rank(o), o.cost))
         move: Move = "start" if current is None else "upgrade"  # the current one cannot
-        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
+        return decided(best.card.name, move)
     live = load.live.get(current, 0)
     if not settled:
         move = "replicate" if now.instances > live else "keep"
-        return VerticalDecision(load.model, current, current, move, ranked, Hold())
+        return decided(current, move)
     if now.instances > live:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
@@ -165,7 +180,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
         move = "replicate" if best is now else "upgrade"
-        return VerticalDecision(load.model, best.card.name, current, move, ranked, Hold())
+        return decided(best.card.name, move)
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs
     # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
@@ -174,13 +189,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     here = [o for o in roomy if meets_slo_at(o.card, load.capacity.factor(o.card.name))]
     steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
-        return VerticalDecision(load.model, current, current, "keep", ranked, Hold())
+        return decided(current, "keep")
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
     if ticks >= cfg.scale_down_ticks:
-        return VerticalDecision(load.model, steady.card.name, current, "downgrade", ranked, Hold())
-    return VerticalDecision(
-        load.model, current, current, "keep", ranked, Hold(steady.card.name, ticks)
-    )
+        return decided(steady.card.name, "downgrade")
+    return decided(current, "keep", Hold(steady.card.name, ticks))
 
 
 def _per_core(card: VariantCard) -> float:

@@ -1,19 +1,20 @@
 """Model-less applications in the simulator (INFaaS on INFless's machinery).
 
 A `SimApp` is one application of a registered model: its ready variants' profiles, the
-model's SLO and its arrivals. The simulation deploys what registration deploys on a server
-— one function per ready variant (`variant_function(model, variant)`, model key
-`model/variant`, no instance until the planner or a query starts one) and one `ModelEntry`
-in a `ModellessCatalog` — and runs the server's `ModellessPlanner` inside the same
-`Autoscaler`. Each arrival of the application picks its variant with `catalog.choose` and
-then takes exactly the path an arrival of that function takes. Every `monitor_s` the
-server's own `VariantMonitor` updates the variants' states from what their instances did,
-read through the scaling port (`sim.world` runs it).
+model's SLO and its arrivals. The simulation deploys what registration deploys on a
+server: one function per ready variant (`variant_function(model, variant)`, model key
+`model/variant`, no instance until the planner or a query starts one) and one
+`ModelEntry` in a `ModellessCatalog`. It runs the server's vertical-scaling shell
+(`control.vertical.VerticalScaling`: the pure planner's decisions, applied to the
+catalogue) inside the same `Autoscaler`. Each arrival of the application picks its
+variant with `catalog.choose`, then takes exactly the path an arrival of that function
+takes. Every `monitor_s` the server's own `VariantMonitor` updates the variants' states
+from what their instances did, read through the scaling port (`sim.world` runs it).
 
-`ProfilePredictor` is the variants' latency: the profile's measured points (linear between
-profiled batch sizes, the last slope beyond the largest, the nearest profiled core count);
-the engine uses it both as the truth and as the planner's predictor of those keys.
-Simulation only: no I/O, no clock.
+`ProfilePredictor` is the variants' latency: the profile's measured points (linear
+between profiled batch sizes, the last slope beyond the largest, the nearest profiled
+core count). The engine uses it both as the truth and as the planner's predictor of
+those keys. Simulation only: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from infless.control.vertical import VerticalScaling
 from infless.errors import GoalsUnmet
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
-from infless.modelless.planner import ModellessPlanner
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
 from infless.modelless.vertical import AppLoad, Hold, decide
 from infless.scaling.config import DemandConfig
@@ -82,7 +83,7 @@ def model_entry(app: SimApp) -> ModelEntry:
     """The catalogue entry registration publishes: the ready variants' profiles, and the
     application's goals when it has its own."""
     apps = {APP_ID: app.goals} if app.goals is not None else {}
-    return ModelEntry(app.model, app.slo_ms, app.ready, apps)
+    return ModelEntry(model=app.model, slo_ms=app.slo_ms, profiles=app.ready, apps=apps)
 
 
 def goal_headers(goals: Goals | None) -> dict[str, str] | None:
@@ -118,7 +119,13 @@ class ProfilePredictor:
 def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> str | None:
     """The variant function vertical scaling starts an application on at `rate_rps` (what a
     prewarmed simulation plans for at t = 0): `vertical.decide` with nothing running."""
-    load = AppLoad(entry.model, entry.default_goals, entry.catalogue.cards, {}, rate_rps)
+    load = AppLoad(
+        model=entry.model,
+        goals=entry.default_goals,
+        cards=entry.catalogue.cards,
+        live={},
+        load_rps=rate_rps,
+    )
     target = decide(load, None, Hold(), cfg).target
     card = entry.card(target) if target is not None else None
     return card.function if card is not None else None
@@ -130,7 +137,7 @@ class AppRun:
     """What the engine keeps of one application while it runs."""
 
     spec: SimApp
-    entry: ModelEntry
+    catalog: ModellessCatalog  # the application's entry is read from it (`entry`)
     arrivals: Iterator[float]
     headers: dict[str, str] | None
     variants: dict[str, str]  # variant function -> variant name
@@ -146,16 +153,24 @@ class AppRun:
     switches_seen: int = 0
 
     @staticmethod
-    def of(spec: SimApp, entry: ModelEntry, arrivals: Iterator[float]) -> AppRun:
+    def of(spec: SimApp, catalog: ModellessCatalog, arrivals: Iterator[float]) -> AppRun:
         ready = spec.ready
         return AppRun(
-            spec,
-            entry,
-            arrivals,
-            goal_headers(spec.goals),
-            {variant_function(spec.model, p.name): p.name for p in ready},
-            {p.name: p for p in ready},
+            spec=spec,
+            catalog=catalog,
+            arrivals=arrivals,
+            headers=goal_headers(spec.goals),
+            variants={variant_function(spec.model, p.name): p.name for p in ready},
+            profiles={p.name: p for p in ready},
         )
+
+    @property
+    def entry(self) -> ModelEntry:
+        """The application's catalogue entry as the control shell last published it."""
+        entry = self.catalog.get(self.spec.model)
+        if entry is None:
+            raise LookupError(f"model {self.spec.model!r} is not in the catalogue")
+        return entry
 
     def routed(self, variant: str, now_s: float) -> None:
         self.by_variant[variant] += 1
@@ -221,15 +236,14 @@ class SimApps:
         self.catalog = ModellessCatalog()
         self.runs: dict[str, AppRun] = {}  # by model
         self.of_function: dict[str, AppRun] = {}  # variant function -> its application
-        self.planner = ModellessPlanner(self.catalog, cfg, demand) if apps else None
+        self.planner = VerticalScaling(self.catalog, cfg, demand) if apps else None
 
     def add(self, app: SimApp, arrivals: Iterator[float]) -> tuple[SimFunction, ...]:
         """Register `app`; returns the variant functions the simulation must deploy."""
         if app.model in self.runs:
             raise ValueError(f"model {app.model!r}: one application per model")
-        entry = model_entry(app)
-        self.catalog.put(entry)
-        run = AppRun.of(app, entry, arrivals)
+        self.catalog.publish(model_entry(app))
+        run = AppRun.of(app, self.catalog, arrivals)
         self.runs[app.model] = run
         functions = variant_functions(app)
         for spec in functions:

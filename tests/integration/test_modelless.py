@@ -53,8 +53,12 @@ def registered(gateway: GatewayProcess, tmp_path_factory: pytest.TempPathFactory
     (work / "model.yml").write_text(MODEL_YML)
     done = subprocess.run(
         [sys.executable, "-m", "infless.cli", "register", "-f", "model.yml", "-g", gateway.url],
-        cwd=work, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "tc: ready" in done.stdout
     document: dict[str, Any] = gateway.json("GET", f"/system/variants/{MODEL}")
@@ -72,9 +76,12 @@ def b1_ms(variant: dict[str, Any]) -> float:
 
 def query(gateway: GatewayProcess, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     return gateway.request(
-        "POST", f"/function/{MODEL}", raw=SAMPLE,
-        headers={"Content-Type": "application/json", **headers}, timeout_s=120,
-    )  # fmt: skip
+        "POST",
+        f"/function/{MODEL}",
+        raw=SAMPLE,
+        headers={"Content-Type": "application/json", **headers},
+        timeout_s=120,
+    )
 
 
 def test_registration_profiles_four_variants(registered: dict[str, Any]) -> None:
@@ -102,12 +109,16 @@ def test_registration_profiles_four_variants(registered: dict[str, Any]) -> None
     }
 
 
-def test_variants_command_shows_the_table(gateway: GatewayProcess, registered: dict[str, Any]
-                                          ) -> None:  # fmt: skip
+def test_variants_command_shows_the_table(
+    gateway: GatewayProcess, registered: dict[str, Any]
+) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "infless.cli", "variants", MODEL, "-g", gateway.url],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("tc: ready")
@@ -176,16 +187,20 @@ def test_v2_parameters_carry_goals_and_the_answer_names_the_variant(
     fastest, runner_up = sorted(ready(registered).values(), key=b1_ms)[:2]
     bound = (b1_ms(fastest) + b1_ms(runner_up)) / 2
     request: dict[str, Any] = {
-        "inputs": [{"name": "tokens", "datatype": "INT64", "shape": [1, 69],
-                    "data": list(range(69))}],
+        "inputs": [
+            {"name": "tokens", "datatype": "INT64", "shape": [1, 69], "data": list(range(69))}
+        ],
         "parameters": {"latency_ms": bound},
-    }  # fmt: skip
+    }
     meta = gateway.json("GET", "/v2/models/tc--fp32")
     request["inputs"][0]["name"] = meta["inputs"][0]["name"]
     status, _, body = gateway.request(
-        "POST", f"/v2/models/{MODEL}/infer", request, {"Content-Type": "application/json"},
+        "POST",
+        f"/v2/models/{MODEL}/infer",
+        request,
+        {"Content-Type": "application/json"},
         timeout_s=120,
-    )  # fmt: skip
+    )
     assert status == 200, body
     answer = json.loads(body)
     assert answer["model_name"] == MODEL
@@ -196,9 +211,12 @@ def test_a_variant_function_can_be_called_by_name(
     gateway: GatewayProcess, registered: dict[str, Any]
 ) -> None:
     status, headers, _ = gateway.request(
-        "POST", "/function/tc--int8", raw=SAMPLE, headers={"Content-Type": "application/json"},
+        "POST",
+        "/function/tc--int8",
+        raw=SAMPLE,
+        headers={"Content-Type": "application/json"},
         timeout_s=120,
-    )  # fmt: skip
+    )
     assert status == 200
     assert "X-Infless-Variant" not in headers
     document = gateway.json("GET", f"/system/variants/{MODEL}")

@@ -1,8 +1,9 @@
 """The simulator runs the server's own policies and defines none of its own.
 
 It imports the server's autoscaler, prewarm manager, planner, admission, batch release,
-dispatcher and variant monitor (the import graph says so), and no module of `infless.sim`
-defines a class or function named like one of their public names — except methods that
+dispatcher, variant monitor and vertical-scaling shell (the import graph says so), and no
+module of `infless.sim` defines a class or function named like one of their public names —
+except methods that
 implement a protocol by calling that very function (a simulated instance's `finish_by_s`
 is `admission.finish_by_s` over its queue). The import-linter contract beside it
 (pyproject.toml) keeps the gateway's shells (router, queue, instance, pool) out.
@@ -25,6 +26,7 @@ SHARED = {
     "batch release": "infless.dataplane.release",
     "dispatch": "infless.dataplane.dispatcher",
     "variant monitor": "infless.control.variant_monitor",
+    "vertical scaling": "infless.control.vertical",
 }
 
 

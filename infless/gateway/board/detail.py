@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.control.modelless import MODEL_LABEL
 from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import FunctionNotFound
@@ -56,7 +58,7 @@ def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
     variants = None
     if model is not None:
         try:
-            variants = ctx.modelless.describe(model)
+            variants = msgspec.to_builtins(ctx.modelless.describe(model))
         except FunctionNotFound:  # its model was removed a moment ago
             variants = None
     logs = ctx.logs.entries(name)[-LOG_LINES:]

@@ -14,6 +14,7 @@ from infless.client.http import Reply
 from infless.client.packages import CountedReader
 from infless.client.register_command import wait_ready
 from infless.control.modelless import progress_of
+from infless.modelless.profiles import GenerationProgress
 
 
 @dataclass
@@ -75,6 +76,7 @@ def test_a_waiting_register_shows_the_variants_generated_so_far() -> None:
 
 def test_the_gateway_reads_the_generators_progress_lines() -> None:
     line = b'{"progress":{"done":1,"total":6,"step":"bf16: writing and profiling"}}\n'
-    assert progress_of(line) == {"done": 1, "total": 6, "step": "bf16: writing and profiling"}
+    expected = GenerationProgress(done=1, total=6, step="bf16: writing and profiling")
+    assert progress_of(line) == expected
     assert progress_of(b'{"model":"tc","variants":[]}\n') is None  # the result
     assert progress_of(b'{"progress": broken\n') is None

@@ -57,14 +57,17 @@ async def serving(
     for _ in range(20):
         await clock.advance(0.01)
     catalog = ModellessCatalog()
-    entry = ModelEntry(
-        "m", SLO_MS, (profile("fp32", 1.0, 20.0, 0.0), profile("int8", 0.96, 2.0, 0.0))
-    )
-    catalog.put(entry)
-    entry.target = "fp32"
-    entry.states["fp32"] = VariantState.ACTIVE
+    states = {"fp32": VariantState.ACTIVE}
     if overflow_running:
-        entry.states["int8"] = VariantState.ACTIVE
+        states["int8"] = VariantState.ACTIVE
+    entry = ModelEntry(
+        model="m",
+        slo_ms=SLO_MS,
+        profiles=(profile("fp32", 1.0, 20.0, 0.0), profile("int8", 0.96, 2.0, 0.0)),
+        states=states,
+        target="fp32",
+    )
+    catalog.publish(entry)
     frontend = FunctionFrontend(pool.functions, clock, Recorder(), 5.0, 1 << 20, catalog)
     return frontend, clock, pool, entry
 

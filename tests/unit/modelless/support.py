@@ -22,10 +22,16 @@ def profile(
         for c in (1, 2)
     ]
     return VariantProfile(
-        model=model, name=name, transform=name, status=status,  # type: ignore[arg-type]
-        accuracy=accuracy, metric="top1-agreement", latency=points, load_ms=load_ms,
+        model=model,
+        name=name,
+        transform=name,
+        status=status,  # type: ignore[arg-type]
+        accuracy=accuracy,
+        metric="top1-agreement",
+        latency=points,
+        load_ms=load_ms,
         peak_memory_bytes=100 << 20,
-    )  # fmt: skip
+    )
 
 
 def three_variants(model: str = "m") -> list[VariantProfile]:

@@ -16,9 +16,14 @@ CFG = ModellessConfig(capacity_min_batches=5, capacity_recovery=0.1)
 
 def window(batches: int, service_ms: float, profiled_ms: float = 10.0) -> WindowLoad:
     return WindowLoad(
-        replicas=1, batch_size=4, profiled_ms=profiled_ms, window_s=1.0,
-        completed=4 * batches, batches=batches, service_ms=service_ms,
-    )  # fmt: skip
+        replicas=1,
+        batch_size=4,
+        profiled_ms=profiled_ms,
+        window_s=1.0,
+        completed=4 * batches,
+        batches=batches,
+        service_ms=service_ms,
+    )
 
 
 def test_observed_is_profiled_over_measured_per_batch() -> None:

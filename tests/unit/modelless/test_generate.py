@@ -117,8 +117,7 @@ def test_predictions_scale_fp32s_by_the_ratio_at_one_point(
     result = predictions.with_predictions([fp32, int8, failed], Path(), manifest, Path(), print)
     by_name = {v.name: {(p.batch_size, p.cpus): p.predicted_ms for p in v.latency} for v in result}
     assert by_name["fp32"] == {(1, 1): 2.2, (4, 1): 5.0, (4, 2): None}
-    assert by_name["int8"] == {(1, 1): pytest.approx(1.1), (4, 1): pytest.approx(2.5),
-                               (4, 2): None}  # fmt: skip
+    assert by_name["int8"] == {(1, 1): pytest.approx(1.1), (4, 1): pytest.approx(2.5), (4, 2): None}
     assert result[2] == failed
 
 

@@ -42,11 +42,18 @@ def on_gpu(profile: VariantProfile, figures: Mapping[tuple[int, int], float]) ->
     return replace(profile, latency=[*profile.latency, *points])
 
 
-def catalog_of(*profiles: VariantProfile) -> tuple[ModellessCatalog, ModelEntry]:
+def catalog_of(*profiles: VariantProfile, capacity: Capacity | None = None) -> ModellessCatalog:
+    """A catalogue of model `m` with `profiles` (packages `/r/<variant>`), measured at
+    `capacity` (None: as profiled)."""
     catalog = ModellessCatalog()
-    entry = ModelEntry("m", 50.0, tuple(replace(p, package_dir=f"/r/{p.name}") for p in profiles))
-    catalog.put(entry)
-    return catalog, entry
+    entry = ModelEntry(
+        model="m",
+        slo_ms=50.0,
+        profiles=tuple(replace(p, package_dir=f"/r/{p.name}") for p in profiles),
+        capacity=capacity or Capacity(),
+    )
+    catalog.publish(entry)
+    return catalog
 
 
 def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
@@ -57,8 +64,9 @@ def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
     assert card_for(gpu_bf16, 50.0) == card_for(bf16, 50.0)
     assert gpu_bf16.exec_ms(8, 1, 30) == 6.0
     assert gpu_bf16.exec_ms(4, 4, 30) == pytest.approx(2.0 + 4.0 * 3.0 / 7.0)  # any c
-    assert gpu_bf16.exec_ms(8, 1, 50) == pytest.approx(6.0 + (2.0 - 6.0) * (1 / 30 - 1 / 50) /
-                                                       (1 / 30 - 1 / 100))  # fmt: skip
+    assert gpu_bf16.exec_ms(8, 1, 50) == pytest.approx(
+        6.0 + (2.0 - 6.0) * (1 / 30 - 1 / 50) / (1 / 30 - 1 / 100)
+    )
     with pytest.raises(LookupError, match="measured down to 30 %"):
         gpu_bf16.exec_ms(1, 1, 10)
     assert fp32.exec_ms(1, 1) == 4.0
@@ -67,8 +75,8 @@ def test_gpu_points_price_shares_and_leave_cpu_prices_and_cards_alone() -> None:
 def test_the_catalog_predictor_prices_gpu_shares_without_the_cores_capacity_factor() -> None:
     fp32, bf16, int8 = three_variants()
     int8 = replace(int8, gpu_error="int8 dynamic quantisation has CPU kernels only")
-    catalog, entry = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
-    entry.capacity = Capacity(host=0.5)  # the host's cores serve at half the profiled speed
+    # the host's cores serve at half the profiled speed
+    catalog = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8, capacity=Capacity(host=0.5))
     predictor = CatalogPredictor(catalog)
     assert predictor.predict_latency_ms("/r/bf16", 8, 1, 100) == 2.0
     assert predictor.predict_latency_ms("/r/bf16", 8, 1) == 2 * bf16.exec_ms(8, 1)
@@ -81,13 +89,14 @@ def test_the_catalog_predictor_prices_gpu_shares_without_the_cores_capacity_fact
 def test_the_planner_chooses_a_variants_gpu_share_and_reports_those_without_points() -> None:
     fp32, bf16, int8 = three_variants()
     int8 = replace(int8, gpu_error="int8 dynamic quantisation has CPU kernels only")
-    catalog, _ = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
+    catalog = catalog_of(fp32, on_gpu(bf16, GPU_MS), int8)
     server = ServerView("g", 4, 4, (100,), (100,))
     cfg = ScalingConfig(cpu_options=(1, 2), gpu_options_pct=(30, 100))
     # SLO 10 ms: b = 8 fits half of it only on the whole GPU (2 ms; 30 %: 6 ms, a core: 13.5)
     functions = tuple(FunctionView(f"m--{v}", f"/r/{v}", 10.0, 8) for v in ("bf16", "int8"))
-    result = plan(PoolView((server,), functions), Demand({"m--bf16": 1500.0}), CatalogPredictor(
-        catalog), cfg)  # fmt: skip
+    result = plan(
+        PoolView((server,), functions), Demand({"m--bf16": 1500.0}), CatalogPredictor(catalog), cfg
+    )
     first = result.starts[0]
     assert (first.function, first.config.batch_size, first.config.gpu_pct) == ("m--bf16", 8, 100)
     int8_decision = result.decision("m--int8")
@@ -149,8 +158,9 @@ def test_variants_that_do_not_run_on_a_gpu_say_why_and_start_no_child() -> None:
         assert points == []
         assert why
     assert children.envs == []
-    _, why = gpu_points(Path("/v"), "bf16", [1], GpuPlan((100,)), print, FakeGpuChildren(
-        failing=frozenset({100})))  # fmt: skip
+    _, why = gpu_points(
+        Path("/v"), "bf16", [1], GpuPlan((100,)), print, FakeGpuChildren(failing=frozenset({100}))
+    )
     assert why == "the GPU profiling failed: 100 %: CUDA error: out of memory"
 
 
@@ -179,9 +189,15 @@ def test_the_generator_adds_gpu_points_where_its_children_find_cuda(
     monkeypatch.setattr(g, "run_child", cpu_child)
     monkeypatch.setattr(gp, "run_child", children)
     result = g.generate(
-        _package(tmp_path / "pkg"), "mine", tmp_path / "out", generate_samples=4,
-        variants=["fp32", "int8"], max_batch=2, gpu=GpuPlan((100,)), log=lambda _: None,
-    )  # fmt: skip
+        _package(tmp_path / "pkg"),
+        "mine",
+        tmp_path / "out",
+        generate_samples=4,
+        variants=["fp32", "int8"],
+        max_batch=2,
+        gpu=GpuPlan((100,)),
+        log=lambda _: None,
+    )
     fp32, int8 = result.variants
     if not cuda:  # no GPU where the variants were profiled: exactly as on a CPU host
         assert fp32.latency == int8.latency == [LatencyPoint(1, 1, 5.0)]

@@ -126,15 +126,21 @@ def test_impossible_goals_name_the_closest_variants() -> None:
     assert "closest: bf16" in result.message("m")
 
 
-def entry() -> ModelEntry:
-    e = ModelEntry("m", 50.0, tuple(three_variants()), {"strict": Goals(None, 0.999, 1.0)})
-    e.states.update({"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE})
-    return e
+def entry(target: str | None = None, apps: dict[str, Goals] | None = None) -> ModelEntry:
+    """Three variants, all Active, with a `strict` application (and `apps`)."""
+    return ModelEntry(
+        model="m",
+        slo_ms=50.0,
+        profiles=tuple(three_variants()),
+        apps={"strict": Goals(None, 0.999, 1.0), **(apps or {})},
+        states={"fp32": ACTIVE, "bf16": ACTIVE, "int8": ACTIVE},
+        target=target,
+    )
 
 
 def test_catalog_chooses_from_headers_and_applications() -> None:
     catalog = ModellessCatalog()
-    catalog.put(entry())
+    catalog.publish(entry())
     got = catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "0.9"})
     assert got is not None
     assert got[1].name == "int8"
@@ -146,7 +152,7 @@ def test_catalog_chooses_from_headers_and_applications() -> None:
 
 def test_catalog_refuses_bad_goals_and_unknown_apps() -> None:
     catalog = ModellessCatalog()
-    catalog.put(entry())
+    catalog.publish(entry())
     with pytest.raises(InvalidInput, match="X-Infless-Min-Accuracy"):
         catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "high"})
     with pytest.raises(InvalidInput, match="must be in"):
@@ -161,21 +167,19 @@ def test_catalog_refuses_bad_goals_and_unknown_apps() -> None:
 
 def test_queries_the_target_cannot_serve_are_pinned() -> None:
     catalog = ModellessCatalog()
-    e = entry()
-    e.target = "int8"
-    catalog.put(e)
+    e = entry(target="int8")
+    catalog.publish(e)
     catalog.choose("m", {GOAL_HEADERS["min_accuracy"]: "1.0"})  # int8 cannot: fp32, pinned
     catalog.choose("m", None)  # the target serves: not pinned
     catalog.pin("m--bf16")  # addressed by name
-    assert e.pinned == {"fp32": 1, "bf16": 1}
+    assert e.traffic.pinned == {"fp32": 1, "bf16": 1}
     assert e.served == {"fp32": 1, "int8": 1}
 
 
 def test_a_default_application_governs_queries_that_name_none() -> None:
     catalog = ModellessCatalog()
-    e = entry()
-    e.apps["default"] = Goals(None, 0.99, 1.0)
-    catalog.put(e)
+    e = entry(apps={"default": Goals(None, 0.99, 1.0)})
+    catalog.publish(e)
     assert e.default_goals == Goals(50.0, 0.99, 1.0)
     got = catalog.choose("m", None)
     assert got is not None
@@ -203,9 +207,8 @@ def test_fallbacks_are_the_other_running_variants_meeting_the_goals_kept_ones_fi
 
 def test_a_query_the_target_cannot_admit_spills_over_to_a_running_variant_that_can() -> None:
     catalog = ModellessCatalog()
-    e = entry()
-    e.target = "fp32"
-    catalog.put(e)
+    e = entry(target="fp32")
+    catalog.publish(e)
     room = {"fp32": False, "bf16": False, "int8": True}
     got = catalog.choose("m", None, lambda card: room[card.name])
     assert got is not None
@@ -225,8 +228,10 @@ def test_a_query_the_target_cannot_admit_spills_over_to_a_running_variant_that_c
 
 def test_a_cold_start_is_not_probed_for_room() -> None:
     catalog = ModellessCatalog()
-    e = ModelEntry("m", 50.0, tuple(three_variants()))  # nothing runs: every variant Inactive
-    catalog.put(e)
+    e = ModelEntry(
+        model="m", slo_ms=50.0, profiles=tuple(three_variants())
+    )  # nothing runs: every variant Inactive
+    catalog.publish(e)
     probed: list[str] = []
 
     def has_room(card: VariantCard) -> bool:

@@ -18,8 +18,9 @@ CARDS = cards_for(three_variants(), 50.0)
 QPS = {c.name: c.qps for c in CARDS}
 
 
-def load(rps: float, live: dict[str, int], goals: Goals | None = None, free: int | None = None
-         ) -> AppLoad:  # fmt: skip
+def load(
+    rps: float, live: dict[str, int], goals: Goals | None = None, free: int | None = None
+) -> AppLoad:
     return AppLoad("m", goals or Goals(latency_ms=50.0), CARDS, live, rps, free)
 
 
@@ -51,8 +52,9 @@ def test_replicating_wins_when_no_variant_is_cheaper() -> None:
 
 def test_accuracy_goal_limits_the_upgrade() -> None:
     rps = QPS["bf16"] * 0.85  # fp32 needs two instances, bf16 one, int8 is not accurate enough
-    got = decide(load(rps, {"fp32": 1}, Goals(latency_ms=50.0, min_accuracy=0.99)), "fp32",
-                 Hold(), CFG)  # fmt: skip
+    got = decide(
+        load(rps, {"fp32": 1}, Goals(latency_ms=50.0, min_accuracy=0.99)), "fp32", Hold(), CFG
+    )
     assert got.target == "bf16"
 
 
@@ -102,12 +104,20 @@ def test_a_variant_short_of_its_profile_counts_as_slower() -> None:
 
 def test_variants_not_running_are_judged_with_the_host_contention() -> None:
     # at 500 rps one bf16 suffices by its profile (592 rps): the upgrade goes there ...
-    idle = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, 500.0, None,
-                   Capacity(own={"fp32": 0.5}))  # fmt: skip
+    idle = AppLoad(
+        "m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, 500.0, None, Capacity(own={"fp32": 0.5})
+    )
     assert decide(idle, "fp32", Hold(), CFG).target == "bf16"
     # ... but where everything runs at half its profile, bf16 would need two: int8
-    busy = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"fp32": 1}, 500.0, None,
-                   Capacity(host=0.5, own={"fp32": 0.5}))  # fmt: skip
+    busy = AppLoad(
+        "m",
+        Goals(latency_ms=50.0),
+        CARDS,
+        {"fp32": 1},
+        500.0,
+        None,
+        Capacity(host=0.5, own={"fp32": 0.5}),
+    )
     got = decide(busy, "fp32", Hold(), CFG)
     assert (got.target, got.move) == ("int8", "upgrade")
 
@@ -128,8 +138,9 @@ def test_under_pressure_a_switch_must_cost_less_than_replicating() -> None:
     # int8 serves at 35 % of its profile (589 rps an instance), bf16 would give 592: at
     # 600 rps both need two instances — the same cost, so int8 is replicated, not swapped
     # for the more accurate bf16 in the middle of a burst
-    slow = AppLoad("m", Goals(latency_ms=50.0), CARDS, {"int8": 1}, 600.0, None,
-                   Capacity(own={"int8": 0.35}))  # fmt: skip
+    slow = AppLoad(
+        "m", Goals(latency_ms=50.0), CARDS, {"int8": 1}, 600.0, None, Capacity(own={"int8": 0.35})
+    )
     got = decide(slow, "int8", Hold(), cfg)
     assert (got.target, got.move) == ("int8", "replicate")
 
@@ -175,8 +186,15 @@ def test_a_downgrade_never_goes_to_a_variant_this_host_runs_past_the_slo() -> No
     tight = cards_for(three_variants(), 5.0)  # batch 1: fp32 4 ms, bf16 3 ms, int8 2 ms
 
     def low(host: float) -> AppLoad:
-        return AppLoad("m", Goals(latency_ms=5.0), tight, {"int8": 1}, 5.0, None,
-                       Capacity(host=host, own={"int8": host}))  # fmt: skip
+        return AppLoad(
+            "m",
+            Goals(latency_ms=5.0),
+            tight,
+            {"int8": 1},
+            5.0,
+            None,
+            Capacity(host=host, own={"int8": host}),
+        )
 
     # profiled speed: back to the exact variant
     assert decide(low(1.0), "int8", Hold(), cfg).target == "fp32"

@@ -1,0 +1,88 @@
+"""The variant monitor: each variant's state and the capacity factors from what its
+instances did in the last window, read through the scaling port and recorded in the
+catalogue through its writer (a new entry; a reader's old one stays as it was)."""
+
+from __future__ import annotations
+
+from infless.control.desired import Owner
+from infless.control.port import FunctionState, Serving, Snapshot
+from infless.control.variant_monitor import VariantMonitor
+from infless.modelless.catalog import ModelEntry, ModellessCatalog
+from infless.modelless.config import ModellessConfig
+from infless.modelless.states import VariantState
+from infless.scaling.view import FunctionView, ScalingPlan
+from tests.unit.modelless.support import three_variants
+
+
+class FakeTarget:
+    """A scaling port whose snapshot the test sets: each variant's running totals."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.serving: dict[str, Serving] = {}
+        self.refused: dict[str, int] = {}
+
+    def snapshot(self) -> Snapshot:
+        functions = tuple(
+            FunctionState(
+                view=FunctionView(name=name, model_key=name, slo_ms=50.0, max_batch=8),
+                owner=Owner.AUTOSCALER,
+                arrivals=serving.served,
+                scale_to_zero=None,
+                refused=self.refused.get(name, 0),
+                serving=serving,
+            )
+            for name, serving in self.serving.items()
+        )
+        return Snapshot(servers=(), functions=functions, now_s=self.now_s)
+
+    def apply(self, plan: ScalingPlan) -> None:
+        raise AssertionError("the monitor only reads")
+
+
+def serving(served: int, batches: int, exec_ms: float, ready: int = 1) -> Serving:
+    return Serving(
+        served=served, batches=batches, exec_ms=exec_ms, ready=ready, max_batch=8, max_cpus=1
+    )
+
+
+def test_a_window_sets_each_variants_state_through_the_catalogues_writer() -> None:
+    catalog = ModellessCatalog()
+    catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
+    target = FakeTarget()
+    monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
+    # fp32 serves batches of 8 at its profiled 18 ms; int8 refuses; bf16 has no instance
+    target.serving = {
+        "m--fp32": serving(0, 0, 0.0),
+        "m--int8": serving(0, 0, 0.0),
+        "m--bf16": serving(0, 0, 0.0, ready=0),
+    }
+    monitor.tick()
+    before = catalog.get("m")
+    target.now_s = 1.0
+    target.serving["m--fp32"] = serving(80, 10, 180.0)
+    target.serving["m--int8"] = serving(8, 1, 6.0)
+    target.refused["m--int8"] = 5
+    monitor.tick()
+    after = catalog.get("m")
+    assert before is not None
+    assert after is not None
+    assert dict(after.states) == {
+        "fp32": VariantState.ACTIVE,
+        "int8": VariantState.OVERLOADED,
+        "bf16": VariantState.INACTIVE,
+    }
+    assert after.tracked["fp32"].latency_ms == 18.0
+    assert after.capacity.own["fp32"] == 1.0  # served at its profiled speed
+    # the entry a reader held before the window is as it was
+    assert before.states["fp32"] is VariantState.ACTIVE  # idle then, not degraded
+    assert "fp32" not in before.capacity.own
+    assert after.traffic is before.traffic
+
+
+def test_nothing_registered_takes_no_snapshot() -> None:
+    class Unreachable(FakeTarget):
+        def snapshot(self) -> Snapshot:
+            raise AssertionError("no model is registered: nothing to read")
+
+    VariantMonitor(Unreachable(), ModellessCatalog(), ModellessConfig()).tick()
