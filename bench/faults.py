@@ -224,8 +224,9 @@ def bench_truncate(workdir: Path, store: Path, args: argparse.Namespace) -> dict
     }
 
 
-def _recovery(gw: Gateway, args: argparse.Namespace, fault: Callable[[], None]
-              ) -> tuple[list[Reply], float]:  # fmt: skip
+def _recovery(
+    gw: Gateway, args: argparse.Namespace, fault: Callable[[], None]
+) -> tuple[list[Reply], float]:
     """Replies around `fault`, and the seconds until both instances are ready again with
     pids other than those the fault hit."""
     before = {i["pid"] for i in ready_instances(gw.url, "mnist")}
@@ -304,8 +305,9 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
-    print(json.dumps({"bench": "faults", "seconds": args.seconds, "clients": args.clients,
-                      **results}))  # fmt: skip
+    print(
+        json.dumps({"bench": "faults", "seconds": args.seconds, "clients": args.clients, **results})
+    )
 
 
 if __name__ == "__main__":

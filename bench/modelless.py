@@ -75,11 +75,15 @@ def delete(url: str, body: object | None = None) -> int:
 
 def register(gw: Gateway, args: argparse.Namespace) -> dict[str, Any]:
     body = {
-        "model": MODEL, "image": args.image, "sloMs": args.slo_ms, "maxBatch": args.max_batch,
-        "validation": {"generate": args.validation}, "variants": args.variants.split(","),
+        "model": MODEL,
+        "image": args.image,
+        "sloMs": args.slo_ms,
+        "maxBatch": args.max_batch,
+        "validation": {"generate": args.validation},
+        "variants": args.variants.split(","),
         "cpus": [1],
         "apps": [{"id": "default", "minAccuracy": args.min_accuracy}],
-    }  # fmt: skip
+    }
     status, answer = post(gw.url + "/system/register", body)
     if status != 202:
         raise RuntimeError(f"register: {status} {answer}")
@@ -102,10 +106,11 @@ def selection_cost_us() -> float:
     from infless.modelless.states import VariantState
 
     cards = [
-        VariantCard(f"v{k}", f"m--v{k}", 0.9 + k / 1000, 1.0 + k / 10, 8, 1, 5.0, 1000.0 - k,
-                    100.0, 1 << 20)
+        VariantCard(
+            f"v{k}", f"m--v{k}", 0.9 + k / 1000, 1.0 + k / 10, 8, 1, 5.0, 1000.0 - k, 100.0, 1 << 20
+        )
         for k in range(100)
-    ]  # fmt: skip
+    ]
     catalogue = Catalogue.of(cards)
     states = {c.name: VariantState.ACTIVE for c in cards}
     goals = Goals(latency_ms=6.0, min_accuracy=0.95)

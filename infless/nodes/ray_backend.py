@@ -150,10 +150,13 @@ class RayCluster:
                 get_if_exists=True,
             )
             .remote(
-                msgspec.json.encode(self._config), node_id, host, cpu_ids,
+                msgspec.json.encode(self._config),
+                node_id,
+                host,
+                cpu_ids,
                 ephemeral=self.local is not None,
             )
-        )  # fmt: skip
+        )
         link = RayLink(actor, self._cfg.agent_timeout_s)
         starter = RemoteStarter(link, node_id[:12])
         log.info("node %s (%s): agent placed, %d cores", node_id[:12], host, cpus)

@@ -193,10 +193,15 @@ def _scheduler(
     def place(index: CapacityIndex) -> int | None:
         # BATCH decided how many; Equation 10 only places each (a full instance's rate)
         choice = pick(
-            [candidate], bounds.r_up_rps, index, candidate.rate_per_unit, function=function,
-            served=cfg.efficiency == "served", min_fragment=cfg.min_fragment,
+            [candidate],
+            bounds.r_up_rps,
+            index,
+            candidate.rate_per_unit,
+            function=function,
+            served=cfg.efficiency == "served",
+            min_fragment=cfg.min_fragment,
             affinity_weight=cfg.affinity_weight,
-        )  # fmt: skip
+        )
         return None if choice is None else choice[1]
 
     return place

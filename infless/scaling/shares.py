@@ -137,8 +137,13 @@ def choose_releases(
             # `min_keep` never keeps it in place of one that serves
             serves = candidate.r_up_rps > _EPS
             underfed = sum_low - candidate.r_low_rps > demand_rps + _EPS
-            key = (serves, underfed, candidate.release_rank, -candidate.r_up_rps,
-                   candidate.instance_id)  # fmt: skip
+            key = (
+                serves,
+                underfed,
+                candidate.release_rank,
+                -candidate.r_up_rps,
+                candidate.instance_id,
+            )
             if best is None or key < best:
                 best, best_index = key, index
         if best is None:

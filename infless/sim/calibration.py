@@ -109,8 +109,8 @@ def compare(
     return ModeComparison(case or policy, tuple(runs["request"]), tuple(runs["fluid"]))
 
 
-def case_functions(mix: str, shape: mixes.Shape, rate_rps: float, duration_s: float) -> tuple[
-    SimFunction, ...
-]:  # fmt: skip
+def case_functions(
+    mix: str, shape: mixes.Shape, rate_rps: float, duration_s: float
+) -> tuple[SimFunction, ...]:
     build = mixes.qa if mix == "qa" else mixes.osvt
     return build(rate_rps, duration_s, shape)

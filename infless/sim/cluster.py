@@ -182,8 +182,9 @@ class SimCluster:
         (`control.transforms`: the share of a function's tensors stored); else none."""
         if not self._store_affinity or not server.models:
             return {}
-        return {name: 1.0 for name, fn in self.functions.items()
-                if fn.spec.model_key in server.models}  # fmt: skip
+        return {
+            name: 1.0 for name, fn in self.functions.items() if fn.spec.model_key in server.models
+        }
 
     def _function_state(self, fn: SimFunctionState) -> FunctionState:
         spec = fn.spec
@@ -218,9 +219,16 @@ class SimCluster:
             fn.idle_arrival_count,
         )
         return FunctionState(
-            view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s,
-            p99_ms=fn.latency.p99_ms(self.now_s), refused=fn.refused, serving=_serving(fn.ready),
-        )  # fmt: skip
+            view,
+            fn.desired.owner,
+            fn.arrived,
+            spec.scale_to_zero,
+            activity,
+            fn.last_start_s,
+            p99_ms=fn.latency.p99_ms(self.now_s),
+            refused=fn.refused,
+            serving=_serving(fn.ready),
+        )
 
     def apply(self, plan: ScalingPlan) -> None:
         per_function: dict[str, list[Action]] = defaultdict(list)
@@ -262,9 +270,15 @@ class SimCluster:
             fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
         )
         instance = SimInstance(
-            entry.instance_id, fn.spec.name, fn.spec.model_key, server, c, entry.gpu_index,
-            exec_ms, self.now_s,
-        )  # fmt: skip
+            entry.instance_id,
+            fn.spec.name,
+            fn.spec.model_key,
+            server,
+            c,
+            entry.gpu_index,
+            exec_ms,
+            self.now_s,
+        )
         bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
         instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps
         fn.instances[instance.instance_id] = instance

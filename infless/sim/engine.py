@@ -208,9 +208,12 @@ class Simulation:
         assert settings is not None
         assert model is not None
         instance.target = next_target(
-            model, instance.arrivals, instance.interarrival_s, settings.utilization,
+            model,
+            instance.arrivals,
+            instance.interarrival_s,
+            settings.utilization,
             instance.target,
-        )  # fmt: skip
+        )
         self._try_dispatch(instance, now)
 
     def _try_dispatch(self, inst: SimInstance, now: float) -> None:
@@ -221,9 +224,15 @@ class Simulation:
         assert model is not None
         head_s, head_deadline_s = inst.queue[0]
         due_s = release_at_s(
-            settings, model, len(inst.queue), head_s, head_deadline_s, inst.interarrival_s,
-            inst.target, closed=inst.state is SimState.DRAINING,
-        )  # fmt: skip
+            settings,
+            model,
+            len(inst.queue),
+            head_s,
+            head_deadline_s,
+            inst.interarrival_s,
+            inst.target,
+            closed=inst.state is SimState.DRAINING,
+        )
         if now < due_s - _EPS_S:
             if inst.timer_s != due_s:
                 inst.timer_s = due_s

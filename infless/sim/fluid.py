@@ -61,8 +61,9 @@ class FluidSimulation:
     ) -> None:
         cfg = with_sections(cfg or SimConfig(), scaling, modelless)
         self.cfg = cfg = msgspec.structs.replace(cfg, mode="fluid")
-        self.world = World(functions, truth, cfg, self._started, planner_predictor, policy,
-                           memory=memory)  # fmt: skip
+        self.world = World(
+            functions, truth, cfg, self._started, planner_predictor, policy, memory=memory
+        )
         self.functions = self.world.functions
         self.cluster = self.world.cluster
         self.servers = self.world.servers
@@ -102,10 +103,15 @@ class FluidSimulation:
         self.cluster.now_s = steps * step_s
         histogram = self.histogram
         return self.world.result(
-            self.requests, [], round(self.late), self.rejected, round(self.completed),
-            max(1, round(self.served_batches)), completed=round(self.completed),
+            self.requests,
+            [],
+            round(self.late),
+            self.rejected,
+            round(self.completed),
+            max(1, round(self.served_batches)),
+            completed=round(self.completed),
             percentiles=(histogram.percentile(0.50), histogram.percentile(0.99)),
-        )  # fmt: skip
+        )
 
     def _make_ready(self, now: float) -> None:
         waiting = [(at, i) for at, i in self._pending if at > now + 1e-9]

@@ -60,8 +60,10 @@ class World:
         self.planner_predictor = CachedPredictor(planner_predictor)
         self.rng = random.Random(cfg.seed)
         self.servers = [SimServer(f"s{k:04d}", *server_shape(cfg, k)) for k in range(cfg.servers)]
-        self.functions = {f.name: self._state(f, arrivals(f.load, cfg.duration_s, self.stream()))
-                          for f in functions}  # fmt: skip
+        self.functions = {
+            f.name: self._state(f, arrivals(f.load, cfg.duration_s, self.stream()))
+            for f in functions
+        }
         self.modelless_apps = SimApps(apps, cfg.modelless, cfg.scaling.demand)
         for app in apps:
             for spec in self.modelless_apps.add(
@@ -71,21 +73,32 @@ class World:
                     raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
                 self.functions[spec.name] = self._state(spec, iter(()))
         self.cluster = SimCluster(
-            self.functions, self.servers, cfg.scaling, cfg.batching, self.planner_predictor,
-            self.truth, on_start, cfg.store_affinity,
-        )  # fmt: skip
+            self.functions,
+            self.servers,
+            cfg.scaling,
+            cfg.batching,
+            self.planner_predictor,
+            self.truth,
+            on_start,
+            cfg.store_affinity,
+        )
         self.timed = TimedPolicy(policy or get_policy(cfg.scaling.policy))
         self.autoscaler = Autoscaler(
-            self.cluster, cfg.scaling, self.planner_predictor, self.timed,
+            self.cluster,
+            cfg.scaling,
+            self.planner_predictor,
+            self.timed,
             vertical=self.modelless_apps.planner,
-        )  # fmt: skip
+        )
         self.prewarm: PrewarmManager | None = None
         if any(f.scale_to_zero for f in functions):
             coldstart = cfg.coldstart
             self.prewarm = PrewarmManager(
-                self.cluster, build_policy(coldstart.policy, coldstart.params),
-                coldstart.release_grace_s, scale_to_zero_default=False,
-            )  # fmt: skip
+                self.cluster,
+                build_policy(coldstart.policy, coldstart.params),
+                coldstart.release_grace_s,
+                scale_to_zero_default=False,
+            )
         self.monitor = VariantMonitor(self.cluster, self.modelless_apps.catalog, cfg.modelless)
         self.usage = UsageMeter(memory or {})
         self.started: list[SimInstance] = []  # every instance, in the order they started

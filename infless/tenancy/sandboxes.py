@@ -90,11 +90,15 @@ class TenantSandboxes:
         `isolation.enabled = "on"` and something is not."""
         status = await self.examine(remote_nodes)
         if status.complete:
-            log.info("isolation: every tenant's workers are confined (%s)",
-                     ", ".join(status.enforced))  # fmt: skip
+            log.info(
+                "isolation: every tenant's workers are confined (%s)", ", ".join(status.enforced)
+            )
         else:
-            log.warning("isolation %s: NOT enforced: %s", "active" if status.active else "off",
-                        "; ".join(status.missing))  # fmt: skip
+            log.warning(
+                "isolation %s: NOT enforced: %s",
+                "active" if status.active else "off",
+                "; ".join(status.missing),
+            )
         if self.cfg.enabled == "on" and not status.complete:
             raise ConfigError(
                 'isolation.enabled = "on" but this host cannot enforce it: '
@@ -106,18 +110,28 @@ class TenantSandboxes:
     async def examine(self, remote_nodes: bool = False) -> IsolationStatus:
         """Probe this host once and keep the status (module docstring)."""
         pids_unavailable, memory_unavailable = self._pids_unavailable, self._memory_unavailable
-        facts = Facts(os.geteuid(), pids_unavailable=pids_unavailable,
-                      memory_unavailable=memory_unavailable,
-                      host_network=self.cfg.host_network, remote_nodes=remote_nodes)  # fmt: skip
+        facts = Facts(
+            os.geteuid(),
+            pids_unavailable=pids_unavailable,
+            memory_unavailable=memory_unavailable,
+            host_network=self.cfg.host_network,
+            remote_nodes=remote_nodes,
+        )
         if self.cfg.enabled != "off" and facts.euid == 0:
             ids = self.cfg.uids
             hidden = Path(self.hidden[0]) if self.hidden else Path("/nonexistent")
             report = await probe_sandbox(ids.last, ids.last, hidden)
             facts = Facts(
-                facts.euid, report.error, report.runtime_readable, report.hidden,
-                report.read_only, pids_unavailable, memory_unavailable,
-                self.cfg.host_network, remote_nodes,
-            )  # fmt: skip
+                facts.euid,
+                report.error,
+                report.runtime_readable,
+                report.hidden,
+                report.read_only,
+                pids_unavailable,
+                memory_unavailable,
+                self.cfg.host_network,
+                remote_nodes,
+            )
         self.status = assess(self.cfg.enabled, facts)
         return self.status
 
@@ -131,9 +145,13 @@ class TenantSandboxes:
         self._packages.setdefault(tenant, {})[_absolute(package_dir)] = None
 
     def sandbox_for(
-        self, tenant: str, package_dir: Path | str, *, gpu: bool = False,
+        self,
+        tenant: str,
+        package_dir: Path | str,
+        *,
+        gpu: bool = False,
         keep: Sequence[Path] = (),
-    ) -> p.Sandbox | None:  # fmt: skip
+    ) -> p.Sandbox | None:
         """The sandbox of a worker of `tenant` serving `package_dir` (None: not active)."""
         if not self.active:
             return None

@@ -91,10 +91,15 @@ class CudaDevice:
         storage: Any = model.buffer.untyped_storage()
         device, handle, size, offset, counter, counter_offset, event, sync = storage._share_cuda_()
         ipc = CudaIpcHandle(
-            int(device), bytes(handle), int(size), int(offset),
-            bytes(counter), int(counter_offset),
-            None if event is None else bytes(event), bool(sync),
-        )  # fmt: skip
+            int(device),
+            bytes(handle),
+            int(size),
+            int(offset),
+            bytes(counter),
+            int(counter_offset),
+            None if event is None else bytes(event),
+            bool(sync),
+        )
         model.shared = SharedModel(model.model_key, self._index, ipc, model.layout)
         return model.shared
 
