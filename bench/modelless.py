@@ -107,7 +107,16 @@ def selection_cost_us() -> float:
 
     cards = [
         VariantCard(
-            f"v{k}", f"m--v{k}", 0.9 + k / 1000, 1.0 + k / 10, 8, 1, 5.0, 1000.0 - k, 100.0, 1 << 20
+            name=f"v{k}",
+            function=f"m--v{k}",
+            accuracy=0.9 + k / 1000,
+            latency_b1_ms=1.0 + k / 10,
+            batch_size=8,
+            cpus=1,
+            exec_ms=5.0,
+            qps=1000.0 - k,
+            load_ms=100.0,
+            peak_memory_bytes=1 << 20,
         )
         for k in range(100)
     ]

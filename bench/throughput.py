@@ -238,7 +238,15 @@ def run_policy(mix: Mix, policy: str, search: SearchConfig, args: argparse.Names
         print(f"    error: {error}", flush=True)
     seconds = time.monotonic() - started
     print(f"    {seconds:.0f} s; other tenants used {others:.2f} cores meanwhile", flush=True)
-    return PolicyRun(policy, result, error, load_before, os.getloadavg(), seconds, others)
+    return PolicyRun(
+        policy=policy,
+        result=result,
+        error=error,
+        load_before=load_before,
+        load_after=os.getloadavg(),
+        seconds=seconds,
+        other_cpu_cores=others,
+    )
 
 
 def configs_text(outcome: StepOutcome | None) -> str:

@@ -331,7 +331,15 @@ def profile_gpu(
             continue
         device, measured_at = name or report.device_name, wall_s()
         found = [
-            GpuLatencyRow(device, key, p.batch_size, share, HOST_CPUS, p.exec_ms, measured_at)
+            GpuLatencyRow(
+                device_name=device,
+                model_key=key,
+                batch_size=p.batch_size,
+                gpu_pct=share,
+                cpus=HOST_CPUS,
+                exec_ms=p.exec_ms,
+                measured_at=measured_at,
+            )
             for p in report.points
         ]
         db.add_gpu_latency(found)

@@ -106,15 +106,15 @@ def summarise(
     half = max(1, len(samples) // 2)
     fastest = sorted(range(len(samples)), key=samples.__getitem__)[:half]
     return Measurement(
-        median,
-        statistics.fmean(samples[i] for i in fastest),
-        min(samples),
-        spread,
-        len(samples),
-        statistics.fmean(sorted(wall)[:half]),
-        statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
-        guard.redone if guard else 0,
-        guard.kept if guard else 0,
+        median_ms=median,
+        fast_ms=statistics.fmean(samples[i] for i in fastest),
+        min_ms=min(samples),
+        spread=spread,
+        reps=len(samples),
+        wall_fast_ms=statistics.fmean(sorted(wall)[:half]),
+        ref_ms=statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
+        redone=guard.redone if guard else 0,
+        contended=guard.kept if guard else 0,
     )
 
 

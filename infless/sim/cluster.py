@@ -270,14 +270,14 @@ class SimCluster:
             fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
         )
         instance = SimInstance(
-            entry.instance_id,
-            fn.spec.name,
-            fn.spec.model_key,
-            server,
-            c,
-            entry.gpu_index,
-            exec_ms,
-            self.now_s,
+            instance_id=entry.instance_id,
+            function=fn.spec.name,
+            model_key=fn.spec.model_key,
+            server=server,
+            config=c,
+            device=entry.gpu_index,
+            planned_exec_ms=exec_ms,
+            started_s=self.now_s,
         )
         bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
         instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps

@@ -67,7 +67,14 @@ class Simulation:
         """`scaling`, `modelless`: in place of `cfg`'s sections (None: `cfg`'s)."""
         self.cfg = cfg = with_sections(cfg or SimConfig(), scaling, modelless)
         self.world = world = World(
-            functions, truth, cfg, self._started, planner_predictor, policy, apps, memory
+            functions,
+            truth,
+            cfg,
+            on_start=self._started,
+            planner_predictor=planner_predictor,
+            policy=policy,
+            apps=apps,
+            memory=memory,
         )
         self.functions = world.functions
         self.cluster = world.cluster

@@ -62,7 +62,13 @@ class FluidSimulation:
         cfg = with_sections(cfg or SimConfig(), scaling, modelless)
         self.cfg = cfg = msgspec.structs.replace(cfg, mode="fluid")
         self.world = World(
-            functions, truth, cfg, self._started, planner_predictor, policy, memory=memory
+            functions,
+            truth,
+            cfg,
+            on_start=self._started,
+            planner_predictor=planner_predictor,
+            policy=policy,
+            memory=memory,
         )
         self.functions = self.world.functions
         self.cluster = self.world.cluster

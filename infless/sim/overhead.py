@@ -78,4 +78,12 @@ def schedule_once(
         best_s = min(best_s, perf_s() - started)
     cpu_fragment, gpu_fragment, active = fragments(plan, servers)
     unmet = sum(d.unmet_rps for d in plan.decisions)
-    return Scheduled(policy, len(plan.starts), best_s, cpu_fragment, gpu_fragment, active, unmet)
+    return Scheduled(
+        policy=policy,
+        instances=len(plan.starts),
+        seconds=best_s,
+        cpu_fragment=cpu_fragment,
+        gpu_fragment=gpu_fragment,
+        active_servers=active,
+        unmet_rps=unmet,
+    )

@@ -75,12 +75,12 @@ class World:
         self.cluster = SimCluster(
             self.functions,
             self.servers,
-            cfg.scaling,
-            cfg.batching,
-            self.planner_predictor,
-            self.truth,
-            on_start,
-            cfg.store_affinity,
+            scaling=cfg.scaling,
+            batching=cfg.batching,
+            planner=self.planner_predictor,
+            truth=self.truth,
+            on_start=on_start,
+            store_affinity=cfg.store_affinity,
         )
         self.timed = TimedPolicy(policy or get_policy(cfg.scaling.policy))
         self.autoscaler = Autoscaler(

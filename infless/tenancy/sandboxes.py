@@ -19,6 +19,7 @@ cannot see. Gateway side: never imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Collection, Sequence
@@ -121,16 +122,12 @@ class TenantSandboxes:
             ids = self.cfg.uids
             hidden = Path(self.hidden[0]) if self.hidden else Path("/nonexistent")
             report = await probe_sandbox(ids.last, ids.last, hidden)
-            facts = Facts(
-                facts.euid,
-                report.error,
-                report.runtime_readable,
-                report.hidden,
-                report.read_only,
-                pids_unavailable,
-                memory_unavailable,
-                self.cfg.host_network,
-                remote_nodes,
+            facts = dataclasses.replace(
+                facts,
+                probe_error=report.error,
+                probe_runtime_readable=report.runtime_readable,
+                probe_hidden=report.hidden,
+                probe_read_only=report.read_only,
             )
         self.status = assess(self.cfg.enabled, facts)
         return self.status

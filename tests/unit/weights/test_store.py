@@ -12,7 +12,8 @@ import pytest
 from infless.weights import package_index
 from infless.weights.package_index import PackageIndex
 from infless.weights.reclaimer import store_usage
-from infless.weights.store import LOCK_FILE, TEMP_PREFIX, StoreError, TensorStore
+from infless.weights.store import StoreError, TensorStore
+from infless.weights.store_layout import LOCK_FILE, TEMP_PREFIX
 from infless.weights.stored import StoredTensor
 from tests.support.clock import FakeClock
 from tests.unit.weights.packages import backbone, variant, write_package
