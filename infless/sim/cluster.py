@@ -1,14 +1,19 @@
 """SimCluster: the simulated servers and instances, as a target of the scaling port.
 
-It implements `control.port.ScalingTarget` like the server's worker pool does: `snapshot`
-describes servers, functions and instances as the autoscaler, the prewarm manager and the
-variant monitor read them, `apply` turns a plan into desired-state transitions
-(`control.desired`, the same functions the pool uses) and `_reconcile` makes the simulated
-instances match: start what is missing (ready after `cold_start_s`, with the batch settings
-and `ExecModel` a real instance takes from its warm-up: `policy.instance_settings` over the
-truth's times at the warm-up's batch sizes), drain what is no longer wanted. So the
-simulator runs the very same policy objects as a server. Simulation only: no I/O, no clock
-(`now_s` is set by the engine).
+It implements `control.port.ScalingTarget`, as the server's worker pool does:
+
+- `snapshot` describes servers, functions and instances as the autoscaler, the prewarm
+  manager and the variant monitor read them;
+- `apply` turns a plan into desired-state transitions (`control.desired`, the same
+  functions the pool uses);
+- `_reconcile` makes the simulated instances match. It starts what is missing and drains
+  what is no longer wanted. A started instance is ready after `cold_start_s`, with the batch
+  settings and `ExecModel` a real instance takes from its warm-up
+  (`policy.instance_settings` over the truth's times at the warm-up's batch sizes).
+
+So the simulator runs the very same policy objects as a server.
+
+Simulation only: no I/O, no clock (`now_s` is set by the engine).
 """
 
 from __future__ import annotations

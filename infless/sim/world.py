@@ -1,14 +1,21 @@
-"""`World`: what both simulation modes share — the simulated servers and functions, the
-cluster behind the scaling port, and the server's own control plane driving it: the
-`Autoscaler` (with the configured policy, or INFless's Algorithm 1), the `PrewarmManager`
-for scale-to-zero functions, model-less applications' `ModellessPlanner` and the
-`VariantMonitor` — the very classes `infless serve` constructs (`app.build_platform`),
-with the sections of `SimConfig` that `config.toml` would give them.
+"""`World`: what both simulation modes share.
 
-The engines (`sim.engine`: one event per request; `sim.fluid`: counts per step) move
-requests; the world plans (`tick`), monitors (`monitor`), samples what the cluster holds
-(`sim.usage`) and builds the result. Simulation only: no I/O, no clock (the engines set
-`cluster.now_s`); the policy's wall time is measured (`usage.TimedPolicy`), never used.
+It holds the simulated servers and functions, the cluster behind the scaling port, and the
+server's own control plane driving it:
+
+- the `Autoscaler`, with the configured policy (or INFless's Algorithm 1);
+- the `PrewarmManager`, for scale-to-zero functions;
+- model-less applications' `ModellessPlanner` and the `VariantMonitor`.
+
+These are the very classes `infless serve` constructs (`app.build_platform`), given the
+sections of `SimConfig` that `config.toml` would give them.
+
+The engines move requests (`sim.engine`: one event per request; `sim.fluid`: counts per
+step). The world plans (`tick`), monitors (`monitor`), samples what the cluster holds
+(`sim.usage`) and builds the result.
+
+Simulation only: no I/O, no clock (the engines set `cluster.now_s`). The policy's wall time
+is measured (`usage.TimedPolicy`), never used.
 """
 
 from __future__ import annotations

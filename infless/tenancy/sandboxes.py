@@ -2,19 +2,27 @@
 what each sandboxed worker can see.
 
 `TenantSandboxes` is made with the `[isolation]` section, the tenants' ids (the registry)
-and the directories every worker must not see (the state directory, the model repository,
-the store's root, `isolation.hide_paths`). `examine` runs once at start-up: the probe
-(`workers.sandbox.probe_sandbox`, a throwaway worker that enters a sandbox) and the cgroup
-facts become the `IsolationStatus` (`tenancy.status`), logged and shown in `/system/info`.
-While the status is active, `sandbox_for(tenant, package_dir)` is the `workers.protocol.
-Sandbox` of a worker of that tenant: its uid and gid, the hidden directories, and what it
-keeps — every package of its tenant deployed so far (`deployed`: a worker kept idle may
-later be transformed into a sibling function's model, a GPU worker may load the next one)
-and its store directory. CPU workers get a scratch on /tmp, /var/tmp and /dev/shm and an
-empty network namespace; GPU workers keep the host's /dev/shm and network (CUDA IPC and MPS
-use them; their device was opened before the sandbox). `record`/`sees` remember, per worker
-pid, which packages its mount view holds, so that a worker is never handed a package it
-cannot see. Gateway side: never imports torch.
+and the directories no worker may see (the state directory, the model repository, the
+store's root, `isolation.hide_paths`).
+
+`examine` runs once at start-up. The probe (`workers.sandbox.probe_sandbox`, a throwaway
+worker that enters a sandbox) and the cgroup facts become the `IsolationStatus`
+(`tenancy.status`), logged and shown in `/system/info`.
+
+While the status is active, `sandbox_for(tenant, package_dir)` is the
+`workers.protocol.Sandbox` of a worker of that tenant: its uid and gid, the hidden
+directories, and what it keeps. It keeps its store directory and every package of its
+tenant deployed so far (`deployed`): a worker kept idle may later be transformed into a
+sibling function's model, and a GPU worker may load the next one.
+
+- CPU workers get a scratch on /tmp, /var/tmp and /dev/shm, and an empty network namespace.
+- GPU workers keep the host's /dev/shm and network: CUDA IPC and MPS use them, and their
+  device was opened before the sandbox.
+
+`record`/`sees` remember, per worker pid, which packages its mount view holds, so that a
+worker is never handed a package it cannot see.
+
+Gateway side: never imports torch.
 """
 
 from __future__ import annotations
