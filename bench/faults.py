@@ -1,8 +1,10 @@
 """Faults under load, measured: the long versions of `tests/faults/`, each against a
-baseline in the same run. One function, `mnist` (SLO 1 s, two instances), driven
-closed-loop by `--clients` threads, one request per fresh connection, for `--seconds`
-around each fault; an answer counts as lost unless it is 200 with the reference output or
-the refusal the fault documents (docs/operations.md).
+baseline in the same run.
+
+One function, `mnist` (SLO 1 s, two instances), is driven closed-loop by `--clients`
+threads, one request per fresh connection, for `--seconds` around each fault. An answer
+counts as lost unless it is 200 with the reference output, or the refusal the fault
+documents (docs/operations.md).
 
 - `zygote`: the zygote SIGKILLed under load: lost answers; then the time to ready of one
   more instance with the zygote gone (a new one starts first) against the same start with

@@ -1,7 +1,7 @@
 """Per-request discrete-event simulation of a cluster driven by the server's own policies.
 
 The world (`sim.world`) holds the servers, the functions and the server's control plane
-behind the scaling port; this engine moves every request the way the gateway's data plane
+behind the scaling port. This engine moves every request the way the gateway's data plane
 does, through the same pure decisions:
 
 - arrival: the function's budget (`latency.FunctionLatency`: the SLO, steered by the p99 it

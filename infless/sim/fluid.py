@@ -1,8 +1,8 @@
 """Decisions-level ("fluid") simulation: thousands of servers and instances, in minutes.
 
-The world (`sim.world`) and its control plane are the per-request mode's — the same
+The world (`sim.world`) and its control plane are the per-request mode's: the same
 autoscaler, prewarm manager, planner and cluster behind the scaling port, planning at the
-same ticks — but requests move as counts per `step_s` instead of one event each:
+same ticks. But requests move as counts per `step_s` instead of one event each:
 
 - arrivals: a Poisson count per function and step from its rate schedule;
 - dispatch: split over the accepting ready instances by their rate shares (what the
