@@ -28,9 +28,11 @@ from infless.types import TensorSpec
 def _relu(width: int) -> OpSignature:
     call = {"dict": {"args": {"tuple": [{"t": 0}]}, "kwargs": {"dict": {}}}}
     return OpSignature(
-        "relu", "function:torch.relu", canonical_params({"call": call}),
+        "relu",
+        "function:torch.relu",
+        canonical_params({"call": call}),
         (TensorInfo((1, width), "float32", 0),),
-    )  # fmt: skip
+    )
 
 
 TINY = ProfilePlan(batches=(1, 2), threads=(1,), budget_s=0.005, min_reps=3, max_reps=3)

@@ -117,8 +117,10 @@ def test_tenants_get_separate_directories_even_for_identical_content(
     with pytest.raises(StoreError, match="not a tensor of tenant 'bob'"):
         store.acquire("i1", "bob", alice)
     usage = store_usage(store.entries())  # what /system/servers and the live board show
-    assert usage["tenantBytes"] == {"alice": store.resident_bytes("alice"),
-                                    "bob": store.resident_bytes("bob")}  # fmt: skip
+    assert usage["tenantBytes"] == {
+        "alice": store.resident_bytes("alice"),
+        "bob": store.resident_bytes("bob"),
+    }
     assert usage["bytes"] == store.resident_bytes()
     assert usage["tensors"] == len(alice) + len(bob)
 
