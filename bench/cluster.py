@@ -50,9 +50,13 @@ RATES = (500, 1000, 1500, 2000, 2500, 3000, 3500, 4000)
 
 def _order(instance_id: str, core: int) -> BootOrder:
     return BootOrder(
-        instance_id=instance_id, tenant="bench", package_dir=BENCH_MODELS / MODEL,
-        config=InstanceConfig(1, 1), cpu_ids=(core,), warmup_batch_sizes=(1,),
-    )  # fmt: skip
+        instance_id=instance_id,
+        tenant="bench",
+        package_dir=BENCH_MODELS / MODEL,
+        config=InstanceConfig(1, 1),
+        cpu_ids=(core,),
+        warmup_batch_sizes=(1,),
+    )
 
 
 async def _timed(handle: WorkerHandle, count: int) -> tuple[list[float], list[float]]:
@@ -133,8 +137,11 @@ def per_request(mode: str, args: argparse.Namespace, work: Path) -> dict[str, An
             for i in gw.get("/system/instances")
             if i["execMsByBatch"]
         )
-        print(f"\n{mode}: {args.low_rps:g} req/s, p50 {low.p50_ms:.2f} ms (exec at b=1 "
-              f"{exec_ms:.2f} ms)\n{HEADER}", flush=True)  # fmt: skip
+        print(
+            f"\n{mode}: {args.low_rps:g} req/s, p50 {low.p50_ms:.2f} ms (exec at b=1 "
+            f"{exec_ms:.2f} ms)\n{HEADER}",
+            flush=True,
+        )
         steps = []
         for rate in args.rates:
             step = run_step(gw, "text", SLO_MS, rate, "json", args, work / f"{mode}-{rate}")

@@ -1,8 +1,10 @@
 """Faults under load, measured: the long versions of `tests/faults/`, each against a
-baseline in the same run. One function, `mnist` (SLO 1 s, two instances), driven
-closed-loop by `--clients` threads, one request per fresh connection, for `--seconds`
-around each fault; an answer counts as lost unless it is 200 with the reference output or
-the refusal the fault documents (docs/operations.md).
+baseline in the same run.
+
+One function, `mnist` (SLO 1 s, two instances), is driven closed-loop by `--clients`
+threads, one request per fresh connection, for `--seconds` around each fault. An answer
+counts as lost unless it is 200 with the reference output, or the refusal the fault
+documents (docs/operations.md).
 
 - `zygote`: the zygote SIGKILLed under load: lost answers; then the time to ready of one
   more instance with the zygote gone (a new one starts first) against the same start with
@@ -224,8 +226,9 @@ def bench_truncate(workdir: Path, store: Path, args: argparse.Namespace) -> dict
     }
 
 
-def _recovery(gw: Gateway, args: argparse.Namespace, fault: Callable[[], None]
-              ) -> tuple[list[Reply], float]:  # fmt: skip
+def _recovery(
+    gw: Gateway, args: argparse.Namespace, fault: Callable[[], None]
+) -> tuple[list[Reply], float]:
     """Replies around `fault`, and the seconds until both instances are ready again with
     pids other than those the fault hit."""
     before = {i["pid"] for i in ready_instances(gw.url, "mnist")}
@@ -304,8 +307,9 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
-    print(json.dumps({"bench": "faults", "seconds": args.seconds, "clients": args.clients,
-                      **results}))  # fmt: skip
+    print(
+        json.dumps({"bench": "faults", "seconds": args.seconds, "clients": args.clients, **results})
+    )
 
 
 if __name__ == "__main__":

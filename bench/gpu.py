@@ -62,16 +62,28 @@ def stage_device(args: argparse.Namespace) -> dict[str, Any]:
     inventory = inventory_for(GpuConfig(fake_devices=1 if args.fake else 0))
     found: dict[str, Any] = {"source": inventory.source, "reason": inventory.reason}
     found["devices"] = [
-        {"index": d.index, "name": d.name, "memory_mib": d.memory_total_bytes // MIB,
-         "mig": d.mig_enabled, "compute_mode": d.compute_mode}
+        {
+            "index": d.index,
+            "name": d.name,
+            "memory_mib": d.memory_total_bytes // MIB,
+            "mig": d.mig_enabled,
+            "compute_mode": d.compute_mode,
+        }
         for d in inventory.devices
-    ]  # fmt: skip
+    ]
     found["driver"] = _driver_version()
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, torch; print(sys.version.split()[0], "
-         "torch.__version__, torch.version.cuda, torch.cuda.is_available())"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, torch; print(sys.version.split()[0], "
+            "torch.__version__, torch.version.cuda, torch.cuda.is_available())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     python, torch, cuda, available = (probe.stdout.split() + ["?"] * 4)[:4]
     found |= {"python": python, "torch": torch, "cuda": cuda, "cuda_available": available}
     for device in found["devices"]:
@@ -124,9 +136,11 @@ async def stage_start(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             standby.append(answer.total_ms)
             start = answer.booted.start
             breakdown = {
-                "build_ms": start.build_ms, "attach_ms": start.attach_ms,
-                "warmup_ms": start.warmup_ms, "first_answer_ms": answer.first_ms,
-            }  # fmt: skip
+                "build_ms": start.build_ms,
+                "attach_ms": start.attach_ms,
+                "warmup_ms": start.warmup_ms,
+                "first_answer_ms": answer.first_ms,
+            }
             await retire(stack, boot, answer.booted.handle, keep=False)
         for _ in range(args.starts):  # an idle worker of ResNet-18 becomes ResNet-50
             other = order(stack, r18, next(number), batch_size=batch, gpu_pct=share)
@@ -139,15 +153,21 @@ async def stage_start(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             await retire(stack, boot, answer.booted.handle, keep=False)
         await retire(stack, keeper, kept.booted.handle, keep=False)
     figures = {
-        "model": "resnet-50", "batch_size": batch, "gpu_pct": share,
-        "fresh_ms_p50": _p50(fresh), "standby_tier_ms_p50": _p50(standby),
-        "idle_worker_ms_p50": _p50(reused), "runs": {"fresh": fresh, "standby_tier": standby,
-        "idle_worker": reused}, "standby_breakdown_ms": breakdown,
+        "model": "resnet-50",
+        "batch_size": batch,
+        "gpu_pct": share,
+        "fresh_ms_p50": _p50(fresh),
+        "standby_tier_ms_p50": _p50(standby),
+        "idle_worker_ms_p50": _p50(reused),
+        "runs": {"fresh": fresh, "standby_tier": standby, "idle_worker": reused},
+        "standby_breakdown_ms": breakdown,
         "goal_standby_tier_ms_p50": 100.0,
-    }  # fmt: skip
-    print(f"start to first answer, p50: fresh {figures['fresh_ms_p50']} ms, standby + tier "
-          f"{figures['standby_tier_ms_p50']} ms, idle worker of another model "
-          f"{figures['idle_worker_ms_p50']} ms (goal <= 100 ms from standby + tier)")  # fmt: skip
+    }
+    print(
+        f"start to first answer, p50: fresh {figures['fresh_ms_p50']} ms, standby + tier "
+        f"{figures['standby_tier_ms_p50']} ms, idle worker of another model "
+        f"{figures['idle_worker_ms_p50']} ms (goal <= 100 ms from standby + tier)"
+    )
     return figures
 
 
@@ -172,16 +192,19 @@ async def stage_memory(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 await retire(stack, boot, handle, keep=False)
         key = "tier" if tier else "no_tier"
         figures[key] = {
-            "model_mib_1": round(one / MIB, 1), "model_mib_8": round(eight / MIB, 1),
+            "model_mib_1": round(one / MIB, 1),
+            "model_mib_8": round(eight / MIB, 1),
             "model_ratio_8_to_1": round(eight / max(1, one), 2),
             "device_mib_1": round(device_one / MIB, 1),
             "device_mib_8": round(device_eight / MIB, 1),
             "device_ratio_8_to_1": round(device_eight / max(1, device_one), 2),
-        }  # fmt: skip
-        print(f"memory {key}: model {figures[key]['model_mib_1']} -> "
-              f"{figures[key]['model_mib_8']} MiB ({figures[key]['model_ratio_8_to_1']}x), "
-              f"device {figures[key]['device_mib_1']} -> {figures[key]['device_mib_8']} MiB "
-              f"({figures[key]['device_ratio_8_to_1']}x)")  # fmt: skip
+        }
+        print(
+            f"memory {key}: model {figures[key]['model_mib_1']} -> "
+            f"{figures[key]['model_mib_8']} MiB ({figures[key]['model_ratio_8_to_1']}x), "
+            f"device {figures[key]['device_mib_1']} -> {figures[key]['device_mib_8']} MiB "
+            f"({figures[key]['device_ratio_8_to_1']}x)"
+        )
     figures["goal_model_ratio_8_to_1_with_tier"] = 1.3
     return figures
 
@@ -210,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=100_000, help="per step")
     parser.add_argument("--profile-rounds", type=int, default=10)
     parser.add_argument(
-        "--ladder", default="0.5,0.75,1,1.25,1.5,1.75,2,2.5,3",
+        "--ladder",
+        default="0.5,0.75,1,1.25,1.5,1.75,2,2.5,3",
         help="step rates as multiples of one whole-GPU instance's profiled capacity",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--fallback-rps", type=float, default=50.0, help="the ladder's unit without profiles"
     )

@@ -47,17 +47,25 @@ async def stage_profile(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         with ProfileDatabase(db_path) as db:
             for model in args.models:
                 rows = await asyncio.to_thread(
-                    profile_gpu, BENCH_MODELS / model, shares, device.uuid, sharing.pipe_dir,
-                    db, batch_sizes=BATCH_SIZES, rounds=args.profile_rounds,
+                    profile_gpu,
+                    BENCH_MODELS / model,
+                    shares,
+                    device.uuid,
+                    sharing.pipe_dir,
+                    db,
+                    batch_sizes=BATCH_SIZES,
+                    rounds=args.profile_rounds,
                     log=lambda line: print(f"  {line}", flush=True),
-                )  # fmt: skip
+                )
                 figures[model] = {
                     "points": len(rows),
                     "ms": {f"b{r.batch_size}/g{r.gpu_pct}": round(r.exec_ms, 3) for r in rows},
                     "predictor": predictor_error(rows, device.name),
                 }
-                print(f"{model}: {len(rows)} points; predictor error at {HELD_OUT_SHARE} % "
-                      f"{figures[model]['predictor']}")  # fmt: skip
+                print(
+                    f"{model}: {len(rows)} points; predictor error at {HELD_OUT_SHARE} % "
+                    f"{figures[model]['predictor']}"
+                )
     finally:
         await mps.stop()
     figures["database"] = str(db_path)
@@ -144,10 +152,13 @@ def run_deployment(
             steps.append(step)
             clean = step.kept_up and step.p99_ms <= args.slo_ms and not step.rejected_429
             clean = clean and not step.other_errors
-            print(f"  {deployment:>9} {model}: offered {step.offered_rps:7.0f} achieved "
-                  f"{step.achieved_rps:7.0f} p99 {step.p99_ms:6.1f} ms 429 {step.rejected_429} "
-                  f"errors {step.other_errors} {' '.join(step.instances)}"
-                  + ("" if clean else "  (fails)"), flush=True)  # fmt: skip
+            print(
+                f"  {deployment:>9} {model}: offered {step.offered_rps:7.0f} achieved "
+                f"{step.achieved_rps:7.0f} p99 {step.p99_ms:6.1f} ms 429 {step.rejected_429} "
+                f"errors {step.other_errors} {' '.join(step.instances)}"
+                + ("" if clean else "  (fails)"),
+                flush=True,
+            )
             if not clean:
                 break
         instances = gw.get("/system/instances")
@@ -156,16 +167,22 @@ def run_deployment(
     return {
         "max_rps_at_slo": max((s.offered_rps for s in passing), default=0.0),
         "steps": [
-            {"offered": round(s.offered_rps), "achieved": round(s.achieved_rps),
-             "p99_ms": round(s.p99_ms, 1), "rejected_429": s.rejected_429,
-             "errors": s.other_errors, "instances": s.instances}
+            {
+                "offered": round(s.offered_rps),
+                "achieved": round(s.achieved_rps),
+                "p99_ms": round(s.p99_ms, 1),
+                "rejected_429": s.rejected_429,
+                "errors": s.other_errors,
+                "instances": s.instances,
+            }
             for s in steps
         ],
         "instances_at_end": [
             {"batch": i["batchSize"], "cpus": i["cpus"], "gpu_pct": i["gpuPct"]}
-            for i in instances if i["function"] == model
+            for i in instances
+            if i["function"] == model
         ],
-    }  # fmt: skip
+    }
 
 
 async def stage_throughput(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -182,8 +199,10 @@ async def stage_throughput(args: argparse.Namespace, root: Path) -> dict[str, An
         whole = result["whole-gpu"]["max_rps_at_slo"]
         ours = result["infless"]["max_rps_at_slo"]
         result["ratio_infless_over_whole_gpu"] = round(ours / whole, 2) if whole else None
-        print(f"{model}: max rate at SLO, whole GPU {whole:.0f} req/s, infless {ours:.0f} "
-              f"req/s (ratio {result['ratio_infless_over_whole_gpu']}, goal >= 1.5)")  # fmt: skip
+        print(
+            f"{model}: max rate at SLO, whole GPU {whole:.0f} req/s, infless {ours:.0f} "
+            f"req/s (ratio {result['ratio_infless_over_whole_gpu']}, goal >= 1.5)"
+        )
         figures[model] = result
     figures["goal_ratio"] = 1.5
     return figures

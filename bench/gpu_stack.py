@@ -72,9 +72,15 @@ async def gpu_stack(
     if not inventory.count:
         raise RuntimeError(f"no GPU: {inventory.reason}")
     side = make_gpu_side(
-        config.gpu, inventory, config.state_dir, clock, processes, processes,
-        tier=tier, start_timeout_s=config.workers.start_timeout_s,
-    )  # fmt: skip
+        config.gpu,
+        inventory,
+        config.state_dir,
+        clock,
+        processes,
+        processes,
+        tier=tier,
+        start_timeout_s=config.workers.start_timeout_s,
+    )
     await side.starter.start()
     try:
         yield Stack(side, store, config, os.cpu_count() or 1)
@@ -84,17 +90,28 @@ async def gpu_stack(
 
 
 def order(
-    stack: Stack, package_dir: Path, number: int, *, batch_size: int, gpu_pct: int,
+    stack: Stack,
+    package_dir: Path,
+    number: int,
+    *,
+    batch_size: int,
+    gpu_pct: int,
     tenant: str = "bench",
-) -> BootOrder:  # fmt: skip
+) -> BootOrder:
     """The boot order of instance `number` of the package (one core each, round robin)."""
     sizes = tuple(2**k for k in range(int(math.log2(batch_size)) + 1))
     worker_id = f"{package_dir.name}-{number}"
     return BootOrder(
-        instance_id=worker_id, tenant=tenant, package_dir=package_dir,
-        config=InstanceConfig(batch_size, 1, gpu_pct), cpu_ids=(number % stack.cores,),
-        warmup_batch_sizes=sizes, function=package_dir.name, instance=worker_id, gpu_index=0,
-    )  # fmt: skip
+        instance_id=worker_id,
+        tenant=tenant,
+        package_dir=package_dir,
+        config=InstanceConfig(batch_size, 1, gpu_pct),
+        cpu_ids=(number % stack.cores,),
+        warmup_batch_sizes=sizes,
+        function=package_dir.name,
+        instance=worker_id,
+        gpu_index=0,
+    )
 
 
 def example(package_dir: Path, batch_size: int = 1) -> dict[str, p.TensorData]:

@@ -79,10 +79,19 @@ class Gateway:
 def build_models(*names: str) -> None:
     """Build (or find already built) the zoo packages a benchmark deploys."""
     subprocess.run(
-        [sys.executable, "-m", "infless.cli", "models", "build", *names,
-         "--repository", str(BENCH_MODELS)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "infless.cli",
+            "models",
+            "build",
+            *names,
+            "--repository",
+            str(BENCH_MODELS),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 @contextlib.contextmanager

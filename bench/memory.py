@@ -43,92 +43,33 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from bench.harness import BENCH_MODELS, Gateway, gateway
+from bench.memory_report import model_figures, transfer_figures
+from bench.memory_samples import (
+    MIB,
+    ModeRun,
+    Sample,
+    mem_available_bytes,
+    read_process_memory,
+    reap_survivors,
+    tmpfs_resident_bytes,
+)
 from infless.models.build import ensure_package
 
-MIB = 1024 * 1024
-KIB = 1024
 DEFAULT_MODELS = ("resnet-50", "bert-v1")
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
 TL_VARIANTS = ("resnet-50-tl-a", "resnet-50-tl-b", "resnet-50-tl-c", "resnet-50-tl-d")
 MEMORY_RESERVE_BYTES = 2 * 1024 * MIB  # never scale up past MemAvailable minus this
-
-
-# -- /proc accounting -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessMemory:
-    pid: int
-    pss_bytes: int
-    pss_anon_bytes: int
-    pss_file_bytes: int
-    pss_shmem_bytes: int
-    store_mapped_pss_bytes: int  # Pss of this process's mappings of files under the store root
-
-
-def _kib_fields(text: str) -> dict[str, int]:
-    fields: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if len(parts) == 2 and parts[1] == "kB":
-            fields[name] = int(parts[0])
-    return fields
-
-
-def store_mapped_pss_bytes(pid: int, store_root: Path | None) -> int:
-    """Sum of Pss over the process's mappings whose file lies under `store_root`."""
-    if store_root is None:
-        return 0
-    prefix = str(store_root) + "/"
-    total_kib = 0
-    in_store = False
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split(maxsplit=5)
-        if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
-            in_store = len(head) == 6 and head[5].startswith(prefix)
-        elif in_store and line.startswith("Pss:"):
-            total_kib += int(line.split()[1])
-    return total_kib * KIB
-
-
-def read_process_memory(pid: int, store_root: Path | None) -> ProcessMemory:
-    fields = _kib_fields(Path(f"/proc/{pid}/smaps_rollup").read_text())
-    return ProcessMemory(
-        pid=pid,
-        pss_bytes=fields["Pss"] * KIB,
-        pss_anon_bytes=fields.get("Pss_Anon", 0) * KIB,
-        pss_file_bytes=fields.get("Pss_File", 0) * KIB,
-        pss_shmem_bytes=fields.get("Pss_Shmem", 0) * KIB,
-        store_mapped_pss_bytes=store_mapped_pss_bytes(pid, store_root),
-    )
-
-
-def tmpfs_resident_bytes(root: Path) -> int:
-    """Bytes allocated to the regular files under `root` (tmpfs: resident in memory)."""
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                info = (Path(directory) / name).lstat()
-                total += info.st_blocks * 512
-    return total
-
-
-def mem_available_bytes() -> int:
-    return _kib_fields(Path("/proc/meminfo").read_text())["MemAvailable"] * KIB
 
 
 # -- one gateway, one mode -------------------------------------------------------------------
@@ -139,43 +80,6 @@ class Deployment:
     name: str
     image: str
     tenant: str = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    mode: str
-    instances: int  # per function
-    workers: tuple[ProcessMemory, ...]
-    zygote_pss_bytes: int
-    store_bytes: int
-    templates: tuple[ProcessMemory, ...] = ()
-
-    @property
-    def workers_pss_bytes(self) -> int:
-        return sum(w.pss_bytes for w in self.workers)
-
-    @property
-    def templates_pss_bytes(self) -> int:
-        return sum(t.pss_bytes for t in self.templates)
-
-    @property
-    def total_bytes(self) -> int:
-        """The acceptance metric: workers' and templates' Pss + the store's tmpfs bytes."""
-        return self.workers_pss_bytes + self.templates_pss_bytes + self.store_bytes
-
-    @property
-    def dedup_bytes(self) -> int:
-        """Physical memory: store pages counted once (not also in the processes' Pss)."""
-        mapped = sum(w.store_mapped_pss_bytes for w in (*self.workers, *self.templates))
-        return self.total_bytes - mapped
-
-
-@dataclass
-class ModeRun:
-    mode: str
-    samples: dict[int, Sample] = field(default_factory=dict)
-    skipped: dict[int, str] = field(default_factory=dict)
-    pids_seen: set[int] = field(default_factory=set)
 
 
 def gateway_toml(mode: str, launcher: str, store_root: Path, templates: bool = True) -> str:
@@ -298,76 +202,6 @@ def measure_mode(
     return run
 
 
-def reap_survivors(pids: set[int]) -> None:
-    """Workers end on EOF of their socket and the zygote with the gateway; check, by pid."""
-    deadline = time.monotonic() + 10.0
-    alive = set(pids)
-    while alive and time.monotonic() < deadline:
-        alive = {pid for pid in alive if psutil.pid_exists(pid) and not _is_zombie(pid)}
-        if alive:
-            time.sleep(0.2)
-    for pid in alive:
-        print(f"  warning: pid {pid} outlived its gateway; sending SIGKILL", flush=True)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-
-
-# -- report ----------------------------------------------------------------------------------
-
-
-def reduction_pct(baseline_bytes: int, shared_bytes: int) -> float:
-    return round(100.0 * (1.0 - shared_bytes / baseline_bytes), 1) if baseline_bytes else 0.0
-
-
-def mib(value_bytes: float) -> float:
-    return round(value_bytes / MIB, 1)
-
-
-def print_model_table(model: str, private: ModeRun, store: ModeRun) -> None:
-    print(f"\n{model}: sum of worker Pss + store tmpfs bytes (MiB); zygote Pss not counted")
-    print(
-        f"{'N':>3} {'private':>9} {'store':>9} {'reduct%':>8} {'store dedup':>12} "
-        f"{'reduct% dedup':>14} {'priv/worker':>12} {'store/worker':>13} {'store files':>12} "
-        f"{'templates':>9} {'zygote':>7}"
-    )
-    for count, base in private.samples.items():
-        shared = store.samples.get(count)
-        if shared is None:
-            continue
-        print(
-            f"{count:3d} {base.total_bytes / MIB:9.0f} {shared.total_bytes / MIB:9.0f} "
-            f"{reduction_pct(base.total_bytes, shared.total_bytes):8.1f} "
-            f"{shared.dedup_bytes / MIB:12.0f} "
-            f"{reduction_pct(base.total_bytes, shared.dedup_bytes):14.1f} "
-            f"{base.workers_pss_bytes / len(base.workers) / MIB:12.1f} "
-            f"{shared.workers_pss_bytes / len(shared.workers) / MIB:13.1f} "
-            f"{shared.store_bytes / MIB:12.1f} {shared.templates_pss_bytes / MIB:9.1f} "
-            f"{shared.zygote_pss_bytes / MIB:7.0f}"
-        )
-    for run in (private, store):
-        for count, reason in run.skipped.items():
-            print(f"  {run.mode}: N={count} and above skipped: {reason}")
-    largest = max((c for c in private.samples if c in store.samples), default=None)
-    if largest is not None:
-        worker = store.samples[largest].workers[0]
-        base_worker = private.samples[largest].workers[0]
-        print(
-            f"  one worker at N={largest} (MiB): private anon "
-            f"{base_worker.pss_anon_bytes / MIB:.1f} file "
-            f"{base_worker.pss_file_bytes / MIB:.1f}; store anon "
-            f"{worker.pss_anon_bytes / MIB:.1f} file {worker.pss_file_bytes / MIB:.1f} "
-            f"shmem {worker.pss_shmem_bytes / MIB:.1f} (store maps "
-            f"{worker.store_mapped_pss_bytes / MIB:.1f})"
-        )
-
-
 def run_models(
     models: Sequence[str],
     counts: Sequence[int],
@@ -417,73 +251,6 @@ def run_transfer(
         )
         transfer[label] = run.samples[1]
     return transfer
-
-
-def model_figures(
-    runs: dict[str, dict[str, ModeRun]], figures: dict[str, Any], absolute: dict[str, Any]
-) -> dict[str, dict[str, float]]:
-    """Print each model's table; fill `figures` (reduction_pct) and `absolute` (MiB)."""
-    reductions_dedup: dict[str, dict[str, float]] = {}
-    store_only: dict[str, dict[str, float]] = figures.setdefault("store_only_reduction_pct", {})
-    for model, modes in runs.items():
-        replicas, private, store = modes["replicas"], modes["private"], modes["store"]
-        print("\nbaseline: conventional replicas (a fresh process each, its own weights)")
-        print_model_table(model, replicas, store)
-        print("\nbaseline: zygote-forked workers with private weights (the store's effect alone)")
-        print_model_table(model, private, store)
-        common = [c for c in replicas.samples if c in store.samples]
-        figures[model] = {
-            str(c): reduction_pct(replicas.samples[c].total_bytes, store.samples[c].total_bytes)
-            for c in common
-        }
-        store_only[model] = {
-            str(c): reduction_pct(private.samples[c].total_bytes, store.samples[c].total_bytes)
-            for c in private.samples
-            if c in store.samples
-        }
-        reductions_dedup[model] = {
-            str(c): reduction_pct(replicas.samples[c].total_bytes, store.samples[c].dedup_bytes)
-            for c in common
-        }
-        first = next(iter(store.samples.values()), None)
-        absolute[model] = {
-            "replicas": {str(c): mib(s.total_bytes) for c, s in replicas.samples.items()},
-            "private": {str(c): mib(s.total_bytes) for c, s in private.samples.items()},
-            "store": {str(c): mib(s.total_bytes) for c, s in store.samples.items()},
-            "store_dedup": {str(c): mib(s.dedup_bytes) for c, s in store.samples.items()},
-            "store_files": {str(c): mib(s.store_bytes) for c, s in store.samples.items()},
-            "zygote_pss": None if first is None else mib(first.zygote_pss_bytes),
-        }
-        skipped = {
-            f"{r.mode}:{c}": why for r in (replicas, private, store) for c, why in r.skipped.items()
-        }
-        if skipped:
-            absolute[model]["skipped"] = skipped
-    return reductions_dedup
-
-
-def transfer_figures(
-    transfer: dict[str, Sample], figures: dict[str, Any], absolute: dict[str, Any]
-) -> None:
-    base = transfer["private"].total_bytes
-    print("\nresnet-50-tl-a..d, one instance each (MiB)")
-    print(f"{'mode':28} {'total':>8} {'dedup':>8} {'store files':>12} {'reduct% vs private':>19}")
-    for label, sample in transfer.items():
-        print(
-            f"{label:28} {sample.total_bytes / MIB:8.0f} {sample.dedup_bytes / MIB:8.0f} "
-            f"{sample.store_bytes / MIB:12.1f} {reduction_pct(base, sample.total_bytes):19.1f}"
-        )
-    shared = transfer["store_shared_tenant"]
-    separate = transfer["store_per_function_tenant"]
-    figures["cross_function_reduction_pct"] = reduction_pct(base, shared.total_bytes)
-    figures["cross_function_reduction_pct_dedup"] = reduction_pct(base, shared.dedup_bytes)
-    figures["cross_function_reduction_vs_per_function_store_pct"] = reduction_pct(
-        separate.total_bytes, shared.total_bytes
-    )
-    absolute["transfer_learning"] = {
-        label: {"total": mib(s.total_bytes), "dedup": mib(s.dedup_bytes)}
-        for label, s in transfer.items()
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

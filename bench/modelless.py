@@ -75,11 +75,15 @@ def delete(url: str, body: object | None = None) -> int:
 
 def register(gw: Gateway, args: argparse.Namespace) -> dict[str, Any]:
     body = {
-        "model": MODEL, "image": args.image, "sloMs": args.slo_ms, "maxBatch": args.max_batch,
-        "validation": {"generate": args.validation}, "variants": args.variants.split(","),
+        "model": MODEL,
+        "image": args.image,
+        "sloMs": args.slo_ms,
+        "maxBatch": args.max_batch,
+        "validation": {"generate": args.validation},
+        "variants": args.variants.split(","),
         "cpus": [1],
         "apps": [{"id": "default", "minAccuracy": args.min_accuracy}],
-    }  # fmt: skip
+    }
     status, answer = post(gw.url + "/system/register", body)
     if status != 202:
         raise RuntimeError(f"register: {status} {answer}")
@@ -102,10 +106,20 @@ def selection_cost_us() -> float:
     from infless.modelless.states import VariantState
 
     cards = [
-        VariantCard(f"v{k}", f"m--v{k}", 0.9 + k / 1000, 1.0 + k / 10, 8, 1, 5.0, 1000.0 - k,
-                    100.0, 1 << 20)
+        VariantCard(
+            name=f"v{k}",
+            function=f"m--v{k}",
+            accuracy=0.9 + k / 1000,
+            latency_b1_ms=1.0 + k / 10,
+            batch_size=8,
+            cpus=1,
+            exec_ms=5.0,
+            qps=1000.0 - k,
+            load_ms=100.0,
+            peak_memory_bytes=1 << 20,
+        )
         for k in range(100)
-    ]  # fmt: skip
+    ]
     catalogue = Catalogue.of(cards)
     states = {c.name: VariantState.ACTIVE for c in cards}
     goals = Goals(latency_ms=6.0, min_accuracy=0.95)

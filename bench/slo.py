@@ -98,16 +98,27 @@ def ladder(
             step = run_step(gw, kind, slo_ms, limit * fraction, fmt, args, out)
             model = model_cpu_us(step, costs, gw.get("/system/instances"))
             ratio = step.server_cpu_us_per_request / model if model else 0.0
-            print(f"{row(step, slo_ms)}  {fraction:.2f} of the limit, server CPU "
-                  f"{ratio:.2f}x the model's", flush=True)  # fmt: skip
-            steps.append({**step.describe(), "fraction": fraction,
-                          "model_cpu_us_per_request": round(model, 1),
-                          "server_cpu_over_model": round(ratio, 2)})  # fmt: skip
+            print(
+                f"{row(step, slo_ms)}  {fraction:.2f} of the limit, server CPU "
+                f"{ratio:.2f}x the model's",
+                flush=True,
+            )
+            steps.append(
+                {
+                    **step.describe(),
+                    "fraction": fraction,
+                    "model_cpu_us_per_request": round(model, 1),
+                    "server_cpu_over_model": round(ratio, 2),
+                }
+            )
             if not step.passed:
                 break
             passing = fraction
-    return {"max_fraction_at_slo": passing, "max_rps_at_slo": round(passing * limit),
-            "steps": steps}  # fmt: skip
+    return {
+        "max_fraction_at_slo": passing,
+        "max_rps_at_slo": round(passing * limit),
+        "steps": steps,
+    }
 
 
 def step_from_idle(
@@ -125,11 +136,17 @@ def step_from_idle(
     refused_after = sum(1 for r in late if r["status"] != "200")
     latencies = sorted(float(r["latency_ms"]) for r in late if r["status"] == "200")
     p99 = latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0
-    print(f"step from idle to {rate:.0f} req/s: {step.errors} failed in all, "
-          f"{refused_after} after the first second; p99 after it {p99:.1f} ms "
-          f"(SLO {slo_ms:g})")  # fmt: skip
-    return {**step.describe(), "rate_rps": round(rate), "failed_after_first_s": refused_after,
-            "p99_after_first_s_ms": round(p99, 1)}  # fmt: skip
+    print(
+        f"step from idle to {rate:.0f} req/s: {step.errors} failed in all, "
+        f"{refused_after} after the first second; p99 after it {p99:.1f} ms "
+        f"(SLO {slo_ms:g})"
+    )
+    return {
+        **step.describe(),
+        "rate_rps": round(rate),
+        "failed_after_first_s": refused_after,
+        "p99_after_first_s_ms": round(p99, 1),
+    }
 
 
 def ramp(
@@ -140,8 +157,10 @@ def ramp(
         gw.wait_ready(kind)
         shape = shape_args(end, args.ramp_s, ramp_from_rps=start)
         step = run_load(gw, kind, slo_ms, shape, fmt, args, work / f"{kind}-{fmt}-ramp-run")
-    print(f"ramp {start:.0f} -> {end:.0f} req/s over {args.ramp_s:g} s: {step.errors} failed, "
-          f"p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g})")  # fmt: skip
+    print(
+        f"ramp {start:.0f} -> {end:.0f} req/s over {args.ramp_s:g} s: {step.errors} failed, "
+        f"p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g})"
+    )
     return {**step.describe(), "from_rps": round(start), "to_rps": round(end)}
 
 
@@ -158,14 +177,20 @@ def overload(
     lost = sum(1 for r in rows if r["status"] not in ("200", "429"))
     good = sum(1 for r in rows if r["status"] == "200" and float(r["latency_ms"]) <= slo_ms)
     goodput = good / args.step_s
-    figures = {**step.describe(), "offered_x_max": round(rate / max(1.0, max_rps), 1),
-               "lost": lost, "goodput_rps": round(goodput),
-               "goodput_over_max": round(goodput / max(1.0, max_rps), 2)}  # fmt: skip
-    print(f"overload: {step.offered_rps:.0f} req/s offered ({figures['offered_x_max']}x the "
-          f"max at SLO): admitted p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g}), goodput "
-          f"{goodput:.0f} req/s = {figures['goodput_over_max']} of the max, "
-          f"{step.rejected_429} refused ({step.missing_retry_after} without Retry-After), "
-          f"{lost} lost")  # fmt: skip
+    figures = {
+        **step.describe(),
+        "offered_x_max": round(rate / max(1.0, max_rps), 1),
+        "lost": lost,
+        "goodput_rps": round(goodput),
+        "goodput_over_max": round(goodput / max(1.0, max_rps), 2),
+    }
+    print(
+        f"overload: {step.offered_rps:.0f} req/s offered ({figures['offered_x_max']}x the "
+        f"max at SLO): admitted p99 {step.p99_ms:.1f} ms (SLO {slo_ms:g}), goodput "
+        f"{goodput:.0f} req/s = {figures['goodput_over_max']} of the max, "
+        f"{step.rejected_429} refused ({step.missing_retry_after} without Retry-After), "
+        f"{lost} lost"
+    )
     return figures
 
 
@@ -174,14 +199,19 @@ def run_function(
 ) -> dict[str, Any]:
     image, slo_ms = FUNCTIONS[kind]
     limit = costs.limit_items_per_s
-    print(f"\n{kind} ({image}, SLO {slo_ms:g} ms): in-process limit {limit:.0f} items/s "
-          f"(batch {costs.limit_batch}, {costs.threads} threads)", flush=True)  # fmt: skip
+    print(
+        f"\n{kind} ({image}, SLO {slo_ms:g} ms): in-process limit {limit:.0f} items/s "
+        f"(batch {costs.limit_batch}, {costs.threads} threads)",
+        flush=True,
+    )
     figures: dict[str, Any] = {"in_process": costs.describe()}
     for fmt in args.formats:
         print(f"{fmt} bodies\n{HEADER}", flush=True)
         result = ladder(kind, fmt, costs, args, work)
-        print(f"max at SLO with no error: {result['max_fraction_at_slo']:.2f} of the limit "
-              f"({result['max_rps_at_slo']} req/s)")  # fmt: skip
+        print(
+            f"max at SLO with no error: {result['max_fraction_at_slo']:.2f} of the limit "
+            f"({result['max_rps_at_slo']} req/s)"
+        )
         max_rps = float(result["max_rps_at_slo"]) or limit * args.fractions[0]
         if args.idle_step:
             result["idle_step"] = step_from_idle(kind, fmt, max_rps / 2, args, work)

@@ -178,14 +178,38 @@ class Driver:
 def start_load(gw: Gateway, args: argparse.Namespace, out: Path) -> subprocess.Popen[bytes]:
     minutes = math.ceil(args.minutes * 60.0 / args.minute_s)
     command = [
-        sys.executable, "-m", "loadgen", "replay", "--gateway", gw.url,
-        "--trace", str(TRACE), "--pattern", "bursty", "--rows", "2",
-        "--functions", ",".join(LOADED), "--minutes", str(minutes),
-        "--minute-seconds", str(args.minute_s), "--peak-rps", str(args.peak_rps),
-        "--max-duration-s", str(args.minutes * 60.0 + 60.0),
-        "--max-requests", str(args.max_requests), "--poll-interval-s", "5",
-        "--seed", str(args.seed), "--no-progress", "--out", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "loadgen",
+        "replay",
+        "--gateway",
+        gw.url,
+        "--trace",
+        str(TRACE),
+        "--pattern",
+        "bursty",
+        "--rows",
+        "2",
+        "--functions",
+        ",".join(LOADED),
+        "--minutes",
+        str(minutes),
+        "--minute-seconds",
+        str(args.minute_s),
+        "--peak-rps",
+        str(args.peak_rps),
+        "--max-duration-s",
+        str(args.minutes * 60.0 + 60.0),
+        "--max-requests",
+        str(args.max_requests),
+        "--poll-interval-s",
+        "5",
+        "--seed",
+        str(args.seed),
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

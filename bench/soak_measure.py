@@ -81,7 +81,16 @@ def sample_tree(
         if role == "worker":
             workers.append(resident_mib)
     files, size_bytes = store_size(store)
-    return Sample(at_s, rss, fds, count, files, size_bytes / MIB, workers, quiet)
+    return Sample(
+        at_s=at_s,
+        rss_mib=rss,
+        fds=fds,
+        processes=count,
+        store_files=files,
+        store_mib=size_bytes / MIB,
+        workers_rss_mib=workers,
+        quiet=quiet,
+    )
 
 
 def store_size(root: Path) -> tuple[int, int]:

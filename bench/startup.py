@@ -130,10 +130,12 @@ async def start_once(
         handle = ProcessWorkerHandle(launched)
         handles.append((instance_id, handle))
         request = p.LoadModel(
-            package_dir=str(package_dir), cpus=1, warmup_batch_sizes=[],
+            package_dir=str(package_dir),
+            cpus=1,
+            warmup_batch_sizes=[],
             store_tensors=stored,
             sandbox=sandbox_for(package_dir, store) if mode == "zygote_sandboxed" else None,
-        )  # fmt: skip
+        )
         ready = await handle.load(request, LOAD_TIMEOUT_S)
         done = time.perf_counter()
     finally:

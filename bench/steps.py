@@ -115,21 +115,45 @@ def shape_args(rate: float, duration_s: float, ramp_from_rps: float | None = Non
     if ramp_from_rps is None:
         return ["--shape", "poisson", "--rate-rps", str(rate), "--duration-s", str(duration_s)]
     return [
-        "--shape", "ramp", "--rate-rps", str(ramp_from_rps), "--ramp-to-rps", str(rate),
-        "--duration-s", str(duration_s),
-    ]  # fmt: skip
+        "--shape",
+        "ramp",
+        "--rate-rps",
+        str(ramp_from_rps),
+        "--ramp-to-rps",
+        str(rate),
+        "--duration-s",
+        str(duration_s),
+    ]
 
 
 def run_load(
-    gw: Gateway, name: str, slo_ms: float, shape: list[str], fmt: str,
-    args: argparse.Namespace, out: Path,
-) -> Step:  # fmt: skip
+    gw: Gateway,
+    name: str,
+    slo_ms: float,
+    shape: list[str],
+    fmt: str,
+    args: argparse.Namespace,
+    out: Path,
+) -> Step:
     """Drive `name` with the load generator (`shape`: its schedule arguments) and measure."""
     command = [
-        sys.executable, "-m", "loadgen", "synthetic", "--gateway", gw.url, "--functions", name,
-        *shape, "--max-requests", str(args.max_requests),
-        "--seed", str(zlib.crc32(out.name.encode())), "--no-progress", "--out", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "loadgen",
+        "synthetic",
+        "--gateway",
+        gw.url,
+        "--functions",
+        name,
+        *shape,
+        "--max-requests",
+        str(args.max_requests),
+        "--seed",
+        str(zlib.crc32(out.name.encode())),
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     if fmt != "json":
         command += ["--format", fmt]
     server_before = tree_cpu_s(gw.process.pid)
@@ -174,9 +198,14 @@ def run_load(
 
 
 def run_step(
-    gw: Gateway, name: str, slo_ms: float, rate: float, fmt: str, args: argparse.Namespace,
+    gw: Gateway,
+    name: str,
+    slo_ms: float,
+    rate: float,
+    fmt: str,
+    args: argparse.Namespace,
     out: Path,
-) -> Step:  # fmt: skip
+) -> Step:
     """Poisson at `rate` for `args.step_s`."""
     return run_load(gw, name, slo_ms, shape_args(rate, args.step_s), fmt, args, out)
 

@@ -196,8 +196,9 @@ async def run(
     launchers = Launchers(SubprocessLauncher(), zygote, templates)
     names = sorted({n for pair in pairs for n in pair})
     structures = {n: describe_package(BENCH_MODELS / n) for n in names}
-    keys = {n: {t.name: t.key for t in store.index_package(BENCH_MODELS / n).tensors}
-            for n in names}  # fmt: skip
+    keys = {
+        n: {t.name: t.key for t in store.index_package(BENCH_MODELS / n).tensors} for n in names
+    }
     plans = {
         (a, b): plan_transformation(structures[a], structures[b], costs, partial(_same, keys, a, b))
         for a, b in pairs
@@ -221,9 +222,14 @@ async def run(
                 counter += 1
                 source, dest = pair
                 sample = await transform_once(
-                    BENCH_MODELS / source, BENCH_MODELS / dest, structures[dest],
-                    list(plans[pair].steps), launchers, store, f"t{counter}",
-                )  # fmt: skip
+                    BENCH_MODELS / source,
+                    BENCH_MODELS / dest,
+                    structures[dest],
+                    list(plans[pair].steps),
+                    launchers,
+                    store,
+                    f"t{counter}",
+                )
                 if repetition:
                     moved[pair].append(sample)
                 line = f"  rep {repetition} {source:>12} -> {dest:<12} transform "
@@ -239,9 +245,11 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
     structures, plans = result["structures"], result["plans"]
     base, moved = result["base"], result["moved"]
     rows = []
-    header = (f"{'source':>12} -> {'destination':<12} {'transform':>9} {'fresh':>8} "
-              f"{'zygote':>8} {'template':>8} | e2e: {'transf.':>8} {'fresh':>8} {'zygote':>8} "
-              f"| {'choice':>9} {'pred ms':>8} {'meas ms':>8}")  # fmt: skip
+    header = (
+        f"{'source':>12} -> {'destination':<12} {'transform':>9} {'fresh':>8} "
+        f"{'zygote':>8} {'template':>8} | e2e: {'transf.':>8} {'fresh':>8} {'zygote':>8} "
+        f"| {'choice':>9} {'pred ms':>8} {'meas ms':>8}"
+    )
     print("\nmilliseconds, p50 to Ready (e2e: to the first answer)\n" + header)
     learnt = StartCosts()  # transformations so far: how far plans are from measurements
     for (source, dest), samples in moved.items():
@@ -258,8 +266,11 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
         for sample in samples:
             learnt.record_transform(plan.predicted_ms, sample.worker_ms)
         chosen = choose(normal, [transform] if plan.feasible else [])
-        measured = _p50(samples, "worker_ms") if chosen is transform else _p50(
-            base[dest]["zygote"], "worker_ms")  # fmt: skip
+        measured = (
+            _p50(samples, "worker_ms")
+            if chosen is transform
+            else _p50(base[dest]["zygote"], "worker_ms")
+        )
         row = {
             "source": source,
             "destination": dest,
@@ -279,11 +290,13 @@ def summarise(result: dict[str, Any], costs: MetaOpCosts) -> dict[str, Any]:
         row["e2e_vs_fresh"] = round(1 - row["transform_e2e_ms"] / row["fresh_e2e_ms"], 3)
         row["e2e_vs_zygote"] = round(1 - row["transform_e2e_ms"] / row["zygote_e2e_ms"], 3)
         rows.append(row)
-        print(f"{source:>12} -> {dest:<12} {row['transform_ms']:9.1f} {row['fresh_ms']:8.1f} "
-              f"{row['zygote_ms']:8.1f} {row['template_ms']:8.1f} |      "
-              f"{row['transform_e2e_ms']:8.1f} {row['fresh_e2e_ms']:8.1f} "
-              f"{row['zygote_e2e_ms']:8.1f} | {row['chosen']:>9} {row['chosen_predicted_ms']:8.1f} "
-              f"{row['chosen_measured_ms']:8.1f}")  # fmt: skip
+        print(
+            f"{source:>12} -> {dest:<12} {row['transform_ms']:9.1f} {row['fresh_ms']:8.1f} "
+            f"{row['zygote_ms']:8.1f} {row['template_ms']:8.1f} |      "
+            f"{row['transform_e2e_ms']:8.1f} {row['fresh_e2e_ms']:8.1f} "
+            f"{row['zygote_e2e_ms']:8.1f} | {row['chosen']:>9} {row['chosen_predicted_ms']:8.1f} "
+            f"{row['chosen_measured_ms']:8.1f}"
+        )
     return {"pairs": rows}
 
 
@@ -309,10 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     s = result["structures"]
     figures["planning_ms"] = {
         f"{a}->{b}": round(planning_ms(s[a], s[b], costs), 3)
-        for a, b in (("bert-base", "bert-mini"), ("bert-mini", "bert-base"),
-                     ("resnet-152", "vgg-19"), ("vgg-19", "resnet-152"))
+        for a, b in (
+            ("bert-base", "bert-mini"),
+            ("bert-mini", "bert-base"),
+            ("resnet-152", "vgg-19"),
+            ("vgg-19", "resnet-152"),
+        )
         if a in s and b in s
-    }  # fmt: skip
+    }
     figures["optimal_gap"] = optimal_gaps(list(result["plans"]), s, costs)
     rows = figures["pairs"]
     figures["transform_beats_zygote"] = sum(r["transform_ms"] < r["zygote_ms"] for r in rows)

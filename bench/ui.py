@@ -157,21 +157,36 @@ def main() -> None:
             for pages in (0, args.pages):
                 totals[pages].add(asyncio.run(_phase(gw, body, args.rate_rps, args.seconds, pages)))
     none, some = totals[0].summary(), totals[args.pages].summary()
-    print(f"{'pages':>5} {'ok':>7} {'rps':>7} {'gw µs/req':>10} {'tree µs/req':>12} "
-          f"{'p50 ms':>7} {'p99 ms':>7} {'snapshots':>9}")  # fmt: skip
+    print(
+        f"{'pages':>5} {'ok':>7} {'rps':>7} {'gw µs/req':>10} {'tree µs/req':>12} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'snapshots':>9}"
+    )
     for row in (none, some):
-        print(f"{row['pages']:>5} {row['ok']:>7} {row['rps']:>7} "
-              f"{row['gateway_cpu_us_per_request']:>10} {row['tree_cpu_us_per_request']:>12} "
-              f"{row['p50_ms']:>7} {row['p99_ms']:>7} {row['snapshots_read']:>9}")  # fmt: skip
+        print(
+            f"{row['pages']:>5} {row['ok']:>7} {row['rps']:>7} "
+            f"{row['gateway_cpu_us_per_request']:>10} {row['tree_cpu_us_per_request']:>12} "
+            f"{row['p50_ms']:>7} {row['p99_ms']:>7} {row['snapshots_read']:>9}"
+        )
     ratio_gw = some["gateway_cpu_us_per_request"] / max(1e-9, none["gateway_cpu_us_per_request"])
     ratio_tree = some["tree_cpu_us_per_request"] / max(1e-9, none["tree_cpu_us_per_request"])
-    print(f"gateway CPU per request, {args.pages} pages / none: {ratio_gw:.3f} "
-          f"(process tree: {ratio_tree:.3f})")  # fmt: skip
-    print(json.dumps({
-        "bench": "ui", "rate_rps": args.rate_rps, "seconds_per_phase": args.seconds,
-        "rounds": args.rounds, "none": none, "pages": some,
-        "gateway_cpu_ratio": round(ratio_gw, 3), "tree_cpu_ratio": round(ratio_tree, 3),
-    }))  # fmt: skip
+    print(
+        f"gateway CPU per request, {args.pages} pages / none: {ratio_gw:.3f} "
+        f"(process tree: {ratio_tree:.3f})"
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "ui",
+                "rate_rps": args.rate_rps,
+                "seconds_per_phase": args.seconds,
+                "rounds": args.rounds,
+                "none": none,
+                "pages": some,
+                "gateway_cpu_ratio": round(ratio_gw, 3),
+                "tree_cpu_ratio": round(ratio_tree, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -165,8 +165,10 @@ def connection_bound(max_connections: int) -> int:
     logging.getLogger(__name__).warning(
         "gateway.max_connections = %d does not fit the open-file limit (%d): %d connections "
         "at most; raise the limit (ulimit -n) for more",
-        max_connections, soft, bound,
-    )  # fmt: skip
+        max_connections,
+        soft,
+        bound,
+    )
     return bound
 
 

@@ -87,8 +87,10 @@ def claim_state_dir(state_dir: Path) -> StateClaim:
     for orphan in orphans:
         log.warning(
             "killed pid %d, a %s (%s) left running by the previous gateway",
-            orphan.pid, orphan.role, orphan.label,
-        )  # fmt: skip
+            orphan.pid,
+            orphan.role,
+            orphan.label,
+        )
     return StateClaim(state_dir, fd, orphans)
 
 

@@ -92,25 +92,25 @@ class _Driver:
                 counters.errors += 1
                 error = error_code(status, body, headers.get("Content-Type", ""))
             record = RequestRecord(
-                index,
-                function,
-                sent_s if scheduled_s is None else scheduled_s,
-                sent_s,
-                latency_ms,
-                status,
-                error,
+                index=index,
+                function=function,
+                scheduled_s=sent_s if scheduled_s is None else scheduled_s,
+                sent_s=sent_s,
+                latency_ms=latency_ms,
+                status=status,
+                error=error,
                 **timing_from_headers(headers),
             )
         else:
             counters.errors += 1
             record = RequestRecord(
-                index,
-                function,
-                sent_s if scheduled_s is None else scheduled_s,
-                sent_s,
-                NAN,
-                0,
-                error,
+                index=index,
+                function=function,
+                scheduled_s=sent_s if scheduled_s is None else scheduled_s,
+                sent_s=sent_s,
+                latency_ms=NAN,
+                status=0,
+                error=error,
             )
         self.records.append(record)
         self._answered(client)

@@ -17,7 +17,7 @@ NAN = float("nan")
 NO_RESPONSE = 0  # status of a request that got no HTTP response (timeout, refused, reset)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRecord:
     index: int  # position in the schedule
     function: str

@@ -31,8 +31,12 @@ from infless.clock import pause_s, perf_s
 from infless.progress import Quiet, Reporter, progress_for
 
 POLL_S = 1.0  # how often a waiting `register` reads the registration's progress
-_APP_KEYS = {"id": "id", "latency_ms": "latencyMs", "min_accuracy": "minAccuracy",
-             "cost_weight": "costWeight"}  # fmt: skip
+_APP_KEYS = {
+    "id": "id",
+    "latency_ms": "latencyMs",
+    "min_accuracy": "minAccuracy",
+    "cost_weight": "costWeight",
+}
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -86,8 +90,12 @@ def registration(
         "sloMs": float(document["slo_ms"]),
         "validation": body_validation,
     }
-    for key, wire in (("max_batch", "maxBatch"), ("metric", "metric"), ("variants", "variants"),
-                      ("cpus", "cpus")):  # fmt: skip
+    for key, wire in (
+        ("max_batch", "maxBatch"),
+        ("metric", "metric"),
+        ("variants", "variants"),
+        ("cpus", "cpus"),
+    ):
         if key in document:
             body[wire] = document[key]
     body["apps"] = [
@@ -181,8 +189,10 @@ def format_variants(document: dict[str, Any]) -> str:
     ]
     if document.get("error"):
         lines.append(f"  error: {document['error']}")
-    header = (f"{'VARIANT':<14}{'STATUS':<16}{'STATE':<12}{'ACCURACY':>9}{'B1 MS':>9}"
-              f"{'CONFIG':>10}{'QPS':>9}{'LOAD MS':>9}{'PEAK MB':>9}")  # fmt: skip
+    header = (
+        f"{'VARIANT':<14}{'STATUS':<16}{'STATE':<12}{'ACCURACY':>9}{'B1 MS':>9}"
+        f"{'CONFIG':>10}{'QPS':>9}{'LOAD MS':>9}{'PEAK MB':>9}"
+    )
     lines.append(header)
     for v in document.get("variants", []):
         b1 = [p["measured_ms"] for p in v.get("latency", []) if p["batch_size"] == 1]

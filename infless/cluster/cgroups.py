@@ -181,13 +181,13 @@ class CpuConfiner:
                 self._remove(created)
             else:
                 return Confinement(
-                    instance_id,
-                    pid,
-                    "cgroup-v1" if layout.version == "v1" else "cgroup-v2",
-                    cpu_set,
-                    quota_us,
-                    self.period_us,
-                    tuple(str(p) for p in created),
+                    instance_id=instance_id,
+                    pid=pid,
+                    method="cgroup-v1" if layout.version == "v1" else "cgroup-v2",
+                    cpus=cpu_set,
+                    quota_us=quota_us,
+                    period_us=self.period_us,
+                    groups=tuple(str(p) for p in created),
                 )
         set_affinity(pid, cpu_set)
         return Confinement(instance_id, pid, "affinity", cpu_set, note=note)

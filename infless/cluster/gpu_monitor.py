@@ -211,8 +211,10 @@ class GpuMonitor:
             if uuid != device.uuid:  # the inventory is stale: never report one GPU as another
                 log.warning(
                     "GPU monitor: NVML index %d is now %s, not %s: not sampled",
-                    device.index, uuid, device.uuid,
-                )  # fmt: skip
+                    device.index,
+                    uuid,
+                    device.uuid,
+                )
                 continue
             handles[device.uuid] = handle
         return handles

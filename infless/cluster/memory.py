@@ -1,13 +1,10 @@
-"""Memory limits of worker processes (the cgroup memory controller, v1 or v2), and OOM kills.
+"""Memory limits of worker processes (the cgroup memory controller), and OOM kills.
 
-`detect_memory` finds where this process may create memory groups: on v1 the memory
-hierarchy at this process's own memory cgroup (so workers stay inside whatever limits and
-accounting the gateway itself is under), on v2 the unified root where `CpuConfiner` makes
-its groups (a v2 process is in one group only: the limit goes into the worker's CPU group
-when there is one). `MemoryLimiter.limit` writes v1 `memory.limit_in_bytes` (and
-`memory.memsw.limit_in_bytes` where swap is accounted) or v2 `memory.max` (and
-`memory.swap.max` 0), and moves the pid in; `oom_kills` reads how many tasks the kernel
-killed for the limit (v1 `memory.oom_control`, v2 `memory.events`: `oom_kill`).
+`detect_memory` finds where memory groups may go (`cluster.controller`). `MemoryLimiter.limit`
+writes the limit and moves the pid in: v1 `memory.limit_in_bytes` (and
+`memory.memsw.limit_in_bytes` where swap is accounted), v2 `memory.max` (and
+`memory.swap.max` 0). `oom_kills` reads how many tasks the kernel killed for the limit
+(v1 `memory.oom_control`, v2 `memory.events`: `oom_kill`).
 Shell side: file I/O on /sys/fs/cgroup and /proc, no clock; never imports torch.
 """
 
@@ -16,18 +13,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from infless.clock import pause_s
+from infless.cluster.controller import (
+    CGROUP_ROOT,
+    ControllerLayout,
+    detect_controller,
+    enable_v2,
+    group_name,
+    write,
+)
 
 log = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+MemoryLayout = ControllerLayout  # where memory groups go
 
 
 def format_mib(size_bytes: int) -> str:
@@ -35,47 +37,11 @@ def format_mib(size_bytes: int) -> str:
     return f"{size_bytes / 2**20:.1f}".removesuffix(".0") + " MiB"
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryLayout:
-    version: Literal["v1", "v2", "none"]
-    root: Path | None = None  # v1: where the groups go; v2: the unified root
-    reason: str = ""  # why memory cannot be limited ("none")
-
-
-def _own_group(controller: str, proc_cgroup: Path) -> str:
-    """This process's group path for `controller` ("" for v2's unified line)."""
-    for line in proc_cgroup.read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controller in controllers.split(","):
-            return path
-    return "/"
-
-
-def _writable(path: Path) -> bool:
-    return path.exists() and os.access(path, os.W_OK)
-
-
 def detect_memory(
     root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")
 ) -> MemoryLayout:
     """Where this process can create memory-limited groups for its workers."""
-    controllers = root / "cgroup.controllers"
-    if controllers.is_file():
-        if "memory" in controllers.read_text().split() and _writable(
-            root / "cgroup.subtree_control"
-        ):
-            return MemoryLayout("v2", root)
-        return MemoryLayout("none", reason=f"cgroup v2 at {root} has no writable memory controller")
-    hierarchy = root / "memory"
-    if not (hierarchy / "memory.limit_in_bytes").is_file():
-        return MemoryLayout("none", reason=f"no cgroup v1 memory hierarchy at {hierarchy}")
-    try:
-        own = hierarchy / _own_group("memory", proc_cgroup).lstrip("/")
-    except (OSError, ValueError) as exc:
-        return MemoryLayout("none", reason=f"cannot read {proc_cgroup}: {exc}")
-    if not (own / "memory.limit_in_bytes").is_file() or not _writable(own):
-        return MemoryLayout("none", reason=f"the memory cgroup {own} is not writable")
-    return MemoryLayout("v1", own)
+    return detect_controller("memory", "memory.limit_in_bytes", root, proc_cgroup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +58,6 @@ class MemoryLimit:
         return {"limitBytes": self.limit_bytes, "group": str(self.group)}
 
 
-def _write(path: Path, value: str) -> None:
-    path.write_text(value)
-
-
 def _counter(text: str, key: str) -> int:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -109,7 +71,7 @@ class MemoryLimiter:
 
     def __init__(self, layout: MemoryLayout | None = None, parent: str = "infless") -> None:
         self.layout = layout if layout is not None else detect_memory()
-        self.parent = _NAME.sub("_", parent)
+        self.parent = group_name(parent)
 
     @property
     def unavailable(self) -> str | None:
@@ -124,16 +86,16 @@ class MemoryLimiter:
         if self.layout.version == "none" or root is None:
             raise OSError(errno.ENOTSUP, f"memory limits unavailable: {self.layout.reason}")
         parent = root / self.parent
-        group = parent / _NAME.sub("_", name)
+        group = parent / group_name(name)
         if self.layout.version == "v2":
             return self._limit_v2(root, parent, group, pid, limit_bytes)
         parent.mkdir(exist_ok=True)
         group.mkdir()
         try:
-            _write(group / "memory.limit_in_bytes", str(limit_bytes))
+            write(group / "memory.limit_in_bytes", str(limit_bytes))
             if (group / "memory.memsw.limit_in_bytes").is_file():  # no swapping around it
-                _write(group / "memory.memsw.limit_in_bytes", str(limit_bytes))
-            _write(group / "cgroup.procs", str(pid))
+                write(group / "memory.memsw.limit_in_bytes", str(limit_bytes))
+            write(group / "cgroup.procs", str(pid))
         except OSError:
             self._remove(group, root)
             raise
@@ -142,19 +104,16 @@ class MemoryLimiter:
     def _limit_v2(
         self, root: Path, parent: Path, group: Path, pid: int, limit_bytes: int
     ) -> MemoryLimit:
-        if "memory" not in (root / "cgroup.subtree_control").read_text().split():
-            _write(root / "cgroup.subtree_control", "+memory")
-        parent.mkdir(exist_ok=True)
-        _write(parent / "cgroup.subtree_control", "+memory")
+        enable_v2("memory", root, parent)
         created = not group.is_dir()  # else CpuConfiner's group for this worker: share it
         if created:
             group.mkdir()
         try:
-            _write(group / "memory.max", str(limit_bytes))
+            write(group / "memory.max", str(limit_bytes))
             if (group / "memory.swap.max").is_file():
-                _write(group / "memory.swap.max", "0")
+                write(group / "memory.swap.max", "0")
             if created:
-                _write(group / "cgroup.procs", str(pid))
+                write(group / "cgroup.procs", str(pid))
         except OSError:
             if created:
                 self._remove(group, root)
@@ -179,7 +138,7 @@ class MemoryLimiter:
             with contextlib.suppress(OSError):
                 for pid in (group / "cgroup.procs").read_text().split():
                     with contextlib.suppress(OSError):
-                        _write(root / "cgroup.procs", pid)
+                        write(root / "cgroup.procs", pid)
             try:
                 group.rmdir()
                 return

@@ -259,11 +259,14 @@ class MpsControl:
             return self._time_sliced(device, f"cannot make the MPS directories: {exc}")
         if await self._answers(client_env):
             return GpuSharing(
-                device.uuid, device.index, "mps", str(pipe_dir),
+                device.uuid,
+                device.index,
+                "mps",
+                str(pipe_dir),
                 f"adopted: an MPS control daemon already answered on {pipe_dir}; infless "
                 "will not stop it",
                 adopted=True,
-            )  # fmt: skip
+            )
         daemon = _Daemon(device, pipe_dir, log_dir, client_env, secrets.token_hex(8))
         self._started[device.uuid] = daemon  # from here on, stop() ends whatever came up
         failure = await self._launch(daemon)
@@ -325,8 +328,9 @@ class MpsControl:
         if told and not await self._poll(daemon, want_answer=False):
             log.warning(
                 "GPU %s: the MPS daemon still answers %g s after quit; ending it",
-                daemon.device.uuid, self._cfg.mps_timeout_s,
-            )  # fmt: skip
+                daemon.device.uuid,
+                self._cfg.mps_timeout_s,
+            )
         # a daemon told to quit exits after its last answer (its servers may linger): give
         # it a grace; one that never heard quit gets none. Then end what is left.
         grace_s = proc.END_GRACE_S if told else 0.0

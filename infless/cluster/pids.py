@@ -1,14 +1,11 @@
-"""Process-count limits of sandboxed workers (the cgroup pids controller, v1 or v2), and their
-strays.
+"""Process-count limits of sandboxed workers (the cgroup pids controller), and their strays.
 
 A worker of a tenant (and each per-model template) gets a pids group of its own with
-`pids.max`: a fork bomb in a package gets EAGAIN from fork and clone once the group holds
-that many tasks (threads count), and never reaches the host's limit. `detect_pids` finds
-where this process may create such groups: on v1 the pids hierarchy at this process's own
-pids group, on v2 the unified root (a v2 process is in one group only: the limit goes into
-the worker's CPU group when there is one, as `cluster.memory` does). `release` kills what
-is still in the group — processes a package left behind, which would otherwise outlive
-its worker — then removes the group it made.
+`pids.max`. A fork bomb in a package then gets EAGAIN from fork and clone once the group
+holds that many tasks (threads count); it never reaches the host's limit. `detect_pids`
+finds where such groups may go (`cluster.controller`). `release` kills what is still in
+the group, then removes the group it made: processes a package left behind would otherwise
+outlive their worker.
 Shell side: file I/O on /sys/fs/cgroup and /proc, no clock; never imports torch.
 """
 
@@ -18,55 +15,30 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from infless.clock import pause_s
+from infless.cluster.controller import (
+    CGROUP_ROOT,
+    ControllerLayout,
+    detect_controller,
+    enable_v2,
+    group_name,
+    write,
+)
 
 log = logging.getLogger(__name__)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-_NAME = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-@dataclass(frozen=True, slots=True)
-class PidsLayout:
-    version: Literal["v1", "v2", "none"]
-    root: Path | None = None  # v1: where the groups go; v2: the unified root
-    reason: str = ""  # why process counts cannot be limited ("none")
-
-
-def _own_group(proc_cgroup: Path) -> str:
-    for line in proc_cgroup.read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            return path
-    return "/"
+PidsLayout = ControllerLayout  # where pids groups go
 
 
 def detect_pids(
     root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")
 ) -> PidsLayout:
     """Where this process can create pids-limited groups for its workers."""
-    controllers = root / "cgroup.controllers"
-    if controllers.is_file():
-        subtree = root / "cgroup.subtree_control"
-        if "pids" in controllers.read_text().split() and os.access(subtree, os.W_OK):
-            return PidsLayout("v2", root)
-        return PidsLayout("none", reason=f"cgroup v2 at {root} has no writable pids controller")
-    hierarchy = root / "pids"
-    if not (hierarchy / "cgroup.procs").is_file():
-        return PidsLayout("none", reason=f"no cgroup v1 pids hierarchy at {hierarchy}")
-    try:
-        own = hierarchy / _own_group(proc_cgroup).lstrip("/")
-    except (OSError, ValueError) as exc:
-        return PidsLayout("none", reason=f"cannot read {proc_cgroup}: {exc}")
-    if not os.access(own, os.W_OK):
-        return PidsLayout("none", reason=f"the pids cgroup {own} is not writable")
-    return PidsLayout("v1", own)
+    return detect_controller("pids", "cgroup.procs", root, proc_cgroup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +54,6 @@ class PidsLimit:
         return {"pidsMax": self.max_pids, "group": str(self.group)}
 
 
-def _write(path: Path, value: str) -> None:
-    path.write_text(value)
-
-
 def _pids_in(group: Path) -> list[int]:
     with contextlib.suppress(OSError, ValueError):
         return [int(p) for p in (group / "cgroup.procs").read_text().split()]
@@ -97,7 +65,7 @@ class PidsLimiter:
 
     def __init__(self, layout: PidsLayout | None = None, parent: str = "infless") -> None:
         self.layout = layout if layout is not None else detect_pids()
-        self.parent = _NAME.sub("_", parent)
+        self.parent = group_name(parent)
 
     @property
     def unavailable(self) -> str | None:
@@ -113,21 +81,18 @@ class PidsLimiter:
         if self.layout.version == "none" or root is None:
             raise OSError(errno.ENOTSUP, f"pids limits unavailable: {self.layout.reason}")
         parent = root / self.parent
-        group = parent / _NAME.sub("_", name)
+        group = parent / group_name(name)
         if self.layout.version == "v2":
-            if "pids" not in (root / "cgroup.subtree_control").read_text().split():
-                _write(root / "cgroup.subtree_control", "+pids")
-            parent.mkdir(exist_ok=True)
-            _write(parent / "cgroup.subtree_control", "+pids")
+            enable_v2("pids", root, parent)
         else:
             parent.mkdir(exist_ok=True)
         created = not group.is_dir()  # v2: else the worker's CPU group, shared
         if created:
             group.mkdir()
         try:
-            _write(group / "pids.max", str(max_pids))
+            write(group / "pids.max", str(max_pids))
             if created:
-                _write(group / "cgroup.procs", str(pid))
+                write(group / "cgroup.procs", str(pid))
         except OSError:
             if created:
                 self._empty_and_remove(group, root)
@@ -143,7 +108,7 @@ class PidsLimiter:
             return
         if limit.pid in _pids_in(limit.group):
             with contextlib.suppress(OSError):
-                _write(root / "cgroup.procs", str(limit.pid))
+                write(root / "cgroup.procs", str(limit.pid))
         if limit.created:
             self._empty_and_remove(limit.group, root)
         else:

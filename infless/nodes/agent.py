@@ -114,8 +114,14 @@ class NodeAgent:
             config, self._store, confiner, output=self._output, cgroup_parent=parent
         )
         await self._starter.start()
-        log.info("node agent %s on %s: cores %s, start %d, adopted %d stored tensors",
-                 self._short, self.host, self.cpu_ids, self._starts, self._adopted)  # fmt: skip
+        log.info(
+            "node agent %s on %s: cores %s, start %d, adopted %d stored tensors",
+            self._short,
+            self.host,
+            self.cpu_ids,
+            self._starts,
+            self._adopted,
+        )
 
     def _holders(self) -> list[str]:
         templates = [] if self._starter is None else self._starter.holder_ids()
@@ -151,16 +157,19 @@ class NodeAgent:
         worker_id = order.instance_id
         booted = await starter.boot(
             BootOrder(
-                instance_id=worker_id, tenant=order.tenant, package_dir=package_dir,
+                instance_id=worker_id,
+                tenant=order.tenant,
+                package_dir=package_dir,
                 config=InstanceConfig(order.batch_size, order.cpus, order.gpu_pct),
                 cpu_ids=tuple(order.cpu_ids),
                 warmup_batch_sizes=tuple(order.warmup_batch_sizes),
                 shared_weights=order.shared_weights,
                 on_death=partial(self._gone, worker_id),
-                function=order.function, instance=order.instance,
+                function=order.function,
+                instance=order.instance,
                 runtime=WorkerRuntime(dict(order.env), (), order.memory_limit_bytes),
             )
-        )  # fmt: skip
+        )
         handle = booted.handle
         self._workers[worker_id] = handle
         if worker_id in self._released:  # the gateway gave up on it while it started
@@ -177,10 +186,13 @@ class NodeAgent:
             raise
         return wire.encode(
             wire.Started(
-                host=self.host, port=listening.port, token=token, ready=booted.ready,
+                host=self.host,
+                port=listening.port,
+                token=token,
+                ready=booted.ready,
                 spawn_ms=booted.start.spawn_ms,
             )
-        )  # fmt: skip
+        )
 
     def _gone(self, worker_id: str) -> None:
         """A worker exited: the gateway saw its connection close and will release it."""
@@ -209,16 +221,22 @@ class NodeAgent:
         entries = [] if store is None else store.entries()
         return wire.encode(
             wire.NodeReport(
-                node=self.node, host=self.host, cpu_ids=self.cpu_ids,
-                memory_bytes=self._memory_bytes, gpu_pct=self._gpu_pct,
-                workers=sorted(self._workers), store_tensors=len(entries),
-                store_bytes=sum(e.size_bytes for e in entries), adopted_tensors=self._adopted,
+                node=self.node,
+                host=self.host,
+                cpu_ids=self.cpu_ids,
+                memory_bytes=self._memory_bytes,
+                gpu_pct=self._gpu_pct,
+                workers=sorted(self._workers),
+                store_tensors=len(entries),
+                store_bytes=sum(e.size_bytes for e in entries),
+                adopted_tensors=self._adopted,
                 packages=len(self.packages.digests()),
-                agent_pid=os.getpid(), agent_starts=self._starts,
+                agent_pid=os.getpid(),
+                agent_starts=self._starts,
                 similarity=await asyncio.to_thread(self._similarity),
                 store_tenant_bytes=tenant_bytes(entries),
             )
-        )  # fmt: skip
+        )
 
     def _similarity(self) -> dict[str, float]:
         """Tetris θ per (tenant, package) this node started: what of its tensors it holds."""

@@ -32,9 +32,12 @@ def node_status(report: NodeReport | None) -> dict[str, object]:
         return {}
     tenants = dict(report.store_tenant_bytes)
     return {
-        "store": {"bytes": report.store_bytes, "tensors": report.store_tensors,
-                  "tenantBytes": tenants},
-    }  # fmt: skip
+        "store": {
+            "bytes": report.store_bytes,
+            "tensors": report.store_tensors,
+            "tenantBytes": tenants,
+        },
+    }
 
 
 async def server_of(node: Node) -> Server:

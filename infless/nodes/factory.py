@@ -88,7 +88,14 @@ def make_starter(
         pids = PidsLimiter(parent=cgroup_parent) if config.workers.cgroups else None
         sandboxes.limiters(pids, memory)
     return ProcessStarter(
-        settings, launcher, store, confiner, templates, memory=memory,
-        secrets=None if secrets is None else secrets.read, output=output,
-        sandboxes=sandboxes, pids=pids,
-    )  # fmt: skip
+        settings,
+        launcher,
+        store,
+        confiner,
+        templates,
+        memory=memory,
+        secrets=None if secrets is None else secrets.read,
+        output=output,
+        sandboxes=sandboxes,
+        pids=pids,
+    )

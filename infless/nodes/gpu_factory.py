@@ -82,9 +82,18 @@ def make_gpu_side(
             on_lost=tier_lost,
         )
     starter = GpuStarter(
-        inner, processes, inventory.devices, runtime, mps, standby, holder, model_key_of, clock,
-        default_pct=cfg.default_pct, cuda_graphs=cfg.cuda_graphs,
-    )  # fmt: skip
+        inner=inner,
+        processes=processes,
+        devices=inventory.devices,
+        runtime=runtime,
+        sharing=mps,
+        standby=standby,
+        tier=holder,
+        model_key=model_key_of,
+        clock=clock,
+        default_pct=cfg.default_pct,
+        cuda_graphs=cfg.cuda_graphs,
+    )
     layer.append(starter)
     monitor = GpuMonitor(nvml_factory_for(cfg), inventory.devices, cfg.metrics_interval_s, clock)
     return GpuSide(starter, mps, monitor)

@@ -1,13 +1,16 @@
 """The Ray backend: membership, one node agent per node, failure detection. Imports Ray.
 
 `RayCluster` joins a Ray cluster (`ray://…` or `auto`), or starts one on this machine
-(`local:N`: N nodes of `ray.cluster_utils.Cluster`, `cluster.local_cpus` cores each);
-places a `NodeAgent` actor on every node that offers the `infless_node` resource (what
-`infless node` and the local nodes advertise), pinned to that node, restarted by Ray if
-it dies; and watches `ray.nodes()`: a node that joins gets an agent and becomes a server,
-one that leaves is reported so that the pool replaces its instances. Only membership and
-the agents' calls go through Ray; requests go straight to the workers over TCP.
-Only `nodes.backend` imports this module, and only when a cluster is configured.
+(`local:N`: N nodes of `ray.cluster_utils.Cluster`, `cluster.local_cpus` cores each). Then:
+
+- it places a `NodeAgent` actor on every node that offers the `infless_node` resource (what
+  `infless node` and the local nodes advertise), pinned to that node and restarted by Ray if
+  it dies;
+- it watches `ray.nodes()`: a node that joins gets an agent and becomes a server; one that
+  leaves is reported, so that the pool replaces its instances.
+
+Only membership and the agents' calls go through Ray; requests go straight to the workers
+over TCP. Only `nodes.backend` imports this module, and only when a cluster is configured.
 """
 
 from __future__ import annotations
@@ -150,10 +153,13 @@ class RayCluster:
                 get_if_exists=True,
             )
             .remote(
-                msgspec.json.encode(self._config), node_id, host, cpu_ids,
+                msgspec.json.encode(self._config),
+                node_id,
+                host,
+                cpu_ids,
                 ephemeral=self.local is not None,
             )
-        )  # fmt: skip
+        )
         link = RayLink(actor, self._cfg.agent_timeout_s)
         starter = RemoteStarter(link, node_id[:12])
         log.info("node %s (%s): agent placed, %d cores", node_id[:12], host, cpus)

@@ -99,13 +99,20 @@ class RemoteStarter(StarterDefaults):
         digest = await self._ship(order.package_dir)
         config = order.config
         request = wire.StartOrder(
-            instance_id=order.instance_id, tenant=order.tenant, package=digest,
-            batch_size=config.batch_size, cpus=config.cpus, gpu_pct=config.gpu_pct,
-            cpu_ids=list(order.cpu_ids), warmup_batch_sizes=list(order.warmup_batch_sizes),
-            shared_weights=order.shared_weights, function=order.function,
-            instance=order.instance, env=dict(order.runtime.env),
+            instance_id=order.instance_id,
+            tenant=order.tenant,
+            package=digest,
+            batch_size=config.batch_size,
+            cpus=config.cpus,
+            gpu_pct=config.gpu_pct,
+            cpu_ids=list(order.cpu_ids),
+            warmup_batch_sizes=list(order.warmup_batch_sizes),
+            shared_weights=order.shared_weights,
+            function=order.function,
+            instance=order.instance,
+            env=dict(order.runtime.env),
             memory_limit_bytes=order.runtime.memory_limit_bytes,
-        )  # fmt: skip
+        )
         worker_id = order.instance_id
         try:
             started = wire.decode_started(await self.link.start(wire.encode(request)))

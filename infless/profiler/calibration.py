@@ -42,10 +42,17 @@ def _switch_chain() -> list[Callable[[], object]]:
     pool, relu = nn.MaxPool2d(2), nn.ReLU()
     v = torch.randn(4, 64)
     return [
-        lambda: conv(x), lambda: bn(x), lambda: relu(x), lambda: pool(x),
-        lambda: linear(v), lambda: norm(v), lambda: torch.softmax(v, -1), lambda: v + v,
-        lambda: v.transpose(0, 1).contiguous(), lambda: torch.tanh(v),
-    ]  # fmt: skip
+        lambda: conv(x),
+        lambda: bn(x),
+        lambda: relu(x),
+        lambda: pool(x),
+        lambda: linear(v),
+        lambda: norm(v),
+        lambda: torch.softmax(v, -1),
+        lambda: v + v,
+        lambda: v.transpose(0, 1).contiguous(),
+        lambda: torch.tanh(v),
+    ]
 
 
 def calibrate() -> dict[str, float]:

@@ -195,10 +195,12 @@ def _run_profile(args: argparse.Namespace, progress: Reporter) -> int:
         progress.say(f"profiling into {db_path}: batches {plan.batches}, threads {plan.threads}")
         progress.begin("profiling operators")
         done = ensure_profiles(
-            db, graphs, plan,
+            db,
+            graphs,
+            plan,
             ProfileProgress(log=progress.say, advance=progress.update),
             remeasure=args.remeasure,
-        )  # fmt: skip
+        )
         ops, rows = db.counts()
     progress.close()
     _log(
@@ -242,10 +244,18 @@ def _run_gpu_profile(args: argparse.Namespace, progress: Reporter) -> int:
             progress.begin(f"{name} on the GPU ({index + 1}/{len(names)})")
             package_dir = ensure_package(name, args.state_dir / "models")
             rows = profile_gpu(
-                package_dir, shares, uuid, args.mps_pipe_dir, db,
-                model_key=args.key, batch_sizes=batch_sizes, rounds=args.rounds, dtype=args.dtype,
-                device_name=device.name if device is not None else None, log=progress.say,
-            )  # fmt: skip
+                package_dir,
+                shares,
+                uuid,
+                args.mps_pipe_dir,
+                db,
+                model_key=args.key,
+                batch_sizes=batch_sizes,
+                rounds=args.rounds,
+                dtype=args.dtype,
+                device_name=device.name if device is not None else None,
+                log=progress.say,
+            )
             measured = sorted({r.gpu_pct for r in rows})
             progress.say(f"{name}: {len(rows)} points at {measured} % stored in {db_path}")
     progress.close()

@@ -1,14 +1,16 @@
 """Deciding whether a timed repetition ran while another process held a core it needed.
 
-On this 2-core machine a two-thread measurement needs both cores; when another process runs
-on the second one, the intra-op worker thread waits for it and the calling thread waits for
-the worker at the end of every parallel region (spinning, so its CPU clock counts the wait:
-the thread clock does not protect a multi-thread measurement from contention the way it
-protects a one-thread one). The kernel reports the wait directly: the time each of our
-threads spent runnable but not running (the second field of /proc/<pid>/task/<tid>/schedstat,
-in ns). `operators` reads it around every repetition; a repetition during which our threads
-waited more than a small share of its wall time for a core is contaminated, and is measured
-again (a bounded number of times) instead of kept.
+On this 2-core machine a two-thread measurement needs both cores. When another process runs
+on the second one, the intra-op worker thread waits for it, and the calling thread waits for
+the worker at the end of every parallel region. It waits spinning, so its CPU clock counts
+the wait: the thread clock does not protect a multi-thread measurement from contention the
+way it protects a one-thread one.
+
+The kernel reports the wait directly: the time each of our threads spent runnable but not
+running (the second field of /proc/<pid>/task/<tid>/schedstat, in ns). `operators` reads it
+around every repetition. A repetition during which our threads waited more than a small
+share of its wall time for a core is contaminated. It is measured again (a bounded number
+of times) instead of kept.
 
 The rule is about the scheduler's own account of waiting, not about any model's times:
 nothing here is fitted to measured latencies.

@@ -308,7 +308,15 @@ class ProfileDatabase:
             query += " WHERE " + " AND ".join(clauses)
         query += " ORDER BY device_name, model_key, gpu_pct, batch_size, cpus"
         return [
-            GpuLatencyRow(str(d), str(m), int(b), int(g), int(c), float(t), float(at))
+            GpuLatencyRow(
+                device_name=str(d),
+                model_key=str(m),
+                batch_size=int(b),
+                gpu_pct=int(g),
+                cpus=int(c),
+                exec_ms=float(t),
+                measured_at=float(at),
+            )
             for d, m, b, g, c, t, at in self._conn.execute(query, params).fetchall()
         ]
 

@@ -87,9 +87,10 @@ def measure(
 
     if not torch.cuda.is_available():
         return GpuChildReport(
-            "failed", "CUDA is not available to this process (no GPU visible, or a CPU build "
+            "failed",
+            "CUDA is not available to this process (no GPU visible, or a CPU build "
             "of torch): run it on a GPU machine with a CUDA build of torch",
-        )  # fmt: skip
+        )
     import infless.models.loader  # noqa: F401 - imported before any model, as in a worker
     from infless.models.package import NO_TRANSFORM
     from infless.workers import protocol as p
@@ -143,10 +144,12 @@ def _time_batch(
     from infless.profiler.extract import example_inputs
 
     sets = [
-        [t.pin_memory() for t in example_inputs(manifest.input_specs, batch_size,
-                                                int_high=int_high, variant=v)]
+        [
+            t.pin_memory()
+            for t in example_inputs(manifest.input_specs, batch_size, int_high=int_high, variant=v)
+        ]
         for v in range(TIMING_INPUT_SETS)
-    ]  # fmt: skip
+    ]
 
     def once(inputs: list[torch.Tensor]) -> None:
         on_device = [t.to("cuda", non_blocking=True) for t in inputs]
@@ -229,10 +232,18 @@ def child_command(
     package_dir: Path, batch_sizes: Sequence[int], rounds: int, dtype: Dtype
 ) -> list[str]:
     return [
-        sys.executable, "-m", "infless.profiler.gpu_profile", "--package", str(package_dir),
-        "--batch-sizes", ",".join(map(str, batch_sizes)), "--rounds", str(rounds),
-        "--dtype", dtype,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "infless.profiler.gpu_profile",
+        "--package",
+        str(package_dir),
+        "--batch-sizes",
+        ",".join(map(str, batch_sizes)),
+        "--rounds",
+        str(rounds),
+        "--dtype",
+        dtype,
+    ]
 
 
 def child_env(
@@ -257,9 +268,13 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> 
     """Run one child; whatever goes wrong there is a "failed" report, never an exception."""
     try:
         done = subprocess.run(
-            list(argv), check=False, capture_output=True, text=True, timeout=timeout_s,
+            list(argv),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
             env=dict(env),
-        )  # fmt: skip
+        )
     except subprocess.TimeoutExpired:
         return GpuChildReport("failed", f"timed out after {timeout_s:g} s (killed)")
     lines = done.stdout.strip().splitlines()
@@ -316,7 +331,15 @@ def profile_gpu(
             continue
         device, measured_at = name or report.device_name, wall_s()
         found = [
-            GpuLatencyRow(device, key, p.batch_size, share, HOST_CPUS, p.exec_ms, measured_at)
+            GpuLatencyRow(
+                device_name=device,
+                model_key=key,
+                batch_size=p.batch_size,
+                gpu_pct=share,
+                cpus=HOST_CPUS,
+                exec_ms=p.exec_ms,
+                measured_at=measured_at,
+            )
             for p in report.points
         ]
         db.add_gpu_latency(found)
@@ -361,8 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args(argv)
     try:
-        report = measure(args.package, _ints(args.batch_sizes), args.rounds, args.warmup,
-                         args.dtype)  # fmt: skip
+        report = measure(
+            args.package, _ints(args.batch_sizes), args.rounds, args.warmup, args.dtype
+        )
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         report = GpuChildReport("failed", _short(exc))

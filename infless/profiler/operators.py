@@ -1,22 +1,27 @@
 """Timing operators on this server: repetitions, clocks, thread counts, per-call overheads.
 
-Measurement is built for a noisy shared machine: warm-up calls (kernel selection, first
-allocations) and a few milliseconds of settling, then repetitions of an inner loop long
-enough to beat timer resolution, each thread count in a block of its own (as a worker runs
-at one count), timed on the calling thread's CPU clock (the time a core actually ran it,
-i.e. its latency on dedicated cores; the wall clock is recorded too). Before each repetition
-the intra-op thread pool is woken up at several threads, as a model's previous operator
-leaves it, and a short call (`REWARM_BELOW_S`) runs once untimed, so the repetition times it
-warm, as it runs back to back. The figure kept is a trimmed mean trimmed on the slow side
-only: the mean of the fastest half of the repetitions, since contention from other
-processes only ever adds time (the median is kept too). A run whose inter-quartile spread
-is large is measured again, keeping the faster result. Thread counts are set with
-`torch.set_num_threads`. With a reference kernel (`reference`), every repetition is paired
-with a call of it at the same thread count: the machine speed index (`speed`) at the
-moment it was measured. A repetition at several threads during which our threads waited for
-a core another process held (the scheduler's run-queue delay, see `contention`) is
-discarded and measured again, a bounded number of times; `Measurement.redone`/`contended`
-count them.
+Measurement is built for a noisy shared machine:
+
+- Warm-up calls (kernel selection, first allocations) and a few milliseconds of settling
+  come first.
+- Then come repetitions of an inner loop long enough to beat timer resolution. Each thread
+  count is measured in a block of its own, as a worker runs at one count. Thread counts are
+  set with `torch.set_num_threads`.
+- A repetition is timed on the calling thread's CPU clock: the time a core actually ran it,
+  i.e. its latency on dedicated cores. The wall clock is recorded too.
+- Before each repetition the intra-op thread pool is woken up at several threads, as a
+  model's previous operator leaves it. A short call (`REWARM_BELOW_S`) runs once untimed,
+  so the repetition times it warm, as it runs back to back.
+- The figure kept is the mean of the fastest half of the repetitions: a mean trimmed on the
+  slow side only, since contention from other processes only ever adds time. The median is
+  kept too. A run whose inter-quartile spread is large is measured again, keeping the
+  faster result.
+- With a reference kernel (`reference`), every repetition is paired with a call of it at the
+  same thread count: the machine speed index (`speed`) at the moment it was measured.
+- A repetition at several threads during which our threads waited for a core another
+  process held (the scheduler's run-queue delay, see `contention`) is discarded and
+  measured again, a bounded number of times. `Measurement.redone`/`contended` count them.
+
 Per-call overheads and cache sizes are `calibration`'s; a profiling run over a database is
 `profiling`'s.
 
@@ -106,15 +111,15 @@ def summarise(
     half = max(1, len(samples) // 2)
     fastest = sorted(range(len(samples)), key=samples.__getitem__)[:half]
     return Measurement(
-        median,
-        statistics.fmean(samples[i] for i in fastest),
-        min(samples),
-        spread,
-        len(samples),
-        statistics.fmean(sorted(wall)[:half]),
-        statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
-        guard.redone if guard else 0,
-        guard.kept if guard else 0,
+        median_ms=median,
+        fast_ms=statistics.fmean(samples[i] for i in fastest),
+        min_ms=min(samples),
+        spread=spread,
+        reps=len(samples),
+        wall_fast_ms=statistics.fmean(sorted(wall)[:half]),
+        ref_ms=statistics.fmean(ref[i] for i in fastest) if ref else 0.0,
+        redone=guard.redone if guard else 0,
+        contended=guard.kept if guard else 0,
     )
 
 

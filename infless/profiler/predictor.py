@@ -1,43 +1,52 @@
 """The combined-operator latency predictor (INFless §3.3): graph + operator profiles -> t_exec.
 
-A model's latency at <b, c, g> is its graph's chain/branch combination of operator times, plus
-the per-call overheads no operator profile holds (nn.Module calls of container modules, shape
-lookups, the cost of switching between different operators), times (1 + offset). Operators are
-profiled with their weights out of L2 but in the last-level cache ("warm") and, at small
-batches, out of the LLC too ("cold"). Between two uses of a weight, a forward streams the
-model's other weights and its activations through the LLC; how much of it a working set
-keeps on this host is measured (`calibration.effective_llc_bytes`: the LLC is shared with
-other processes and tenants), and streaming slows down gradually from about half that size
-to all of it (measured: 77-80 GB/s up to 12 MB, 69 at 16 MB, 47 at 24 MB of a 32 MB LLC).
-So a model's footprint at batch b (streamed weights plus the activations its operators read)
-decides the share of its weights found evicted: none up to half the effective size, all
-from the effective size on, linearly between; each operator takes its warm time plus that
-share of its cold extra (measured: MobileNet-v1's 17 MB and the LSTM's 19.6 MB of weights,
-under the 21 MB effective size of that profile, ran 9-27 % slower at b1-b2 than their warm
-operators add up to, near their cold sums; the 4-5 MB of DSSM and TextCNN ran at their warm
-sums). Table lookups (embeddings) take their cold time in any model: the rows a batch's ids
-pick are rarely the ones earlier batches left in a cache (measured: 128 random rows of a 10
-MB table, 9-10 us in a loop on the same or 16 rotating id sets, 140 us after the LLC was
-swept, 90-110 us inside dssm, timed node by node).
-Operator times come from the profiled batch sizes by linear interpolation (beyond the
-largest: the last slope, never negative). An operator's curve keeps what was measured, even
-where a larger batch runs faster (oneDNN switches kernels with the batch: many convolutions
-here run faster at 16 than at 8 on one thread); over threads an operator takes the best of
-the profiled counts up to `cpus`. Monotonicity over the batch is enforced on the model's
-total instead: the prediction at b is the largest total at b or any profiled batch below it.
-The total is exact at profiled batches and linear between them (beyond the largest, it
-keeps the largest's evicted share, so it grows linearly), so that is the running maximum of
-the whole curve. Thus the prediction never falls as the batch grows and never rises as
-threads are added, while an operator that is faster at a larger batch lowers the model's
-curve there unless the rest of the model outweighs it (a running maximum per operator would
-carry every such dip, and every noise spike, up to all larger batches).
+A model's latency at <b, c, g> is its graph's chain/branch combination of operator times,
+plus the per-call overheads no operator profile holds (nn.Module calls of container
+modules, shape lookups, the cost of switching between different operators), times
+(1 + offset).
 
-Machine speed (`speed`): with `profile_speed` set, every profile row is rescaled on loading
+Caches. Operators are profiled with their weights out of L2 but in the last-level cache
+("warm") and, at small batches, out of the LLC too ("cold"). Between two uses of a weight,
+a forward streams the model's other weights and its activations through the LLC.
+
+- How much of it a working set keeps on this host is measured
+  (`calibration.effective_llc_bytes`): the LLC is shared with other processes and tenants.
+- Streaming slows down gradually from about half that size to all of it (measured:
+  77-80 GB/s up to 12 MB, 69 at 16 MB, 47 at 24 MB of a 32 MB LLC).
+- So a model's footprint at batch b (streamed weights plus the activations its operators
+  read) decides the share of its weights found evicted: none up to half the effective size,
+  all from the effective size on, linearly between. Each operator takes its warm time plus
+  that share of its cold extra. Measured: MobileNet-v1's 17 MB and the LSTM's 19.6 MB of
+  weights, under the 21 MB effective size of that profile, ran 9-27 % slower at b1-b2 than
+  their warm operators add up to, near their cold sums. The 4-5 MB of DSSM and TextCNN ran
+  at their warm sums.
+- Table lookups (embeddings) take their cold time in any model: the rows a batch's ids
+  pick are rarely the ones earlier batches left in a cache. Measured: 128 random rows of a
+  10 MB table took 9-10 us in a loop on the same or 16 rotating id sets, 140 us after the
+  LLC was swept, and 90-110 us inside dssm, timed node by node.
+
+Batch sizes and threads. Operator times come from the profiled batch sizes by linear
+interpolation (beyond the largest: the last slope, never negative).
+
+- An operator's curve keeps what was measured, even where a larger batch runs faster:
+  oneDNN switches kernels with the batch, and many convolutions here run faster at 16 than
+  at 8 on one thread.
+- Over threads, an operator takes the best of the profiled counts up to `cpus`.
+- Monotonicity over the batch is enforced on the model's total instead: the prediction at b
+  is the largest total at b or any profiled batch below it. The total is exact at profiled
+  batches and linear between them (beyond the largest, it keeps the largest's evicted
+  share, so it grows linearly), so that is the running maximum of the whole curve.
+- Thus the prediction never falls as the batch grows and never rises as threads are added.
+  An operator that is faster at a larger batch still lowers the model's curve there, unless
+  the rest of the model outweighs it. (A running maximum per operator would carry every
+  such dip, and every noise spike, up to all larger batches.)
+
+Machine speed (`speed`). With `profile_speed` set, every profile row is rescaled on loading,
 from the speed index measured next to it to that common speed (normally the profiles'
-typical speed), and a prediction is scaled by `speed_now / profile_speed` at each thread
-count when the speed now is known (`speed_now`, or the `speed` argument). That corrects the
-drift of this machine's speed between profiling and predicting, nothing else: the index is
-a fixed reference kernel, not fitted to any model.
+typical speed). A prediction is scaled by `speed_now / profile_speed` at each thread count
+when the speed now is known (`speed_now`, or the `speed` argument). That corrects the drift
+of this machine's speed between profiling and predicting, nothing else: the index is a
+fixed reference kernel, not fitted to any model.
 
 Pure: no I/O, no clock, no torch. Profiles are loaded beforehand by the shell
 (`infless.profiler.service`) and handed in.

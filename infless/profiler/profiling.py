@@ -165,17 +165,17 @@ def profile_row(
     if warm.ref_ms > 0 and cold.ref_ms > 0:
         cold_ms *= warm.ref_ms / cold.ref_ms
     return ProfileRow(
-        key,
-        batch,
-        cpus,
-        0,
-        warm.fast_ms,
-        warm.min_ms,
-        warm.spread,
-        warm.reps,
-        measured_at,
-        cold_ms,
-        warm.ref_ms,
+        op_key=key,
+        batch=batch,
+        cpus=cpus,
+        gpu_pct=0,
+        time_ms=warm.fast_ms,
+        min_ms=warm.min_ms,
+        spread=warm.spread,
+        reps=warm.reps,
+        measured_at=measured_at,
+        cold_ms=cold_ms,
+        ref_ms=warm.ref_ms,
     )
 
 

@@ -188,9 +188,14 @@ def build_predictor(
         progress = ProfileProgress(log=log_line or (lambda _l: None))
         ensure_profiles(db, graphs, plan, progress, speed_index=speed_index)
     return predictor_from(
-        db, graphs, offset_pct=offset_pct, branch_mode=branch_mode, statistic=statistic,
-        speed=speed, speed_now=speed_now,
-    )  # fmt: skip
+        db,
+        graphs,
+        offset_pct=offset_pct,
+        branch_mode=branch_mode,
+        statistic=statistic,
+        speed=speed,
+        speed_now=speed_now,
+    )
 
 
 def measure_model_ms(
@@ -223,9 +228,14 @@ def measure_model_ms(
     first = example_inputs(specs, batch_size, int_high=int_high)
     copies = copies_to_fill(rotation_bytes()[0], sum(t.numel() * t.element_size() for t in first))
     input_sets = itertools.cycle(
-        [first, *(example_inputs(specs, batch_size, int_high=int_high, variant=v)
-                  for v in range(1, copies))]
-    )  # fmt: skip
+        [
+            first,
+            *(
+                example_inputs(specs, batch_size, int_high=int_high, variant=v)
+                for v in range(1, copies)
+            ),
+        ]
+    )
     return measure_threads(
         lambda: model(*next(input_sets)),
         threads,

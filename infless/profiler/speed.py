@@ -33,14 +33,17 @@ REFERENCE_KERNEL = "conv3x3-64ch-28px+mm-256x512x256/same-threads/v4"
 class SpeedIndex:
     """The reference kernel's time in ms at each thread count (cpus -> ms), at one moment.
 
-    Larger is slower. `ref_ms` holds (cpus, ms) pairs, cpus ascending, every ms > 0. The
-    kernel runs at the thread count of the measurement it is paired with, because this
-    host's cores drift apart: timed on each core in turn every 0.3 s, one core was
-    0.54-1.44x as fast as the other, and a parallel region waits for the slower one, which a
-    one-thread kernel on the calling thread's core does not see. A call during which a
-    neighbour held one of the cores is timed again (`operators`), so the index reads the
-    cores' speed, not whether they were free: untimed for contention, the two-thread kernel
-    ran 3-30x slower next to a neighbour while small operators did not.
+    Larger is slower. `ref_ms` holds (cpus, ms) pairs, cpus ascending, every ms > 0.
+
+    The kernel runs at the thread count of the measurement it is paired with, because this
+    host's cores drift apart. Timed on each core in turn every 0.3 s, one core was
+    0.54-1.44x as fast as the other. A parallel region waits for the slower one; a
+    one-thread kernel on the calling thread's core does not see that.
+
+    A call during which a neighbour held one of the cores is timed again (`operators`), so
+    the index reads the cores' speed, not whether they were free. Untimed for contention,
+    the two-thread kernel ran 3-30x slower next to a neighbour, while small operators did
+    not.
     """
 
     ref_ms: tuple[tuple[int, float], ...]

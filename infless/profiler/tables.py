@@ -52,10 +52,10 @@ class OpTable:
     """One operator's profiles at one GPU share: a batch curve per profiled thread count.
 
     At `cpus` threads the operator takes, at each profiled batch size, the best of the
-    curves profiled at up to `cpus` threads, and interpolates linearly between those
-    points, so its time stays piecewise linear with kinks at profiled batch sizes only (what
-    the model's running maximum relies on); beyond the largest, it takes the best of the
-    curves' extrapolations, which never decrease.
+    curves profiled at up to `cpus` threads. It interpolates linearly between those points,
+    so its time stays piecewise linear with kinks at profiled batch sizes only: the model's
+    running maximum relies on that. Beyond the largest, it takes the best of the curves'
+    extrapolations, which never decrease.
     """
 
     curves: tuple[tuple[int, BatchCurve], ...]  # (cpus, curve), cpus ascending

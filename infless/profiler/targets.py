@@ -201,21 +201,32 @@ def build_operator(
     params = json.loads(signature.params)
     inputs = signature.inputs
     gen = torch.Generator().manual_seed(0)
-    batched = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
-               if info.batch_axis is not None}  # fmt: skip
+    batched = {
+        i: make_tensor(info, batch_size, gen)
+        for i, info in enumerate(inputs)
+        if info.batch_axis is not None
+    }
     indices = [i for i in batched if _is_index(inputs[i])]
     input_copies = copies_to_fill(rotate_input_bytes, _tensor_bytes(batched.values()))
     if rotate_input_bytes > 0:  # never one input in a loop: a model's is never found there
         input_copies = max(MIN_INPUT_COPIES, input_copies)
     batch_sets = [batched] + [
-        {**batched, **{i: make_tensor(inputs[i], batch_size, gen)
-                       for i in (batched if k < input_copies else indices)}}
+        {
+            **batched,
+            **{
+                i: make_tensor(inputs[i], batch_size, gen)
+                for i in (batched if k < input_copies else indices)
+            },
+        }
         for k in range(1, max(input_copies, INDEX_VARIANTS if indices else 1))
-    ]  # fmt: skip
+    ]
 
     def weights() -> tuple[dict[int, torch.Tensor], nn.Module | None]:
-        own = {i: make_tensor(info, batch_size, gen) for i, info in enumerate(inputs)
-               if i not in batched}  # fmt: skip
+        own = {
+            i: make_tensor(info, batch_size, gen)
+            for i, info in enumerate(inputs)
+            if i not in batched
+        }
         if cls is None:
             return own, None
         init = params.get("init", {})

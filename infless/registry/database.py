@@ -1,16 +1,22 @@
 """The state directory's SQLite file (`registry.sqlite`): opening it safely, and what its
 failures mean to the person who has to act on them.
 
-`open_database` checks the file before the gateway trusts it (`PRAGMA quick_check`: a
-damaged file is refused, never read as empty), waits up to `STARTUP_BUSY_S` for a write
-lock another process holds, proves it can write, creates the tables, and then keeps a short
-busy timeout: the registry is written from the event loop, so a lock held elsewhere must
-fail a management call at once (503, retry) rather than stall every request behind it.
-Failures at startup raise `StateError` (the gateway prints it and exits 2); `recorded`
-turns a failed read or write at run time into `RegistryUnavailable` (503) or
-`StateDiskFull` (507), whose messages name the file, say that nothing changed, and give
-the fix. `keep_backup` copies the file to `<file>.bak` when it passes its check (at start
-and at a clean stop): the restore point of docs/operations.md.
+`open_database` does, in order:
+
+- it checks the file before the gateway trusts it (`PRAGMA quick_check`): a damaged file is
+  refused, never read as empty;
+- it waits up to `STARTUP_BUSY_S` for a write lock another process holds;
+- it proves it can write, and creates the tables;
+- it then keeps a short busy timeout. The registry is written from the event loop, so a lock
+  held elsewhere must fail a management call at once (503, retry) rather than stall every
+  request behind it.
+
+Failures at startup raise `StateError`: the gateway prints it and exits 2. At run time,
+`recorded` turns a failed read or write into `RegistryUnavailable` (503) or `StateDiskFull`
+(507). Their messages name the file, say that nothing changed, and give the fix.
+
+`keep_backup` copies the file to `<file>.bak` when it passes its check (at start and at a
+clean stop): the restore point of docs/operations.md.
 
 Must not: run on the request path; read time; retry by itself (the caller retries, told by
 Retry-After).

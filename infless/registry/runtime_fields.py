@@ -23,9 +23,17 @@ RESERVED_ENV_NAMES = frozenset(
     {"PATH", "GLIBC_TUNABLES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 )
 RESERVED_ENV_PREFIXES = (
-    "INFLESS_", "PYTHON", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "MALLOC_",
+    "INFLESS_",
+    "PYTHON",
+    "LD_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "MALLOC_",
     "CUDA_MPS_",
-)  # fmt: skip
+)
 MAX_ENV_BYTES = 128 * 1024  # names and values together
 
 # A Kubernetes secret name (a DNS subdomain): also its file name under /var/openfaas/secrets.
@@ -39,9 +47,20 @@ _QUANTITY = re.compile(
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?$"
 )
 _SUFFIXES = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}  # fmt: skip
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def reserved_env_reason(name: str) -> str | None:

@@ -1,13 +1,14 @@
 """Tenants' user and group ids, in SQLite (the same file as the function registry, a table of
 its own): allocated once from `[isolation] uid_range`, then the same on every restart.
 
-`TenantRegistry.identity(tenant)` returns the tenant's ids, allocating the next free one
-(`tenancy.ids.next_free_id`, skipping ids of host accounts and groups) in one transaction
-the first time a tenant is met; a uid is never given to a second tenant, and a tenant
-removed from every function keeps its ids (its store files and secrets were owned by
-them). A tenant recorded outside a later, narrower range keeps its ids too. Calls take
-microseconds, from the event loop or the store's threads (one lock); nothing here runs on
-the request path.
+`TenantRegistry.identity(tenant)` returns the tenant's ids. The first time a tenant is met
+it allocates the next free one in one transaction (`tenancy.ids.next_free_id`, skipping ids
+of host accounts and groups). A uid is never given to a second tenant. A tenant removed
+from every function keeps its ids: its store files and secrets were owned by them. A tenant
+recorded outside a later, narrower range keeps its ids too.
+
+Calls take microseconds, from the event loop or the store's threads (one lock); nothing
+here runs on the request path.
 Shell side: SQLite and the host's account database; never imports torch.
 """
 

@@ -117,7 +117,14 @@ def _plan_uniform_function(
     )
     if chosen is None:
         decision = FunctionDecision(
-            function.name, demand_rps, Regime.IDLE, 0.0, 0.0, 0.0, 0.0, demand_rps
+            function=function.name,
+            demand_rps=demand_rps,
+            regime=Regime.IDLE,
+            r_min_rps=0.0,
+            r_max_rps=0.0,
+            starting_rps=0.0,
+            planned_rps=0.0,
+            unmet_rps=demand_rps,
         )
         return [], decision
     config, bounds = chosen
@@ -133,15 +140,15 @@ def _plan_uniform_function(
         device = index.place(pos, config.cpus, config.gpu_pct)
         starts.append(
             StartInstance(
-                function.name,
-                config,
-                index.ids[pos],
-                device,
-                bounds.exec_ms,
-                bounds.r_low_rps,
-                r_up,
-                bounds.batch_timeout_ms,
-                0.0,
+                function=function.name,
+                config=config,
+                server_id=index.ids[pos],
+                gpu_index=device,
+                exec_ms=bounds.exec_ms,
+                r_low_rps=bounds.r_low_rps,
+                r_up_rps=r_up,
+                batch_timeout_ms=bounds.batch_timeout_ms,
+                efficiency=0.0,
             )
         )
     unmet = max(0.0, demand_rps - (len(live) + len(starts)) * r_up)
@@ -193,10 +200,15 @@ def _scheduler(
     def place(index: CapacityIndex) -> int | None:
         # BATCH decided how many; Equation 10 only places each (a full instance's rate)
         choice = pick(
-            [candidate], bounds.r_up_rps, index, candidate.rate_per_unit, function=function,
-            served=cfg.efficiency == "served", min_fragment=cfg.min_fragment,
+            [candidate],
+            bounds.r_up_rps,
+            index,
+            candidate.rate_per_unit,
+            function=function,
+            served=cfg.efficiency == "served",
+            min_fragment=cfg.min_fragment,
             affinity_weight=cfg.affinity_weight,
-        )  # fmt: skip
+        )
         return None if choice is None else choice[1]
 
     return place

@@ -1,15 +1,20 @@
 """Latency feedback: what a function measures corrects what the planner predicts.
 
-The planner sizes capacity from predicted (or warm-up) service times; on a small machine the
-gateway, the client and other instances share the cores, and a function can miss its SLO
-while the prediction says one instance suffices. So each function carries a pressure
-factor that multiplies its demand: it grows by `step` on every tick whose measured p99 is
-above `p99_high` × SLO or that refused requests for lack of capacity, while the server has
-a core no instance runs on (idle cores are used before the SLO is missed; with every core
-taken, more instances would only slow each other down, and the data plane's admission sheds
-the excess instead) — and decays back
-towards 1 (× `decay` per tick) while the p99 is below `p99_low` × SLO with no refusal.
-Between the two it holds. Pure: no I/O, no clock.
+The planner sizes capacity from predicted (or warm-up) service times. On a small machine the
+gateway, the client and other instances share the cores, so a function can miss its SLO
+while the prediction says one instance suffices. Each function therefore carries a pressure
+factor that multiplies its demand.
+
+- It grows by `step` on every tick whose measured p99 is above `p99_high` × SLO, or that
+  refused requests for lack of capacity, while the server has a core no instance runs on.
+  Idle cores are used before the SLO is missed. With every core taken it does not grow:
+  more instances would only slow each other down, and the data plane's admission sheds the
+  excess instead.
+- It decays back towards 1 (× `decay` per tick) while the p99 is below `p99_low` × SLO
+  with no refusal.
+- Between the two it holds.
+
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

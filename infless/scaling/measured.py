@@ -1,21 +1,27 @@
 """MeasuredPredictor: batch latencies from what the instances measured at warm-up.
 
-Every instance times its batch sizes when it starts; those tables, keyed by (model, cores,
+Every instance times its batch sizes when it starts. Those tables, keyed by (model, cores,
 GPU share), are the most honest prediction there is for configurations already seen.
 
-On CPU cores (g = 0): for a core count not measured it falls back to the combined-operator
-predictor when one is given, else to the nearest measured count, assuming no speed-up from
-more cores (conservative) and a proportional slow-down from fewer. Between batch sizes it
-interpolates linearly; beyond the largest it extrapolates from the last two points — or,
-when only one batch size was measured (an instance started at batch 1 times only that),
-takes the fallback's curve scaled to that measurement (a model-less variant's profile knows
-the rest).
+On CPU cores (g = 0):
 
-On a GPU share (g > 0): a GPU instance's warm-up times at its share are the best prediction
-for that exact share — at any core count, since a GPU batch's time is the device's (the GPU
-profiles are used for every c alike: `gpu_profiles`). Every other share goes to the fallback
-(the GPU profiles), never to the CPU tables: a core's time says nothing of a GPU's; what the
-fallback cannot price raises its reason (without a fallback: that no instance measured it).
+- A core count not measured goes to the combined-operator predictor when one is given.
+  Else it takes the nearest measured count, assuming no speed-up from more cores
+  (conservative) and a proportional slow-down from fewer.
+- Between batch sizes it interpolates linearly. Beyond the largest it extrapolates from the
+  last two points. When only one batch size was measured (an instance started at batch 1
+  times only that), it takes the fallback's curve scaled to that measurement (a model-less
+  variant's profile knows the rest).
+
+On a GPU share (g > 0):
+
+- A GPU instance's warm-up times at its share are the best prediction for that exact share,
+  at any core count: a GPU batch's time is the device's (the GPU profiles are used for every
+  c alike: `gpu_profiles`).
+- Every other share goes to the fallback (the GPU profiles), never to the CPU tables: a
+  core's time says nothing of a GPU's. What the fallback cannot price raises its reason
+  (without a fallback: that no instance measured it).
+
 Pure bookkeeping: no I/O, no clock.
 """
 

@@ -4,14 +4,17 @@
 capacity index so functions compete for the same servers):
 
 1. the rate range of each live instance (Equation 1, from its measured or predicted t_exec);
-2. scale-out: while the residual R·(1 + headroom) − Σ r_up(live) is positive, take the largest
-   batch size with a feasible configuration (AvailableConfig: t_exec ≤ t_slo for b = 1;
-   t_exec ≤ t_slo/2 and residual ≥ r_low for b > 1), then the configuration × server with the
-   highest e_ij (Equation 10) and subtract its r_up; a batch size whose configurations fit no
-   server falls through to the next (the paper's loop would spin); what no server can take is
-   reported as `unmet_rps`, and the configurations no predictor could price (a GPU share of
-   a model nobody profiled on that GPU, say) as `unpriced`, one line per reason — never
-   dropped in silence; g > 0 is a configuration like any other where the view has GPUs;
+2. scale-out, while the residual R·(1 + headroom) − Σ r_up(live) is positive:
+   - take the largest batch size with a feasible configuration (AvailableConfig:
+     t_exec ≤ t_slo for b = 1; t_exec ≤ t_slo/2 and residual ≥ r_low for b > 1);
+   - take the configuration × server with the highest e_ij (Equation 10) and subtract its
+     r_up;
+   - a batch size whose configurations fit no server falls through to the next (the
+     paper's loop would spin);
+   - what no server can take is reported as `unmet_rps`. The configurations no predictor
+     could price (say, a GPU share of a model nobody profiled on that GPU) are reported as
+     `unpriced`, one line per reason: never dropped in silence;
+   - g > 0 is a configuration like any other where the view has GPUs;
 3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
    says so);
 4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the
@@ -23,16 +26,19 @@ capacity index so functions compete for the same servers):
    is ready, step 4 releases the oversized instances (they are the underfed ones).
 
 Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zero
-`affinity_weight` give the literal form): the numerator counts the rate the instance will
-really receive, min(r_up, residual), not r_up; the fragment 1 − u/S is floored at
-`min_fragment` (0.25). Literally, a configuration that fills a server exactly has fragment 0
-and wins whatever its throughput (the reference code's 1.001 only caps it at 1000×), so a
-16-core instance would be started for 5 RPS on an empty 16-core server. And, for sharing
-(Tetris tensor similarity, Optimus transformation), e_ij is multiplied by 1 + w·a, with w =
-`affinity_weight` and a = the server's affinity for F (`ServerView.affinity`, in [0, 1]): the
-servers weighed per configuration are the best fit and every fitting server with a nonzero
-affinity for F (`placement.pick`, which with `Candidate` and `efficiency` lives in
-`infless.scaling.placement`).
+`affinity_weight` give the literal form):
+
+- the numerator counts the rate the instance will really receive, min(r_up, residual),
+  not r_up;
+- the fragment 1 − u/S is floored at `min_fragment` (0.25). Literally, a configuration that
+  fills a server exactly has fragment 0 and wins whatever its throughput (the reference
+  code's 1.001 only caps it at 1000×): a 16-core instance would be started for 5 RPS on an
+  empty 16-core server;
+- for sharing (Tetris tensor similarity, Optimus transformation), e_ij is multiplied by
+  1 + w·a, with w = `affinity_weight` and a = the server's affinity for F
+  (`ServerView.affinity`, in [0, 1]). The servers weighed per configuration are the best
+  fit and every fitting server with a nonzero affinity for F (`placement.pick`; it lives in
+  `infless.scaling.placement` with `Candidate` and `efficiency`).
 
 Pure: no I/O, no clock (time comes in the view). Starting instances count towards cover for
 scale-out but not for release, so nothing is released before its replacement serves.

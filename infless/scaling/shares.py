@@ -58,7 +58,7 @@ class InstanceShare:
     r_up_rps: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ShareDecision:
     regime: Regime
     demand_rps: float
@@ -137,8 +137,13 @@ def choose_releases(
             # `min_keep` never keeps it in place of one that serves
             serves = candidate.r_up_rps > _EPS
             underfed = sum_low - candidate.r_low_rps > demand_rps + _EPS
-            key = (serves, underfed, candidate.release_rank, -candidate.r_up_rps,
-                   candidate.instance_id)  # fmt: skip
+            key = (
+                serves,
+                underfed,
+                candidate.release_rank,
+                -candidate.r_up_rps,
+                candidate.instance_id,
+            )
             if best is None or key < best:
                 best, best_index = key, index
         if best is None:
@@ -167,12 +172,28 @@ def dispatch_shares(
     r_min = sum(i.r_low_rps for i in instances)
     regime = regime_of(demand_rps, r_min, r_max, alpha)
     if regime is Regime.IDLE:
-        return ShareDecision(regime, demand_rps, 0.0, 0.0, (), demand_rps, ())
+        return ShareDecision(
+            regime=regime,
+            demand_rps=demand_rps,
+            r_min_rps=0.0,
+            r_max_rps=0.0,
+            shares=(),
+            residual_rps=demand_rps,
+            release=(),
+        )
     if regime is Regime.ABOVE:
         shares = tuple(
             InstanceShare(i.instance_id, i.r_up_rps, i.r_low_rps, i.r_up_rps) for i in instances
         )
-        return ShareDecision(regime, demand_rps, r_min, r_max, shares, demand_rps - r_max, ())
+        return ShareDecision(
+            regime=regime,
+            demand_rps=demand_rps,
+            r_min_rps=r_min,
+            r_max_rps=r_max,
+            shares=shares,
+            residual_rps=demand_rps - r_max,
+            release=(),
+        )
     release: tuple[str, ...] = ()
     kept = list(instances)
     if regime is Regime.BELOW:
@@ -183,7 +204,21 @@ def dispatch_shares(
         r_min = sum(i.r_low_rps for i in kept)
         regime = regime_of(demand_rps, r_min, r_max, alpha)
         if regime is Regime.IDLE:
-            return ShareDecision(regime, demand_rps, 0.0, 0.0, (), 0.0, release)
+            return ShareDecision(
+                regime=regime,
+                demand_rps=demand_rps,
+                r_min_rps=0.0,
+                r_max_rps=0.0,
+                shares=(),
+                residual_rps=0.0,
+                release=release,
+            )
     return ShareDecision(
-        regime, demand_rps, r_min, r_max, interpolated_shares(kept, demand_rps), 0.0, release
+        regime=regime,
+        demand_rps=demand_rps,
+        r_min_rps=r_min,
+        r_max_rps=r_max,
+        shares=interpolated_shares(kept, demand_rps),
+        residual_rps=0.0,
+        release=release,
     )

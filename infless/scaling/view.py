@@ -131,7 +131,7 @@ class Prewarm:
 Action = StartInstance | StopInstance | SetShare | ReleaseToZero | Prewarm
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FunctionDecision:
     """Why the plan does what it does for one function (for logs, metrics and tests)."""
 

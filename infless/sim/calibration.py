@@ -1,19 +1,24 @@
 """The fluid mode calibrated against the per-request mode: the same configuration in both,
 their verdicts side by side, and the tolerance they must agree within.
 
-A verdict is what a figure reads off a run: the cores a policy holds on average and the
+A verdict is what a figure reads off a run: the cores a policy holds on average, and the
 share of requests that miss the SLO (late, refused or never served). The fluid mode agrees
-with the per-request mode when, on the same configuration and seeds, its mean cores are
-within `CORES_TOLERANCE` (relative) and its violation rate within `VIOLATION_TOLERANCE`
-(absolute) of the per-request mode's, both averaged over the seeds: under a changing load
-the control plane amplifies noise (a trend read a little steeper starts a bigger instance,
-kept for its minimum lifetime), so single runs of either mode differ by a third from seed to
-seed (bursty Q&A, 12 seeds: 9.8-20.3 cores per-request, 10.1-20.5 fluid; means 12.3 and
-13.9). The comparison runs with the latency feedback off
-(`scaling.feedback.enabled = false`): "slo" dispatch holds each function's p99 near the
-feedback's threshold by design, which makes the per-request mode itself swing by ±40 % of
-its cores from seed to seed with the feedback on (docs/reproduction.md); with it off, the
-modes are compared on what they model.
+with the per-request mode when, on the same configuration and seeds, both averaged over
+the seeds:
+
+- its mean cores are within `CORES_TOLERANCE` (relative) of the per-request mode's;
+- its violation rate is within `VIOLATION_TOLERANCE` (absolute).
+
+Why averages: under a changing load the control plane amplifies noise. A trend read a
+little steeper starts a bigger instance, kept for its minimum lifetime. So single runs of
+either mode differ by a third from seed to seed (bursty Q&A, 12 seeds: 9.8-20.3 cores
+per-request, 10.1-20.5 fluid; means 12.3 and 13.9).
+
+The comparison runs with the latency feedback off (`scaling.feedback.enabled = false`).
+"slo" dispatch holds each function's p99 near the feedback's threshold by design; with the
+feedback on, that makes the per-request mode itself swing by ±40 % of its cores from seed
+to seed (docs/reproduction.md). With it off, the modes are compared on what they model.
+
 Pure: no I/O; the runs are simulations.
 """
 
@@ -109,8 +114,8 @@ def compare(
     return ModeComparison(case or policy, tuple(runs["request"]), tuple(runs["fluid"]))
 
 
-def case_functions(mix: str, shape: mixes.Shape, rate_rps: float, duration_s: float) -> tuple[
-    SimFunction, ...
-]:  # fmt: skip
+def case_functions(
+    mix: str, shape: mixes.Shape, rate_rps: float, duration_s: float
+) -> tuple[SimFunction, ...]:
     build = mixes.qa if mix == "qa" else mixes.osvt
     return build(rate_rps, duration_s, shape)

@@ -1,14 +1,19 @@
 """SimCluster: the simulated servers and instances, as a target of the scaling port.
 
-It implements `control.port.ScalingTarget` like the server's worker pool does: `snapshot`
-describes servers, functions and instances as the autoscaler, the prewarm manager and the
-variant monitor read them, `apply` turns a plan into desired-state transitions
-(`control.desired`, the same functions the pool uses) and `_reconcile` makes the simulated
-instances match: start what is missing (ready after `cold_start_s`, with the batch settings
-and `ExecModel` a real instance takes from its warm-up: `policy.instance_settings` over the
-truth's times at the warm-up's batch sizes), drain what is no longer wanted. So the
-simulator runs the very same policy objects as a server. Simulation only: no I/O, no clock
-(`now_s` is set by the engine).
+It implements `control.port.ScalingTarget`, as the server's worker pool does:
+
+- `snapshot` describes servers, functions and instances as the autoscaler, the prewarm
+  manager and the variant monitor read them;
+- `apply` turns a plan into desired-state transitions (`control.desired`, the same
+  functions the pool uses);
+- `_reconcile` makes the simulated instances match. It starts what is missing and drains
+  what is no longer wanted. A started instance is ready after `cold_start_s`, with the batch
+  settings and `ExecModel` a real instance takes from its warm-up
+  (`policy.instance_settings` over the truth's times at the warm-up's batch sizes).
+
+So the simulator runs the very same policy objects as a server.
+
+Simulation only: no I/O, no clock (`now_s` is set by the engine).
 """
 
 from __future__ import annotations
@@ -182,8 +187,9 @@ class SimCluster:
         (`control.transforms`: the share of a function's tensors stored); else none."""
         if not self._store_affinity or not server.models:
             return {}
-        return {name: 1.0 for name, fn in self.functions.items()
-                if fn.spec.model_key in server.models}  # fmt: skip
+        return {
+            name: 1.0 for name, fn in self.functions.items() if fn.spec.model_key in server.models
+        }
 
     def _function_state(self, fn: SimFunctionState) -> FunctionState:
         spec = fn.spec
@@ -218,9 +224,16 @@ class SimCluster:
             fn.idle_arrival_count,
         )
         return FunctionState(
-            view, fn.desired.owner, fn.arrived, spec.scale_to_zero, activity, fn.last_start_s,
-            p99_ms=fn.latency.p99_ms(self.now_s), refused=fn.refused, serving=_serving(fn.ready),
-        )  # fmt: skip
+            view,
+            fn.desired.owner,
+            fn.arrived,
+            spec.scale_to_zero,
+            activity,
+            fn.last_start_s,
+            p99_ms=fn.latency.p99_ms(self.now_s),
+            refused=fn.refused,
+            serving=_serving(fn.ready),
+        )
 
     def apply(self, plan: ScalingPlan) -> None:
         per_function: dict[str, list[Action]] = defaultdict(list)
@@ -262,9 +275,15 @@ class SimCluster:
             fn.spec.model_key, c.batch_size, c.cpus, c.gpu_pct
         )
         instance = SimInstance(
-            entry.instance_id, fn.spec.name, fn.spec.model_key, server, c, entry.gpu_index,
-            exec_ms, self.now_s,
-        )  # fmt: skip
+            instance_id=entry.instance_id,
+            function=fn.spec.name,
+            model_key=fn.spec.model_key,
+            server=server,
+            config=c,
+            device=entry.gpu_index,
+            planned_exec_ms=exec_ms,
+            started_s=self.now_s,
+        )
         bounds = rate_bounds(c.batch_size, exec_ms, fn.spec.slo_ms, self._scaling.rounding)
         instance.share_rps = entry.share_rps if entry.share_rps is not None else bounds.r_up_rps
         fn.instances[instance.instance_id] = instance

@@ -60,14 +60,19 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def build_config(args: argparse.Namespace) -> SimConfig:
-    cfg = load_sim_config(args.config) if args.config else SimConfig(
-        servers=2000, gpus_per_server=2, mode="fluid", duration_s=30.0, step_s=0.25
-    )  # fmt: skip
+    cfg = (
+        load_sim_config(args.config)
+        if args.config
+        else SimConfig(servers=2000, gpus_per_server=2, mode="fluid", duration_s=30.0, step_s=0.25)
+    )
     given = {
-        "servers": args.servers, "cpus_per_server": args.cpus_per_server,
-        "gpus_per_server": args.gpus_per_server, "mode": args.mode,
-        "duration_s": args.duration_s, "seed": args.seed,
-    }  # fmt: skip
+        "servers": args.servers,
+        "cpus_per_server": args.cpus_per_server,
+        "gpus_per_server": args.gpus_per_server,
+        "mode": args.mode,
+        "duration_s": args.duration_s,
+        "seed": args.seed,
+    }
     cfg = msgspec.structs.replace(cfg, **{k: v for k, v in given.items() if v is not None})
     problems = check_sim(cfg)
     if problems:
@@ -155,8 +160,18 @@ def run(args: argparse.Namespace) -> int:
         figures[policy] = summary(result, scheduled)
         if not args.json:
             _print(policy, result, scheduled, cfg)
-    print(json.dumps({"simulate": {"servers": cfg.servers, "functions": len(functions),
-                                   "mode": cfg.mode, "policies": figures}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "simulate": {
+                    "servers": cfg.servers,
+                    "functions": len(functions),
+                    "mode": cfg.mode,
+                    "policies": figures,
+                }
+            }
+        )
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 """Per-request discrete-event simulation of a cluster driven by the server's own policies.
 
 The world (`sim.world`) holds the servers, the functions and the server's control plane
-behind the scaling port; this engine moves every request the way the gateway's data plane
+behind the scaling port. This engine moves every request the way the gateway's data plane
 does, through the same pure decisions:
 
 - arrival: the function's budget (`latency.FunctionLatency`: the SLO, steered by the p99 it
@@ -67,7 +67,14 @@ class Simulation:
         """`scaling`, `modelless`: in place of `cfg`'s sections (None: `cfg`'s)."""
         self.cfg = cfg = with_sections(cfg or SimConfig(), scaling, modelless)
         self.world = world = World(
-            functions, truth, cfg, self._started, planner_predictor, policy, apps, memory
+            functions,
+            truth,
+            cfg,
+            on_start=self._started,
+            planner_predictor=planner_predictor,
+            policy=policy,
+            apps=apps,
+            memory=memory,
         )
         self.functions = world.functions
         self.cluster = world.cluster
@@ -208,9 +215,12 @@ class Simulation:
         assert settings is not None
         assert model is not None
         instance.target = next_target(
-            model, instance.arrivals, instance.interarrival_s, settings.utilization,
+            model,
+            instance.arrivals,
+            instance.interarrival_s,
+            settings.utilization,
             instance.target,
-        )  # fmt: skip
+        )
         self._try_dispatch(instance, now)
 
     def _try_dispatch(self, inst: SimInstance, now: float) -> None:
@@ -221,9 +231,15 @@ class Simulation:
         assert model is not None
         head_s, head_deadline_s = inst.queue[0]
         due_s = release_at_s(
-            settings, model, len(inst.queue), head_s, head_deadline_s, inst.interarrival_s,
-            inst.target, closed=inst.state is SimState.DRAINING,
-        )  # fmt: skip
+            settings,
+            model,
+            len(inst.queue),
+            head_s,
+            head_deadline_s,
+            inst.interarrival_s,
+            inst.target,
+            closed=inst.state is SimState.DRAINING,
+        )
         if now < due_s - _EPS_S:
             if inst.timer_s != due_s:
                 inst.timer_s = due_s

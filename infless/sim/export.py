@@ -25,9 +25,18 @@ from infless.sim.latency import DATA_DIR, MODELS_FILE, TABLE_FILE
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 TABLE1 = (  # INFless Table 1's models (the zoo builds each)
-    "bert-v1", "resnet-50", "vggnet", "lstm-2365", "resnet-20", "ssd", "dssm-2365", "yamnet",
-    "mobilenet", "textcnn-69", "mnist",
-)  # fmt: skip
+    "bert-v1",
+    "resnet-50",
+    "vggnet",
+    "lstm-2365",
+    "resnet-20",
+    "ssd",
+    "dssm-2365",
+    "yamnet",
+    "mobilenet",
+    "textcnn-69",
+    "mnist",
+)
 
 
 def export(state_dir: Path, names: Sequence[str], out: Path, threads: Sequence[int]) -> list[str]:

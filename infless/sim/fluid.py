@@ -1,8 +1,8 @@
 """Decisions-level ("fluid") simulation: thousands of servers and instances, in minutes.
 
-The world (`sim.world`) and its control plane are the per-request mode's — the same
+The world (`sim.world`) and its control plane are the per-request mode's: the same
 autoscaler, prewarm manager, planner and cluster behind the scaling port, planning at the
-same ticks — but requests move as counts per `step_s` instead of one event each:
+same ticks. But requests move as counts per `step_s` instead of one event each:
 
 - arrivals: a Poisson count per function and step from its rate schedule;
 - dispatch: split over the accepting ready instances by their rate shares (what the
@@ -61,8 +61,15 @@ class FluidSimulation:
     ) -> None:
         cfg = with_sections(cfg or SimConfig(), scaling, modelless)
         self.cfg = cfg = msgspec.structs.replace(cfg, mode="fluid")
-        self.world = World(functions, truth, cfg, self._started, planner_predictor, policy,
-                           memory=memory)  # fmt: skip
+        self.world = World(
+            functions,
+            truth,
+            cfg,
+            on_start=self._started,
+            planner_predictor=planner_predictor,
+            policy=policy,
+            memory=memory,
+        )
         self.functions = self.world.functions
         self.cluster = self.world.cluster
         self.servers = self.world.servers
@@ -102,10 +109,15 @@ class FluidSimulation:
         self.cluster.now_s = steps * step_s
         histogram = self.histogram
         return self.world.result(
-            self.requests, [], round(self.late), self.rejected, round(self.completed),
-            max(1, round(self.served_batches)), completed=round(self.completed),
+            self.requests,
+            [],
+            round(self.late),
+            self.rejected,
+            round(self.completed),
+            max(1, round(self.served_batches)),
+            completed=round(self.completed),
             percentiles=(histogram.percentile(0.50), histogram.percentile(0.99)),
-        )  # fmt: skip
+        )
 
     def _make_ready(self, now: float) -> None:
         waiting = [(at, i) for at, i in self._pending if at > now + 1e-9]

@@ -143,9 +143,12 @@ def load_zoo(data_dir: Path = DATA_DIR) -> Zoo:
         gflops[name] = float(entry["gflops"])
     gpu = document["gpu_assumption"]
     assumption = GpuAssumption(
-        gpu["device"], float(gpu["peak_tflops"]), float(gpu["achieved"]),
-        float(gpu["launch_us_per_operator"]), tuple(int(g) for g in gpu["shares_pct"]),
-    )  # fmt: skip
+        gpu["device"],
+        float(gpu["peak_tflops"]),
+        float(gpu["achieved"]),
+        float(gpu["launch_us_per_operator"]),
+        tuple(int(g) for g in gpu["shares_pct"]),
+    )
     return Zoo(table, memory, gflops, operators, assumption, str(document["provenance"]))
 
 

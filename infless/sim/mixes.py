@@ -34,11 +34,18 @@ QA = (("textcnn-69", 1.0), ("lstm-2365", 0.5), ("dssm-2365", 0.75))
 OSVT = (("ssd", 0.4), ("mobilenet", 1.0), ("resnet-50", 0.3))
 # (model, SLOs it is given in the scale mix): text models tight, vision and speech looser
 SCALE_MODELS = (
-    ("textcnn-69", (50.0, 100.0)), ("lstm-2365", (50.0, 100.0)), ("dssm-2365", (50.0, 100.0)),
-    ("mnist", (50.0, 100.0)), ("mobilenet", (100.0, 200.0)), ("resnet-20", (150.0, 300.0)),
-    ("yamnet", (150.0, 300.0)), ("ssd", (200.0, 300.0)), ("resnet-50", (200.0, 400.0)),
-    ("vggnet", (200.0, 400.0)), ("bert-v1", (300.0, 600.0)),
-)  # fmt: skip
+    ("textcnn-69", (50.0, 100.0)),
+    ("lstm-2365", (50.0, 100.0)),
+    ("dssm-2365", (50.0, 100.0)),
+    ("mnist", (50.0, 100.0)),
+    ("mobilenet", (100.0, 200.0)),
+    ("resnet-20", (150.0, 300.0)),
+    ("yamnet", (150.0, 300.0)),
+    ("ssd", (200.0, 300.0)),
+    ("resnet-50", (200.0, 400.0)),
+    ("vggnet", (200.0, 400.0)),
+    ("bert-v1", (300.0, 600.0)),
+)
 
 
 def load(shape: Shape, rate_rps: float, duration_s: float, k: int = 0) -> RateSchedule:

@@ -1,13 +1,19 @@
 """The simulated world: servers with capacity and instances with batch queues.
 
-A `SimServer` hands out cores and GPU shares and records any overrun instead of failing, so a
-test can assert there was none. A `SimInstance` is what the data plane's pure decisions read
-of an instance, as the gateway's `dataplane.instance.Instance` is: ready, idle, accepting
-(its queue below the bound `policy.queue_capacity` gives), its `ExecModel` (service times
-at their tail, fed by every batch it serves), and `finish_by_s` — `dataplane.admission`'s
-rule over its queue and the batch in flight — so `admission.candidates` and
-`release.release_at_s` decide for it exactly as for a real instance. In the fluid mode
-(`sim.fluid`) its queue is a `backlog` of requests (a real number) instead.
+A `SimServer` hands out cores and GPU shares. It records any overrun instead of failing, so
+a test can assert there was none.
+
+A `SimInstance` is what the data plane's pure decisions read of an instance, as the
+gateway's `dataplane.instance.Instance` is:
+
+- ready, idle, and accepting (its queue below the bound `policy.queue_capacity` gives);
+- its `ExecModel`: service times at their tail, fed by every batch it serves;
+- `finish_by_s`: `dataplane.admission`'s rule over its queue and the batch in flight.
+
+So `admission.candidates` and `release.release_at_s` decide for it exactly as for a real
+instance. In the fluid mode (`sim.fluid`) its queue is a `backlog` of requests (a real
+number) instead.
+
 Simulation only: mutable, no I/O, no clock (time is passed in).
 """
 

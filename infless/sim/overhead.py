@@ -1,12 +1,14 @@
 """Scheduling overhead and resource fragments of one plan (INFless §5.3, Figure 17).
 
-`schedule_once` hands a policy — the very function the autoscaler calls every tick — an
-empty cluster and a mix's peak rates, times the call (the best of `repeats`, wall clock:
-the host is shared and a slower repetition is someone else's), and reads the plan's
-placements: the instances it started, and the fragment ratio they leave — unallocated
-cores (and GPU shares) on the servers that hold an instance, over those servers' capacity
-("we measure the amount of unallocated resources in each active server and derive the
-resource fragment ratio by dividing it by all the server's resources").
+`schedule_once` hands a policy an empty cluster and a mix's peak rates. The policy is the
+very function the autoscaler calls every tick. It times the call: the best of `repeats`,
+on the wall clock, because the host is shared and a slower repetition is someone else's.
+Then it reads the plan's placements: the instances it started, and the fragment ratio they
+leave. That ratio is the unallocated cores (and GPU shares) on the servers that hold an
+instance, over those servers' capacity ("we measure the amount of unallocated resources in
+each active server and derive the resource fragment ratio by dividing it by all the
+server's resources").
+
 The timing reads `clock.perf_s`; nothing decides on it.
 """
 
@@ -78,4 +80,12 @@ def schedule_once(
         best_s = min(best_s, perf_s() - started)
     cpu_fragment, gpu_fragment, active = fragments(plan, servers)
     unmet = sum(d.unmet_rps for d in plan.decisions)
-    return Scheduled(policy, len(plan.starts), best_s, cpu_fragment, gpu_fragment, active, unmet)
+    return Scheduled(
+        policy=policy,
+        instances=len(plan.starts),
+        seconds=best_s,
+        cpu_fragment=cpu_fragment,
+        gpu_fragment=gpu_fragment,
+        active_servers=active,
+        unmet_rps=unmet,
+    )

@@ -118,10 +118,17 @@ def _ready_variant(
         for c in (1, 2)
     ]
     return VariantProfile(
-        model=model, name=name, transform=name, status="ready",
-        package_dir=f"state/variants/{model}/{name}", accuracy=accuracy,
-        metric="top1-agreement", latency=latency, load_ms=load_ms, peak_memory_bytes=mib << 20,
-    )  # fmt: skip
+        model=model,
+        name=name,
+        transform=name,
+        status="ready",
+        package_dir=f"state/variants/{model}/{name}",
+        accuracy=accuracy,
+        metric="top1-agreement",
+        latency=latency,
+        load_ms=load_ms,
+        peak_memory_bytes=mib << 20,
+    )
 
 
 def step_profiles(model: str = STEP_MODEL) -> GenerationResult:
@@ -130,19 +137,29 @@ def step_profiles(model: str = STEP_MODEL) -> GenerationResult:
     failed."""
     variants = [_ready_variant(model, *variant) for variant in _STEP_VARIANTS]
     variants += [
-        VariantProfile(model, "channels-last", "channels-last", "not-applicable",
-                       error="no 4-d input: channels-last changes nothing"),
+        VariantProfile(
+            model,
+            "channels-last",
+            "channels-last",
+            "not-applicable",
+            error="no 4-d input: channels-last changes nothing",
+        ),
         VariantProfile(model, "compile", "compile", "failed", error="timed out after 600 s"),
-    ]  # fmt: skip
+    ]
     return GenerationResult(model, "top1-agreement", variants)
 
 
 def step_load(low_rps: float, high_rps: float, up_s: float, down_s: float) -> RateSchedule:
     """`low_rps`, a step to `high_rps` at `up_s` (1-s ramp) and back at `down_s`."""
     return RateSchedule(
-        ((0.0, low_rps), (up_s, low_rps), (up_s + 1.0, high_rps), (down_s, high_rps),
-         (down_s + 1.0, low_rps))
-    )  # fmt: skip
+        (
+            (0.0, low_rps),
+            (up_s, low_rps),
+            (up_s + 1.0, high_rps),
+            (down_s, high_rps),
+            (down_s + 1.0, low_rps),
+        )
+    )
 
 
 def modelless_step(

@@ -116,10 +116,16 @@ def load_sim_config(path: Path) -> SimConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         parsed = msgspec.convert(data, _File)
         cfg = msgspec.convert(
-            {**parsed.sim, "batching": parsed.batching, "scaling": parsed.scaling,
-             "coldstart": parsed.coldstart, "modelless": parsed.modelless},
-            SimConfig, from_attributes=True,
-        )  # fmt: skip
+            {
+                **parsed.sim,
+                "batching": parsed.batching,
+                "scaling": parsed.scaling,
+                "coldstart": parsed.coldstart,
+                "modelless": parsed.modelless,
+            },
+            SimConfig,
+            from_attributes=True,
+        )
     except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     problems = check_sim(cfg)

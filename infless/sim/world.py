@@ -1,14 +1,21 @@
-"""`World`: what both simulation modes share — the simulated servers and functions, the
-cluster behind the scaling port, and the server's own control plane driving it: the
-`Autoscaler` (with the configured policy, or INFless's Algorithm 1), the `PrewarmManager`
-for scale-to-zero functions, model-less applications' `ModellessPlanner` and the
-`VariantMonitor` — the very classes `infless serve` constructs (`app.build_platform`),
-with the sections of `SimConfig` that `config.toml` would give them.
+"""`World`: what both simulation modes share.
 
-The engines (`sim.engine`: one event per request; `sim.fluid`: counts per step) move
-requests; the world plans (`tick`), monitors (`monitor`), samples what the cluster holds
-(`sim.usage`) and builds the result. Simulation only: no I/O, no clock (the engines set
-`cluster.now_s`); the policy's wall time is measured (`usage.TimedPolicy`), never used.
+It holds the simulated servers and functions, the cluster behind the scaling port, and the
+server's own control plane driving it:
+
+- the `Autoscaler`, with the configured policy (or INFless's Algorithm 1);
+- the `PrewarmManager`, for scale-to-zero functions;
+- model-less applications' `ModellessPlanner` and the `VariantMonitor`.
+
+These are the very classes `infless serve` constructs (`app.build_platform`), given the
+sections of `SimConfig` that `config.toml` would give them.
+
+The engines move requests (`sim.engine`: one event per request; `sim.fluid`: counts per
+step). The world plans (`tick`), monitors (`monitor`), samples what the cluster holds
+(`sim.usage`) and builds the result.
+
+Simulation only: no I/O, no clock (the engines set `cluster.now_s`). The policy's wall time
+is measured (`usage.TimedPolicy`), never used.
 """
 
 from __future__ import annotations
@@ -60,8 +67,10 @@ class World:
         self.planner_predictor = CachedPredictor(planner_predictor)
         self.rng = random.Random(cfg.seed)
         self.servers = [SimServer(f"s{k:04d}", *server_shape(cfg, k)) for k in range(cfg.servers)]
-        self.functions = {f.name: self._state(f, arrivals(f.load, cfg.duration_s, self.stream()))
-                          for f in functions}  # fmt: skip
+        self.functions = {
+            f.name: self._state(f, arrivals(f.load, cfg.duration_s, self.stream()))
+            for f in functions
+        }
         self.modelless_apps = SimApps(apps, cfg.modelless, cfg.scaling.demand)
         for app in apps:
             for spec in self.modelless_apps.add(
@@ -71,21 +80,32 @@ class World:
                     raise ValueError(f"{spec.name!r}: a function and a variant of {app.model!r}")
                 self.functions[spec.name] = self._state(spec, iter(()))
         self.cluster = SimCluster(
-            self.functions, self.servers, cfg.scaling, cfg.batching, self.planner_predictor,
-            self.truth, on_start, cfg.store_affinity,
-        )  # fmt: skip
+            self.functions,
+            self.servers,
+            scaling=cfg.scaling,
+            batching=cfg.batching,
+            planner=self.planner_predictor,
+            truth=self.truth,
+            on_start=on_start,
+            store_affinity=cfg.store_affinity,
+        )
         self.timed = TimedPolicy(policy or get_policy(cfg.scaling.policy))
         self.autoscaler = Autoscaler(
-            self.cluster, cfg.scaling, self.planner_predictor, self.timed,
+            self.cluster,
+            cfg.scaling,
+            self.planner_predictor,
+            self.timed,
             vertical=self.modelless_apps.planner,
-        )  # fmt: skip
+        )
         self.prewarm: PrewarmManager | None = None
         if any(f.scale_to_zero for f in functions):
             coldstart = cfg.coldstart
             self.prewarm = PrewarmManager(
-                self.cluster, build_policy(coldstart.policy, coldstart.params),
-                coldstart.release_grace_s, scale_to_zero_default=False,
-            )  # fmt: skip
+                self.cluster,
+                build_policy(coldstart.policy, coldstart.params),
+                coldstart.release_grace_s,
+                scale_to_zero_default=False,
+            )
         self.monitor = VariantMonitor(self.cluster, self.modelless_apps.catalog, cfg.modelless)
         self.usage = UsageMeter(memory or {})
         self.started: list[SimInstance] = []  # every instance, in the order they started

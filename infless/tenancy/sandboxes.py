@@ -2,23 +2,32 @@
 what each sandboxed worker can see.
 
 `TenantSandboxes` is made with the `[isolation]` section, the tenants' ids (the registry)
-and the directories every worker must not see (the state directory, the model repository,
-the store's root, `isolation.hide_paths`). `examine` runs once at start-up: the probe
-(`workers.sandbox.probe_sandbox`, a throwaway worker that enters a sandbox) and the cgroup
-facts become the `IsolationStatus` (`tenancy.status`), logged and shown in `/system/info`.
-While the status is active, `sandbox_for(tenant, package_dir)` is the `workers.protocol.
-Sandbox` of a worker of that tenant: its uid and gid, the hidden directories, and what it
-keeps — every package of its tenant deployed so far (`deployed`: a worker kept idle may
-later be transformed into a sibling function's model, a GPU worker may load the next one)
-and its store directory. CPU workers get a scratch on /tmp, /var/tmp and /dev/shm and an
-empty network namespace; GPU workers keep the host's /dev/shm and network (CUDA IPC and MPS
-use them; their device was opened before the sandbox). `record`/`sees` remember, per worker
-pid, which packages its mount view holds, so that a worker is never handed a package it
-cannot see. Gateway side: never imports torch.
+and the directories no worker may see (the state directory, the model repository, the
+store's root, `isolation.hide_paths`).
+
+`examine` runs once at start-up. The probe (`workers.sandbox.probe_sandbox`, a throwaway
+worker that enters a sandbox) and the cgroup facts become the `IsolationStatus`
+(`tenancy.status`), logged and shown in `/system/info`.
+
+While the status is active, `sandbox_for(tenant, package_dir)` is the
+`workers.protocol.Sandbox` of a worker of that tenant: its uid and gid, the hidden
+directories, and what it keeps. It keeps its store directory and every package of its
+tenant deployed so far (`deployed`): a worker kept idle may later be transformed into a
+sibling function's model, and a GPU worker may load the next one.
+
+- CPU workers get a scratch on /tmp, /var/tmp and /dev/shm, and an empty network namespace.
+- GPU workers keep the host's /dev/shm and network: CUDA IPC and MPS use them, and their
+  device was opened before the sandbox.
+
+`record`/`sees` remember, per worker pid, which packages its mount view holds, so that a
+worker is never handed a package it cannot see.
+
+Gateway side: never imports torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Collection, Sequence
@@ -90,11 +99,15 @@ class TenantSandboxes:
         `isolation.enabled = "on"` and something is not."""
         status = await self.examine(remote_nodes)
         if status.complete:
-            log.info("isolation: every tenant's workers are confined (%s)",
-                     ", ".join(status.enforced))  # fmt: skip
+            log.info(
+                "isolation: every tenant's workers are confined (%s)", ", ".join(status.enforced)
+            )
         else:
-            log.warning("isolation %s: NOT enforced: %s", "active" if status.active else "off",
-                        "; ".join(status.missing))  # fmt: skip
+            log.warning(
+                "isolation %s: NOT enforced: %s",
+                "active" if status.active else "off",
+                "; ".join(status.missing),
+            )
         if self.cfg.enabled == "on" and not status.complete:
             raise ConfigError(
                 'isolation.enabled = "on" but this host cannot enforce it: '
@@ -106,18 +119,24 @@ class TenantSandboxes:
     async def examine(self, remote_nodes: bool = False) -> IsolationStatus:
         """Probe this host once and keep the status (module docstring)."""
         pids_unavailable, memory_unavailable = self._pids_unavailable, self._memory_unavailable
-        facts = Facts(os.geteuid(), pids_unavailable=pids_unavailable,
-                      memory_unavailable=memory_unavailable,
-                      host_network=self.cfg.host_network, remote_nodes=remote_nodes)  # fmt: skip
+        facts = Facts(
+            os.geteuid(),
+            pids_unavailable=pids_unavailable,
+            memory_unavailable=memory_unavailable,
+            host_network=self.cfg.host_network,
+            remote_nodes=remote_nodes,
+        )
         if self.cfg.enabled != "off" and facts.euid == 0:
             ids = self.cfg.uids
             hidden = Path(self.hidden[0]) if self.hidden else Path("/nonexistent")
             report = await probe_sandbox(ids.last, ids.last, hidden)
-            facts = Facts(
-                facts.euid, report.error, report.runtime_readable, report.hidden,
-                report.read_only, pids_unavailable, memory_unavailable,
-                self.cfg.host_network, remote_nodes,
-            )  # fmt: skip
+            facts = dataclasses.replace(
+                facts,
+                probe_error=report.error,
+                probe_runtime_readable=report.runtime_readable,
+                probe_hidden=report.hidden,
+                probe_read_only=report.read_only,
+            )
         self.status = assess(self.cfg.enabled, facts)
         return self.status
 
@@ -131,9 +150,13 @@ class TenantSandboxes:
         self._packages.setdefault(tenant, {})[_absolute(package_dir)] = None
 
     def sandbox_for(
-        self, tenant: str, package_dir: Path | str, *, gpu: bool = False,
+        self,
+        tenant: str,
+        package_dir: Path | str,
+        *,
+        gpu: bool = False,
         keep: Sequence[Path] = (),
-    ) -> p.Sandbox | None:  # fmt: skip
+    ) -> p.Sandbox | None:
         """The sandbox of a worker of `tenant` serving `package_dir` (None: not active)."""
         if not self.active:
             return None

@@ -16,8 +16,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["auto", "on", "off"]
-PARTS = ("uid", "capabilities", "no_new_privs", "mount_namespace", "read_only_root",
-         "network_namespace", "pids_limit", "memory_limit")  # fmt: skip
+PARTS = (
+    "uid",
+    "capabilities",
+    "no_new_privs",
+    "mount_namespace",
+    "read_only_root",
+    "network_namespace",
+    "pids_limit",
+    "memory_limit",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +87,12 @@ def _sandbox_problem(facts: Facts) -> str | None:
 def assess(mode: Mode, facts: Facts) -> IsolationStatus:
     """Which parts of `PARTS` this host enforces, and why the others are not."""
     if mode == "off":
-        return IsolationStatus(mode, False, (), ("isolation.enabled = \"off\": workers run as "
-                                                  "the gateway's user, unconfined",))  # fmt: skip
+        return IsolationStatus(
+            mode,
+            False,
+            (),
+            ('isolation.enabled = "off": workers run as the gateway\'s user, unconfined',),
+        )
     missing: list[str] = []
     problem = _sandbox_problem(facts)
     enforced: list[str] = []
@@ -95,16 +107,19 @@ def assess(mode: Mode, facts: Facts) -> IsolationStatus:
             enforced.append("network_namespace")
     else:
         missing.append(problem)
-    for part, reason in (("pids_limit", facts.pids_unavailable),
-                         ("memory_limit", facts.memory_unavailable)):  # fmt: skip
+    for part, reason in (
+        ("pids_limit", facts.pids_unavailable),
+        ("memory_limit", facts.memory_unavailable),
+    ):
         if reason is None:
             enforced.append(part)
         else:
             missing.append(f"{part.replace('_', ' ')}s cannot be enforced: {reason}")
     if facts.remote_nodes:
         missing.append("workers on Ray nodes are not confined (the node agents run them)")
-    return IsolationStatus(mode, problem is None and not facts.remote_nodes, tuple(enforced),
-                           tuple(missing))  # fmt: skip
+    return IsolationStatus(
+        mode, problem is None and not facts.remote_nodes, tuple(enforced), tuple(missing)
+    )
 
 
 def tenant_refusal(

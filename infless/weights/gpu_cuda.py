@@ -91,10 +91,15 @@ class CudaDevice:
         storage: Any = model.buffer.untyped_storage()
         device, handle, size, offset, counter, counter_offset, event, sync = storage._share_cuda_()
         ipc = CudaIpcHandle(
-            int(device), bytes(handle), int(size), int(offset),
-            bytes(counter), int(counter_offset),
-            None if event is None else bytes(event), bool(sync),
-        )  # fmt: skip
+            device=int(device),
+            handle=bytes(handle),
+            storage_size_bytes=int(size),
+            storage_offset_bytes=int(offset),
+            ref_counter_handle=bytes(counter),
+            ref_counter_offset=int(counter_offset),
+            event_handle=None if event is None else bytes(event),
+            event_sync_required=bool(sync),
+        )
         model.shared = SharedModel(model.model_key, self._index, ipc, model.layout)
         return model.shared
 

@@ -201,8 +201,9 @@ class GpuTierClient:
         self._link = None
         lost = frozenset(hold for b in self._books for m in b.models for hold in m.holders)
         self._last_error = f"the holder pid {link.pid} exited (code {code})"
-        log.error("GPU tier: %s; %d instances lose their device copies", self._last_error,
-                  len(lost))  # fmt: skip
+        log.error(
+            "GPU tier: %s; %d instances lose their device copies", self._last_error, len(lost)
+        )
         self._books, self._memory = [], []
         self._state = "restarting"
         self._settled.clear()

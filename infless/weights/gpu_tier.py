@@ -1,15 +1,17 @@
 """TrIMS's GPU tier: one device copy of a model per GPU, shared with instances over CUDA IPC.
 
 Torch-free. The bookkeeping is a pure core: which models sit on which device, which
-instances hold them (reference counts), and which unreferenced models to evict, least
-recently used first, so that the tier stays within a configured fraction of each device's
-memory (TrIMS §IV-A: a model with a non-zero reference count is never evicted; models with
-none stay cached until space is needed). `GpuTier` is the imperative shell, run by the
-holder process that owns the device copies; it acts through the small `GpuDevice`
-interface (`gpu_cuda.CudaDevice` for real, a fake in tests). What an instance receives is a
-`SharedModel`: one IPC handle for a model-sized device buffer plus each tensor's place in it
-(model-granularity sharing, TrIMS §V-B: one handle per model keeps the IPC overhead at one
-open per instance). The CPU path (store + attach) never needs this module.
+instances hold them (reference counts), and which unreferenced models to evict. Eviction
+goes least recently used first, so that the tier stays within a configured fraction of each
+device's memory (TrIMS §IV-A: a model with a non-zero reference count is never evicted;
+models with none stay cached until space is needed).
+
+`GpuTier` is the imperative shell, run by the holder process that owns the device copies.
+It acts through the small `GpuDevice` interface (`gpu_cuda.CudaDevice` for real, a fake in
+tests). What an instance receives is a `SharedModel`: one IPC handle for a model-sized
+device buffer, plus each tensor's place in it (model-granularity sharing, TrIMS §V-B: one
+handle per model keeps the IPC overhead at one open per instance). The CPU path (store +
+attach) never needs this module.
 
 Where it runs: `holder_main` (one holder process per server) runs `GpuTier` over
 `gpu_cuda.CudaDevice` (real GPUs) or `gpu_fake.FakeDevice` (`[gpu] fake_devices`: a file in

@@ -78,9 +78,15 @@ class HolderLink:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             process = await asyncio.create_subprocess_exec(
-                python, "-m", "infless.weights.holder_main", "--fd", str(theirs.fileno()),
-                pass_fds=(theirs.fileno(),), env=_holder_env(), stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+                python,
+                "-m",
+                "infless.weights.holder_main",
+                "--fd",
+                str(theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                env=_holder_env(),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
         except OSError as exc:
             ours.close()
             raise TierUnavailable(f"cannot start the GPU tier's holder ({python}): {exc}") from exc
@@ -147,8 +153,13 @@ class HolderLink:
                 future, self._reply = self._reply, None
                 if future is not None and not future.done():
                     future.set_result(h.decode_from_holder(body))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, h.FrameError,
-                msgspec.DecodeError):  # fmt: skip
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            OSError,
+            h.FrameError,
+            msgspec.DecodeError,
+        ):
             pass  # EOF, or a peer that broke the protocol: either way it is done
         future, self._reply = self._reply, None
         if future is not None and not future.done():

@@ -4,7 +4,8 @@ Owns one directory per tenant under `root` (tmpfs, e.g. `/dev/shm/infless-store-
 file per distinct tensor named by its content key (`package_index.tensor_key`); first-time
 sharing (`publish` copies what the tenant's directory lacks from the package's safetensors
 and maps the rest); which instances hold which tensors; applying reclaim decisions; the
-placement hook θ_ij (`shared_bytes_for`, `similarity`); adopting what a previous gateway left.
+placement hook θ_ij (`shared_bytes_for`, `similarity`); adopting what a previous gateway left
+(`adoption` reads the root; `store_layout` names its files).
 
 Must not: import torch or numpy; read time except through the injected clock; run on the
 event loop when it may read a package (`publish`, `index_package`, `shared_bytes_for` on a
@@ -24,28 +25,20 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
-import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infless.clock import Clock
+from infless.weights.adoption import AdoptReport, survey
 from infless.weights.filelock import KeyLocks, copy_range
 from infless.weights.package_index import KEY_PATTERN, FileIdentity, IndexCache, PackageIndex
 from infless.weights.reclaimer import TensorEntry, reclaim_decision
+from infless.weights.store_layout import LOCK_FILE, TEMP_PREFIX, TENANT_PATTERN
 from infless.weights.stored import StoredTensor
 
 DEFAULT_KEEPALIVE_S = 600.0
-TEMP_PREFIX = ".tmp-"
-LOCK_FILE = ".lock"
-TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def default_root() -> Path:
-    """The store's default root: tmpfs, one per user (configure another root in config)."""
-    return Path("/dev/shm") / f"infless-store-{os.getuid()}"  # noqa: S108 - a dedicated subdir
 
 
 class StoreError(Exception):
@@ -58,14 +51,6 @@ class PublishOutcome:
     copied_bytes: int  # written into the store by this call
     mapped_bytes: int  # already present (shared) when this call looked
     copied_files: int
-
-
-@dataclass(frozen=True, slots=True)
-class AdoptReport:
-    adopted_files: int
-    adopted_bytes: int
-    removed_temp_files: int
-    ignored: tuple[str, ...]  # paths left alone: not tenants, keys, temps or locks
 
 
 class TensorStore:
@@ -362,43 +347,29 @@ class TensorStore:
         (or until capacity pressure), then the reclaimer frees them. A temp file is stale
         when nobody holds its tensor's lock (its writer died).
         """
-        adopted_files = adopted_bytes = removed = 0
-        ignored: list[str] = []
-        if not self.root.is_dir():
-            return AdoptReport(0, 0, 0, ())
+        found = survey(self.root)
+        for tenant in found.tenants:
+            self._ensure_tenant(tenant)
+        removed = 0
+        for temp in found.temps:
+            with self._locks.hold(temp.tenant, temp.key, blocking=False) as locked:
+                if locked:
+                    temp.path.unlink(missing_ok=True)
+                    removed += 1
         now = self._clock.now()
-        for directory in sorted(self.root.iterdir()):
-            ours = directory.is_dir() and not directory.is_symlink()
-            if not ours or not TENANT_PATTERN.match(directory.name):
-                ignored.append(str(directory))
-                continue
-            if not (directory / LOCK_FILE).is_file():
-                ignored.append(str(directory))  # not made by a store: never touch it
-                continue
-            self._ensure_tenant(directory.name)
-            tenant = directory.name
-            for child in sorted(directory.iterdir()):
-                name = child.name
-                info = child.lstat()
-                key = name[len(TEMP_PREFIX) :].split("-", 1)[0]
-                if name == LOCK_FILE:
-                    continue
-                if name.startswith(TEMP_PREFIX) and KEY_PATTERN.match(key):
-                    with self._locks.hold(tenant, key, blocking=False) as locked:
-                        if locked:
-                            child.unlink(missing_ok=True)
-                            removed += 1
-                elif KEY_PATTERN.match(name) and stat.S_ISREG(info.st_mode):
-                    with self._mutex:
-                        if (tenant, name) not in self._entries:
-                            self._entries[(tenant, name)] = TensorEntry(
-                                tenant, name, info.st_size, now
-                            )
-                            adopted_files += 1
-                            adopted_bytes += info.st_size
-                else:
-                    ignored.append(str(child))
-        return AdoptReport(adopted_files, adopted_bytes, removed, tuple(ignored))
+        adopted: list[TensorEntry] = []
+        with self._mutex:
+            for left in found.tensors:
+                if (left.tenant, left.key) not in self._entries:
+                    entry = TensorEntry(left.tenant, left.key, left.size_bytes, now)
+                    self._entries[entry.ref] = entry
+                    adopted.append(entry)
+        return AdoptReport(
+            adopted_files=len(adopted),
+            adopted_bytes=sum(e.size_bytes for e in adopted),
+            removed_temp_files=removed,
+            ignored=found.ignored,
+        )
 
     def close(self) -> None:
         """Close the lock files; the stored tensors stay (a later store may adopt them)."""

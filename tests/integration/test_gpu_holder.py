@@ -208,8 +208,13 @@ async def test_a_killed_holder_is_reported_replaced_and_leaves_nothing_behind(
 
 async def test_a_holder_that_cannot_start_says_why(holder_env: None, fake_root: Path) -> None:
     # this machine has no GPU: the CUDA runtime's holder reports it and exits
-    client = GpuTierClient("cuda", [(0, "GPU-00000000-0000-0000-0000-000000000000")], 0.5,
-                           RealClock(), start_timeout_s=60.0)  # fmt: skip
+    client = GpuTierClient(
+        "cuda",
+        [(0, "GPU-00000000-0000-0000-0000-000000000000")],
+        0.5,
+        RealClock(),
+        start_timeout_s=60.0,
+    )
     with pytest.raises(TierUnavailable, match="CUDA is not available in the holder"):
         await client.start()
     assert client.describe()["state"] == "failed"

@@ -74,12 +74,14 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     store = root / "store"
     sections: dict[str, dict[str, Any]] = {
         "isolation": {
-            "enabled": "auto", "pids_max": PIDS_MAX, "memory_bytes": MEMORY_MIB * MIB,
+            "enabled": "auto",
+            "pids_max": PIDS_MAX,
+            "memory_bytes": MEMORY_MIB * MIB,
             "scratch_bytes": SCRATCH_MIB * MIB,
         },
         "store": {"root": str(store)},
         "transform": {"enabled": False},  # a retired worker stops (no idle keeping)
-    }  # fmt: skip
+    }
     with start_gateway(root, sections=sections) as gw:
         isolation = gw.json("GET", "/system/info")["isolation"]
         if not isolation["complete"]:
@@ -180,11 +182,13 @@ def test_filling_the_disk_stops_at_its_scratch(tenants: Tenants) -> None:
     assert fill["written"] <= SCRATCH_MIB * MIB
     for path in ("/dev/shm/more", "/var/tmp/more"):  # one quota for all three
         assert tenants.attack(attack="fill_disk", path=path, limit_bytes=limit) == {
-            "written": 0, "error": "ENOSPC",
-        }  # fmt: skip
+            "written": 0,
+            "error": "ENOSPC",
+        }
     assert tenants.attack(attack="fill_disk", path="/fill", limit_bytes=limit) == {
-        "written": 0, "error": "EROFS",
-    }  # fmt: skip
+        "written": 0,
+        "error": "EROFS",
+    }
     assert not Path("/tmp/fill").exists()
     tenants.assert_still_serving()
 
@@ -257,8 +261,10 @@ def test_gpu_workers_drop_to_their_tenants_uid_on_their_first_load(tmp_path: Pat
             pytest.skip("this host cannot keep tenants apart")
         for tenant in ("alice", "mallory"):
             labels = {
-                "com.infless.tenant": tenant, "com.infless.gpu": "30", "com.infless.max.batch": "4"
-            }  # fmt: skip
+                "com.infless.tenant": tenant,
+                "com.infless.gpu": "30",
+                "com.infless.max.batch": "4",
+            }
             slo = {"com.infless.latency_target": "1000ms"}
             deployment = {"service": f"{tenant}-gpu", "image": "mnist", "labels": labels}
             answered, _, payload = gw.request(

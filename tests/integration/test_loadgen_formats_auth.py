@@ -65,12 +65,15 @@ def _wait_ready(gw: GatewayProcess, headers: dict[str, str], timeout_s: float = 
 def _synthetic(url: str, out: Path, *extra: str) -> list[str]:
     return [
         "synthetic",
-        "--gateway", url,
-        "--out", str(out),
+        "--gateway",
+        url,
+        "--out",
+        str(out),
         "--no-progress",
-        "--poll-interval-s", "0.1",
+        "--poll-interval-s",
+        "0.1",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def test_closed_loop_command_end_to_end(tmp_path: Path) -> None:
@@ -79,10 +82,18 @@ def test_closed_loop_command_end_to_end(tmp_path: Path) -> None:
     with serve_in_thread(gateway) as url:
         code = cli.main(
             _synthetic(
-                url, out, "--shape", "closed", "--concurrency", "2", "--duration-s", "30",
-                "--max-requests", "40",
+                url,
+                out,
+                "--shape",
+                "closed",
+                "--concurrency",
+                "2",
+                "--duration-s",
+                "30",
+                "--max-requests",
+                "40",
             )
-        )  # fmt: skip
+        )
     assert code == 0
     records = read_records_csv(out / "records.csv")
     assert len(records) == 40 == sum(gateway.received.values())
@@ -151,9 +162,10 @@ def test_credentials_flags_and_401s(
         anonymous = cli.main(_synthetic(url, tmp_path / "a", *short))
         anonymous_err = capsys.readouterr().err
         no_token = cli.main(
-            _synthetic(url, tmp_path / "b", *short, "--user", USER, "--password-file",
-                       str(password_file))
-        )  # fmt: skip
+            _synthetic(
+                url, tmp_path / "b", *short, "--user", USER, "--password-file", str(password_file)
+            )
+        )
         no_token_err = capsys.readouterr().err
         monkeypatch.setenv("OPENFAAS_PASSWORD", PASSWORD)
         full = cli.main(_synthetic(url, tmp_path / "c", *short, "--user", USER, "--token", TOKEN))
@@ -179,22 +191,45 @@ def test_every_format_and_route_against_a_real_gateway(tmp_path: Path) -> None:
     auth = {"basic_auth": True, "user": USER, "password": PASSWORD, "invoke_token": TOKEN}
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD)
-    pairs = [("json", "function"), ("msgpack", "function"), ("raw", "function"),
-             ("json", "v2"), ("raw", "v2")]  # fmt: skip
+    pairs = [
+        ("json", "function"),
+        ("msgpack", "function"),
+        ("raw", "function"),
+        ("json", "v2"),
+        ("raw", "v2"),
+    ]
     sections = {"auth": auth}
     with start_gateway(tmp_path, [function], sections, wait_for_functions=False) as gw:
         _wait_ready(gw, {"Authorization": _basic_header()})
         codes = {
             pair: cli.main(
                 _synthetic(
-                    gw.url, tmp_path / "-".join(pair), "--shape", "closed", "--concurrency",
-                    "2", "--max-requests", "24", "--duration-s", "20", "--timeout-s", "20",
-                    "--format", pair[0], "--route", pair[1], "--token", TOKEN, "--user", USER,
-                    "--password-file", str(password_file),
+                    gw.url,
+                    tmp_path / "-".join(pair),
+                    "--shape",
+                    "closed",
+                    "--concurrency",
+                    "2",
+                    "--max-requests",
+                    "24",
+                    "--duration-s",
+                    "20",
+                    "--timeout-s",
+                    "20",
+                    "--format",
+                    pair[0],
+                    "--route",
+                    pair[1],
+                    "--token",
+                    TOKEN,
+                    "--user",
+                    USER,
+                    "--password-file",
+                    str(password_file),
                 )
             )
             for pair in pairs
-        }  # fmt: skip
+        }
     assert codes == dict.fromkeys(pairs, 0)
     for pair in pairs:
         records = read_records_csv(tmp_path / "-".join(pair) / "records.csv")

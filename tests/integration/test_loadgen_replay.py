@@ -78,20 +78,31 @@ def test_bursty_replay_produces_a_complete_report(tmp_path: Path) -> None:
         code = cli.main(
             [
                 "replay",
-                "--gateway", gw.url,
-                "--trace", str(TRACE),
-                "--pattern", "bursty",
-                "--min-invocations", str(MIN_INVOCATIONS),
-                "--minutes", str(MINUTES),
-                "--minute-seconds", str(MINUTE_S),
-                "--peak-rps", str(PEAK_RPS),
-                "--seed", str(SEED),
-                "--max-duration-s", "60",
-                "--timeout-s", "20",
-                "--out", str(out),
+                "--gateway",
+                gw.url,
+                "--trace",
+                str(TRACE),
+                "--pattern",
+                "bursty",
+                "--min-invocations",
+                str(MIN_INVOCATIONS),
+                "--minutes",
+                str(MINUTES),
+                "--minute-seconds",
+                str(MINUTE_S),
+                "--peak-rps",
+                str(PEAK_RPS),
+                "--seed",
+                str(SEED),
+                "--max-duration-s",
+                "60",
+                "--timeout-s",
+                "20",
+                "--out",
+                str(out),
                 "--no-progress",
             ]
-        )  # fmt: skip
+        )
         served = gw.json("GET", "/system/function/mnist")["invocationCount"]
     assert code == 0
 

@@ -22,18 +22,18 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def _info(window_s: float = 2.0) -> RunInfo:
     return RunInfo(
-        "synthetic",
-        "http://127.0.0.1:1",
-        "test",
-        0,
-        "2025-01-01T00:00:00+00:00",
-        window_s,
-        window_s,
-        0,
-        0,
-        0,
-        16,
-        "loadgen test",
+        kind="synthetic",
+        gateway="http://127.0.0.1:1",
+        schedule="test",
+        seed=0,
+        started_at="2025-01-01T00:00:00+00:00",
+        window_s=window_s,
+        elapsed_s=window_s,
+        scheduled=0,
+        not_sent=0,
+        dropped_by_cap=0,
+        connection_limit=16,
+        command="loadgen test",
     )
 
 
@@ -57,13 +57,13 @@ def test_report_files_and_numbers(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     records = [
         RequestRecord(
-            i,
-            "a" if i % 2 else "b",
-            i * 0.01,
-            i * 0.01,
-            float(rng.uniform(1, 300)),
-            200,
-            "",
+            index=i,
+            function="a" if i % 2 else "b",
+            scheduled_s=i * 0.01,
+            sent_s=i * 0.01,
+            latency_ms=float(rng.uniform(1, 300)),
+            status=200,
+            error="",
             batch_size=1 + i % 4,
             queue_ms=1.0,
             exec_ms=2.0,
@@ -71,7 +71,17 @@ def test_report_files_and_numbers(tmp_path: Path) -> None:
             cold_start_ms=50.0 if i < 2 else math.nan,
         )
         for i in range(100)
-    ] + [RequestRecord(100, "a", 1.0, 1.0, math.nan, 0, "timeout")]
+    ] + [
+        RequestRecord(
+            index=100,
+            function="a",
+            scheduled_s=1.0,
+            sent_s=1.0,
+            latency_ms=math.nan,
+            status=0,
+            error="timeout",
+        )
+    ]
     samples = [InstanceSample(float(t), "a", "ready", 1 + t % 2) for t in range(3)]
     summaries = write_report(tmp_path, _info(), records, samples, {"a": 100.0, "b": 250.0})
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -52,11 +52,16 @@ async def agent(node_config: tuple[Config, Path]) -> AsyncIterator[NodeAgent]:
 
 def order(instance_id: str, deaths: list[str] | None = None) -> BootOrder:
     return BootOrder(
-        instance_id=instance_id, tenant="t", package_dir=MODEL, config=InstanceConfig(2, 1),
-        cpu_ids=(0,), warmup_batch_sizes=(1, 2),
+        instance_id=instance_id,
+        tenant="t",
+        package_dir=MODEL,
+        config=InstanceConfig(2, 1),
+        cpu_ids=(0,),
+        warmup_batch_sizes=(1, 2),
         on_death=lambda: deaths.append(instance_id) if deaths is not None else None,
-        function="mnist", instance=instance_id,
-    )  # fmt: skip
+        function="mnist",
+        instance=instance_id,
+    )
 
 
 def digits(count: int) -> dict[str, p.TensorData]:
@@ -109,9 +114,14 @@ async def test_a_connection_without_the_token_is_refused_and_the_right_one_serve
     starter = RemoteStarter(agent, "nodea")
     digest = await starter._ship(MODEL)
     start = wire.StartOrder(
-        instance_id="w2", tenant="t", package=digest, batch_size=1, cpus=1, cpu_ids=[0],
+        instance_id="w2",
+        tenant="t",
+        package=digest,
+        batch_size=1,
+        cpus=1,
+        cpu_ids=[0],
         warmup_batch_sizes=[1],
-    )  # fmt: skip
+    )
     started = wire.decode_started(await agent.start(wire.encode(start)))
     wrong = await connect_tcp(started.host, started.port, b"x" * 32, 5.0)
     loop = asyncio.get_running_loop()

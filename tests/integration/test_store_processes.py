@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from infless.weights.package_index import index_weights
-from infless.weights.store import LOCK_FILE, TEMP_PREFIX, TensorStore
+from infless.weights.store import TensorStore
+from infless.weights.store_layout import LOCK_FILE, TEMP_PREFIX
 from tests.support.clock import FakeClock
 from tests.unit.weights.packages import write_package
 

@@ -30,8 +30,9 @@ def test_every_figure_writes_its_png_and_ends_with_one_json_line(
 def test_fig17_infless_leaves_fewer_fragments_than_uniform_batch() -> None:
     rows = figures.build("fig17", small=True)
     largest = max(int(r["target"]) for r in rows.rows)
-    fragment = {str(r["policy"]): float(r["cpu_fragment"]) for r in rows.rows
-                if r["target"] == largest}  # fmt: skip
+    fragment = {
+        str(r["policy"]): float(r["cpu_fragment"]) for r in rows.rows if r["target"] == largest
+    }
     assert fragment["infless"] < fragment["batch"]
     assert fragment["batch+rs"] < fragment["batch"]  # the scheduler alone helps BATCH too
     assert all(float(r["total_s"]) > 0 for r in rows.rows)
@@ -46,8 +47,13 @@ def test_max_rps_is_sustained_and_twice_it_is_not() -> None:
 
 
 def test_sharing_saves_more_with_more_instances_up_to_the_tensors_share() -> None:
-    rows = tetris.fig9({"m": ModelMemory(weight_bytes=300 * MIB, activation_bytes_per_sample=0,
-                                         runtime_bytes=100 * MIB)})  # fmt: skip
+    rows = tetris.fig9(
+        {
+            "m": ModelMemory(
+                weight_bytes=300 * MIB, activation_bytes_per_sample=0, runtime_bytes=100 * MIB
+            )
+        }
+    )
     saved = rows.values("reduction", model="m")
     assert saved == sorted(saved)
     assert saved[0] > 0

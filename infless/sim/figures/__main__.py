@@ -57,8 +57,9 @@ def _fig11_reserve(small: bool) -> Rows:
 
 
 def _table4(small: bool) -> Rows:
-    return cost.table4(_scale(small), load_zoo().models, 100 if small else 10_000,
-                       10 if small else 40)  # fmt: skip
+    return cost.table4(
+        _scale(small), load_zoo().models, 100 if small else 10_000, 10 if small else 40
+    )
 
 
 def _fig15(small: bool) -> Rows:
@@ -82,8 +83,9 @@ def _tetris_fig9(small: bool) -> Rows:
 
 def _tetris_fig13(small: bool) -> Rows:
     servers_count, rate_rps = (4, 3000.0) if small else (16, 40_000.0)
-    cfg = SimConfig(servers=servers_count, mode="fluid", duration_s=10.0 if small else 60.0,
-                    step_s=0.25)  # fmt: skip
+    cfg = SimConfig(
+        servers=servers_count, mode="fluid", duration_s=10.0 if small else 60.0, step_s=0.25
+    )
     return tetris.fig13(cfg, rate_rps)
 
 

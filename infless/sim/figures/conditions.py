@@ -45,14 +45,23 @@ CASES = (
     Case("low rate: 3 functions at 1/20 the load", 3, BASE_RPS / 20),
     Case("40 functions, same total", 40, BASE_RPS),
     Case("40 functions at 1/20 the load", 40, BASE_RPS / 20),
-    Case("heterogeneous servers (16, 12, 6, 4 cores)", 3, BASE_RPS,
-         server_shapes=((16, 0), (12, 0), (6, 0), (4, 0))),
+    Case(
+        "heterogeneous servers (16, 12, 6, 4 cores)",
+        3,
+        BASE_RPS,
+        server_shapes=((16, 0), (12, 0), (6, 0), (4, 0)),
+    ),
     Case("2 GPUs per server", 3, BASE_RPS, gpus_per_server=2),
-    Case("2 GPUs per server, 2 cores kept for them", 3, BASE_RPS, gpus_per_server=2,
-         gpu_core_reserve=2),
+    Case(
+        "2 GPUs per server, 2 cores kept for them",
+        3,
+        BASE_RPS,
+        gpus_per_server=2,
+        gpu_core_reserve=2,
+    ),
     Case("bursty load", 3, BASE_RPS, "bursty"),
     Case("sporadic load", 3, BASE_RPS, "sporadic"),
-)  # fmt: skip
+)
 
 
 def case_mix(case: Case, models: Sequence[str], duration_s: float) -> tuple[SimFunction, ...]:

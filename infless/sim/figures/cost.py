@@ -75,8 +75,13 @@ def _cost_row(policy: str, result: SimResult) -> dict[str, Cell]:
 def _plot_cost(rows: Rows, figure: PlotFigure) -> None:
     labels = [str(r["policy"]) for r in rows.rows]
     bars(figure, 1, labels, rows.values("cpus_per_100_rps"), "CPUs per 100 RPS")
-    bars(figure, 2, labels, [1e6 * v for v in rows.values("cost_per_request_usd")],
-         "cost per request (micro-dollars)")  # fmt: skip
+    bars(
+        figure,
+        2,
+        labels,
+        [1e6 * v for v in rows.values("cost_per_request_usd")],
+        "cost per request (micro-dollars)",
+    )
 
 
 def fig15(

@@ -58,6 +58,5 @@ def fig_modelless(cfg: SimConfig, seeds: Sequence[int] = (1, 2, 3)) -> Rows:
 
 def _plot(rows: Rows, figure: PlotFigure) -> None:
     labels = [str(r["approach"]) for r in rows.rows]
-    bars(figure, 1, labels, [100 * v for v in rows.values("violation_rate")],
-         "SLO violations (%)")  # fmt: skip
+    bars(figure, 1, labels, [100 * v for v in rows.values("violation_rate")], "SLO violations (%)")
     bars(figure, 2, labels, rows.values("core_seconds"), "core-seconds held")

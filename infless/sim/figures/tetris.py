@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 INSTANCES = (2, 4, 8, 16, 32)
 # Tetris §5.2: VGG19's tensors and the rest of an instance's memory
-PAPER_VGG19 = ModelMemory(weight_bytes=int(549 * MIB), activation_bytes_per_sample=0,
-                          runtime_bytes=int(95.4 * MIB))  # fmt: skip
+PAPER_VGG19 = ModelMemory(
+    weight_bytes=int(549 * MIB), activation_bytes_per_sample=0, runtime_bytes=int(95.4 * MIB)
+)
 
 
 def fig9(memory: Mapping[str, ModelMemory], instances: Sequence[int] = INSTANCES) -> Rows:
@@ -55,8 +56,12 @@ def fig9(memory: Mapping[str, ModelMemory], instances: Sequence[int] = INSTANCES
 def _plot_reduction(rows: Rows, figure: PlotFigure) -> None:
     ax = figure.add_subplot(1, 1, 1)
     for model in dict.fromkeys(str(r["model"]) for r in rows.rows):
-        ax.plot(rows.values("instances", model=model), rows.values("reduction", model=model),
-                marker="o", label=model)  # fmt: skip
+        ax.plot(
+            rows.values("instances", model=model),
+            rows.values("reduction", model=model),
+            marker="o",
+            label=model,
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("instances of one function on a server")
     ax.set_ylabel("memory saved")
@@ -101,8 +106,13 @@ def sharing_placement(
     """Rows of (affinity weight, memory per 100 RPS with the store, violations, cores):
     the 40-function mix under INFless with the servers reporting the store's affinity
     (`SimConfig.store_affinity`) and the planner weighing it (`scaling.affinity_weight`)."""
-    mix = mixes.sized(mixes.scale_mix(functions, 1000.0, cfg.duration_s, mixes.SHAPES, models),
-                      instances, servers(cfg), truth_and_planner(cfg)[1], cfg.scaling)  # fmt: skip
+    mix = mixes.sized(
+        mixes.scale_mix(functions, 1000.0, cfg.duration_s, mixes.SHAPES, models),
+        instances,
+        servers(cfg),
+        truth_and_planner(cfg)[1],
+        cfg.scaling,
+    )
     rows: list[dict[str, Cell]] = []
     for weight in weights:
         scaling = msgspec.structs.replace(cfg.scaling, affinity_weight=weight)
@@ -128,8 +138,7 @@ def sharing_placement(
 def _plot_sharing(rows: Rows, figure: PlotFigure) -> None:
     labels = [f"weight {r['affinity_weight']}" for r in rows.rows]
     bars(figure, 1, labels, rows.values("mib_per_100_rps"), "MiB held per 100 RPS (shared)")
-    bars(figure, 2, labels, [100 * v for v in rows.values("violation_rate")],
-         "SLO violations (%)")  # fmt: skip
+    bars(figure, 2, labels, [100 * v for v in rows.values("violation_rate")], "SLO violations (%)")
 
 
 def _plot_memory(rows: Rows, figure: PlotFigure) -> None:

@@ -26,9 +26,15 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure as PlotFigure
 
 POLICIES = (
-    "openfaas+", "batch", "batch+rs", "infless",
-    "infless-nobatch", "infless-nors", "infless-x1.5", "infless-x2",
-)  # fmt: skip
+    "openfaas+",
+    "batch",
+    "batch+rs",
+    "infless",
+    "infless-nobatch",
+    "infless-nors",
+    "infless-x1.5",
+    "infless-x2",
+)
 APPS: dict[str, Callable[[float, float], tuple[SimFunction, ...]]] = {
     "osvt": mixes.osvt,
     "qa": mixes.qa,
@@ -39,8 +45,14 @@ RESOLUTION = 0.03  # bisect until the bracket is within 3 % of its lower end
 
 def local_cluster(duration_s: float = 20.0) -> SimConfig:
     """INFless's local cluster: 8 servers of 16 cores and 2 GPUs."""
-    return SimConfig(servers=8, cpus_per_server=16, gpus_per_server=2, mode="fluid",
-                     duration_s=duration_s, step_s=0.25)  # fmt: skip
+    return SimConfig(
+        servers=8,
+        cpus_per_server=16,
+        gpus_per_server=2,
+        mode="fluid",
+        duration_s=duration_s,
+        step_s=0.25,
+    )
 
 
 def with_core_reserve(cfg: SimConfig, cores: int) -> SimConfig:

@@ -9,7 +9,15 @@ from loadgen.records import RequestRecord
 
 
 def _record(index: int, function: str, at_s: float) -> RequestRecord:
-    return RequestRecord(index, function, at_s, at_s + 0.001, 10.0, 200, "")
+    return RequestRecord(
+        index=index,
+        function=function,
+        scheduled_s=at_s,
+        sent_s=at_s + 0.001,
+        latency_ms=10.0,
+        status=200,
+        error="",
+    )
 
 
 def test_measured_records_drop_the_warmup_and_start_the_window_at_zero() -> None:

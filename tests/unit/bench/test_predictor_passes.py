@@ -8,7 +8,15 @@ from infless.profiler.operators import Measurement
 
 
 def _m(fast_ms: float, ref_ms: float = 0.0) -> Measurement:
-    return Measurement(fast_ms, fast_ms, fast_ms, 0.0, 3, fast_ms, ref_ms)
+    return Measurement(
+        median_ms=fast_ms,
+        fast_ms=fast_ms,
+        min_ms=fast_ms,
+        spread=0.0,
+        reps=3,
+        wall_fast_ms=fast_ms,
+        ref_ms=ref_ms,
+    )
 
 
 def test_the_pass_whose_model_ran_fastest_is_kept_with_its_own_reference_time() -> None:

@@ -29,7 +29,13 @@ def test_devices_are_listed_with_their_memory_and_defaults() -> None:
     assert inventory.count == 2
     assert inventory.devices[0].name == "NVIDIA GeForce RTX 2080 Ti"  # bytes decoded
     assert inventory.devices[1] == GpuDevice(
-        1, "NVIDIA H100 80GB HBM3", fake_uuid(1), 11 * 2**30, 2**20, False, "default"
+        index=1,
+        name="NVIDIA H100 80GB HBM3",
+        uuid=fake_uuid(1),
+        memory_total_bytes=11 * 2**30,
+        memory_used_bytes=2**20,
+        mig_enabled=False,
+        compute_mode="default",
     )
     assert inventory.share_capacity_pct == (100, 100)
     assert (nvml.inits, nvml.shutdowns) == (1, 1)

@@ -13,7 +13,8 @@ from infless.cluster.pids import PidsLayout, PidsLimiter, detect_pids
 def _v1(root: Path) -> tuple[Path, Path]:
     own = root / "pids" / "sessions" / "s1"
     own.mkdir(parents=True)
-    (root / "pids" / "cgroup.procs").write_text("")
+    for directory in (root / "pids", own):  # cgroupfs: every group lists its tasks
+        (directory / "cgroup.procs").write_text("")
     proc = root / "cgroup"
     proc.write_text("8:pids:/sessions/s1\n0::/\n")
     return own, proc

@@ -29,11 +29,28 @@ from loadgen.stats import (
 def _ok(
     index: int, latency_ms: float, function: str = "a", sent_s: float = 0.0, **kw: object
 ) -> RequestRecord:
-    return RequestRecord(index, function, sent_s, sent_s, latency_ms, 200, "", **kw)  # type: ignore[arg-type]
+    return RequestRecord(
+        index=index,
+        function=function,
+        scheduled_s=sent_s,
+        sent_s=sent_s,
+        latency_ms=latency_ms,
+        status=200,
+        error="",
+        **kw,  # type: ignore[arg-type]  # kw: optional fields, typed object here
+    )
 
 
 def _fail(index: int, status: int, error: str, function: str = "a") -> RequestRecord:
-    return RequestRecord(index, function, 0.0, 0.0, math.nan if status == 0 else 1.0, status, error)
+    return RequestRecord(
+        index=index,
+        function=function,
+        scheduled_s=0.0,
+        sent_s=0.0,
+        latency_ms=math.nan if status == 0 else 1.0,
+        status=status,
+        error=error,
+    )
 
 
 def test_percentile_interpolates_linearly() -> None:

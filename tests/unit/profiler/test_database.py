@@ -28,9 +28,11 @@ from infless.types import TensorSpec
 def _relu(width: int) -> OpSignature:
     call = {"dict": {"args": {"tuple": [{"t": 0}]}, "kwargs": {"dict": {}}}}
     return OpSignature(
-        "relu", "function:torch.relu", canonical_params({"call": call}),
+        "relu",
+        "function:torch.relu",
+        canonical_params({"call": call}),
         (TensorInfo((1, width), "float32", 0),),
-    )  # fmt: skip
+    )
 
 
 TINY = ProfilePlan(batches=(1, 2), threads=(1,), budget_s=0.005, min_reps=3, max_reps=3)
@@ -39,7 +41,17 @@ TINY = ProfilePlan(batches=(1, 2), threads=(1,), budget_s=0.005, min_reps=3, max
 def test_rows_round_trip(tmp_path: Path) -> None:
     sig = _relu(8)
     rows = [
-        ProfileRow(sig.key, b, c, 0, 0.1 * b / c, 0.09, 0.02, 5, 1.0)
+        ProfileRow(
+            op_key=sig.key,
+            batch=b,
+            cpus=c,
+            gpu_pct=0,
+            time_ms=0.1 * b / c,
+            min_ms=0.09,
+            spread=0.02,
+            reps=5,
+            measured_at=1.0,
+        )
         for b in (1, 2)
         for c in (1, 2)
     ]
@@ -84,7 +96,21 @@ def test_profiling_resumes_where_it_stopped(tmp_path: Path) -> None:
 
 def test_remeasuring_keeps_the_faster_figure(tmp_path: Path) -> None:
     sig = _relu(8)
-    slow = [ProfileRow(sig.key, b, 1, 0, 1e6, 1e6, 0.0, 3, 1.0, 2e6) for b in (1, 2)]
+    slow = [
+        ProfileRow(
+            op_key=sig.key,
+            batch=b,
+            cpus=1,
+            gpu_pct=0,
+            time_ms=1e6,
+            min_ms=1e6,
+            spread=0.0,
+            reps=3,
+            measured_at=1.0,
+            cold_ms=2e6,
+        )
+        for b in (1, 2)
+    ]
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         db.add_profiles(sig, slow)
         progress = profile_signatures(db, [sig], TINY, remeasure=True)
@@ -138,7 +164,20 @@ def test_a_schema_3_database_is_upgraded_and_its_rows_carry_no_speed_index(
     _v3_database(path)
     with ProfileDatabase(path) as db:
         assert db.get_meta("schema_version") == SCHEMA_VERSION
-        assert db.rows_for(["k"])["k"] == [ProfileRow("k", 1, 1, 0, 2.0, 1.9, 0.01, 5, 1.0, 2.5)]
+        assert db.rows_for(["k"])["k"] == [
+            ProfileRow(
+                op_key="k",
+                batch=1,
+                cpus=1,
+                gpu_pct=0,
+                time_ms=2.0,
+                min_ms=1.9,
+                spread=0.01,
+                reps=5,
+                measured_at=1.0,
+                cold_ms=2.5,
+            )
+        ]
         assert db.speed_points() == []
     with ProfileDatabase(path) as db:  # upgraded once: opens as current from then on
         assert db.get_meta("schema_version") == SCHEMA_VERSION
@@ -211,7 +250,22 @@ def test_a_database_indexed_by_another_reference_kernel_is_refused(tmp_path: Pat
 def test_remeasuring_compares_old_and_new_figures_at_one_machine_speed(tmp_path: Path) -> None:
     sig = _relu(8)
     # the old figure is large only because the machine ran 1e12x slower back then
-    slow = [ProfileRow(sig.key, b, 1, 0, 1e6, 1e6, 0.0, 3, 1.0, 1e6, 1e12) for b in (1, 2)]
+    slow = [
+        ProfileRow(
+            op_key=sig.key,
+            batch=b,
+            cpus=1,
+            gpu_pct=0,
+            time_ms=1e6,
+            min_ms=1e6,
+            spread=0.0,
+            reps=3,
+            measured_at=1.0,
+            cold_ms=1e6,
+            ref_ms=1e12,
+        )
+        for b in (1, 2)
+    ]
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         db.add_profiles(sig, slow)
         profile_signatures(db, [sig], TINY, remeasure=True, reference=_Reference())
@@ -223,7 +277,19 @@ def test_a_cold_figure_is_brought_to_the_warm_figures_machine_speed() -> None:
     warm = Measurement(2.0, 2.0, 1.9, 0.01, 5, 2.1, ref_ms=1.0)
     cold = Measurement(6.0, 6.0, 5.5, 0.01, 5, 6.1, ref_ms=2.0)  # measured at half speed
     row = profile_row("k", 4, 2, warm, cold, measured_at=7.0)
-    assert row == ProfileRow("k", 4, 2, 0, 2.0, 1.9, 0.01, 5, 7.0, 3.0, 1.0)
+    assert row == ProfileRow(
+        op_key="k",
+        batch=4,
+        cpus=2,
+        gpu_pct=0,
+        time_ms=2.0,
+        min_ms=1.9,
+        spread=0.01,
+        reps=5,
+        measured_at=7.0,
+        cold_ms=3.0,
+        ref_ms=1.0,
+    )
     unpaired = profile_row("k", 4, 2, replace(warm, ref_ms=0.0), cold, measured_at=7.0)
     assert (unpaired.cold_ms, unpaired.ref_ms) == (6.0, 0.0)
 

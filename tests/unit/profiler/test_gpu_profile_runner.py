@@ -56,9 +56,15 @@ def test_each_share_runs_in_its_own_child_and_its_points_are_stored(tmp_path: Pa
     lines: list[str] = []
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         rows = profile_gpu(
-            package(tmp_path / "pkg"), [30, 10, 100], "GPU-1", "/run/mps", db,
-            device_name=H100, log=lines.append, run=children,
-        )  # fmt: skip
+            package(tmp_path / "pkg"),
+            [30, 10, 100],
+            "GPU-1",
+            "/run/mps",
+            db,
+            device_name=H100,
+            log=lines.append,
+            run=children,
+        )
         assert db.gpu_latency() == sorted(rows, key=lambda r: (r.gpu_pct, r.batch_size))
     assert [env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for _, env in children.calls] == [
         "10",
@@ -85,9 +91,15 @@ def test_without_mps_only_the_whole_gpu_is_measured_and_the_runner_says_why(
     lines: list[str] = []
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         rows = profile_gpu(
-            package(tmp_path / "pkg"), [10, 30, 100], None, None, db, model_key="k",
-            log=lines.append, run=children,
-        )  # fmt: skip
+            package(tmp_path / "pkg"),
+            [10, 30, 100],
+            None,
+            None,
+            db,
+            model_key="k",
+            log=lines.append,
+            run=children,
+        )
     assert {r.gpu_pct for r in rows} == {100}
     assert {r.device_name for r in rows} == {"the child's own name"}
     assert {r.model_key for r in rows} == {"k"}
@@ -100,16 +112,28 @@ def test_a_failed_share_is_skipped_and_no_share_at_all_is_an_error(tmp_path: Pat
     lines: list[str] = []
     with ProfileDatabase(tmp_path / "p.sqlite") as db:
         rows = profile_gpu(
-            package(tmp_path / "pkg"), [10, 30], None, "/run/mps", db,
-            device_name=H100, log=lines.append, run=FakeChildren(failing=frozenset({10})),
-        )  # fmt: skip
+            package(tmp_path / "pkg"),
+            [10, 30],
+            None,
+            "/run/mps",
+            db,
+            device_name=H100,
+            log=lines.append,
+            run=FakeChildren(failing=frozenset({10})),
+        )
         assert {r.gpu_pct for r in rows} == {30}
         assert any("10 % failed: CUDA error" in line for line in lines)
         with pytest.raises(GpuProfileFailed, match="no GPU share could be measured: 30 %: CUDA"):
             profile_gpu(
-                tmp_path / "pkg", [30], None, "/run/mps", db, device_name=H100,
-                log=lines.append, run=FakeChildren(failing=frozenset({30})),
-            )  # fmt: skip
+                tmp_path / "pkg",
+                [30],
+                None,
+                "/run/mps",
+                db,
+                device_name=H100,
+                log=lines.append,
+                run=FakeChildren(failing=frozenset({30})),
+            )
 
 
 def test_inherited_mps_settings_never_leak_into_a_child() -> None:
@@ -131,12 +155,28 @@ def test_the_command_parses_its_gpu_options_and_needs_names(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = build_parser("profile").parse_args(
-        ["profile", "--gpu", "resnet-50", "--shares", "30,100", "--mps-pipe-dir", "/run/mps",
-         "--uuid", "GPU-1", "--dtype", "bf16", "--rounds", "5"]
-    )  # fmt: skip
+        [
+            "profile",
+            "--gpu",
+            "resnet-50",
+            "--shares",
+            "30,100",
+            "--mps-pipe-dir",
+            "/run/mps",
+            "--uuid",
+            "GPU-1",
+            "--dtype",
+            "bf16",
+            "--rounds",
+            "5",
+        ]
+    )
     assert (args.gpu, args.names, args.shares, args.mps_pipe_dir) == (
-        True, ["resnet-50"], "30,100", "/run/mps",
-    )  # fmt: skip
+        True,
+        ["resnet-50"],
+        "30,100",
+        "/run/mps",
+    )
     assert (args.uuid, args.dtype, args.rounds) == ("GPU-1", "bf16", 5)
     args = build_parser("profile").parse_args(["profile", "--gpu"])
     assert commands.run(args) == 2

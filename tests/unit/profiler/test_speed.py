@@ -120,9 +120,13 @@ def test_the_paired_reference_is_averaged_over_the_repetitions_the_figure_keeps(
 def test_each_repetition_is_followed_by_a_warm_and_a_timed_reference_call() -> None:
     calls: list[int] = []
     found = measure_threads(
-        lambda: None, (1, 2), min_reps=3, max_reps=3, max_spread=float("inf"),
+        lambda: None,
+        (1, 2),
+        min_reps=3,
+        max_reps=3,
+        max_spread=float("inf"),
         reference=lambda: calls.append(torch.get_num_threads()),
-    )  # fmt: skip
+    )
     # at the thread count measured: 3 repetitions x (warm, timed); at two threads a timed
     # call a neighbour interrupted is timed again, so there may be more there
     assert calls.count(1) == 3 * 2

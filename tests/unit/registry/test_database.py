@@ -20,7 +20,15 @@ from infless.types import FunctionSpec
 
 
 def _spec(name: str, instances: int = 1) -> FunctionSpec:
-    return FunctionSpec(name, "mnist", 50.0, 4, 1, 5, instances)
+    return FunctionSpec(
+        name=name,
+        image="mnist",
+        slo_ms=50.0,
+        max_batch=4,
+        min_instances=1,
+        max_instances=5,
+        instances=instances,
+    )
 
 
 @contextmanager

@@ -69,12 +69,24 @@ def test_bad_memory_quantities_name_the_field_and_value(text: str, why: str) -> 
 @pytest.mark.parametrize(
     "name",
     [
-        "PATH", "path", "PYTHONPATH", "PYTHONHOME", "LD_PRELOAD", "LD_LIBRARY_PATH",
-        "OMP_NUM_THREADS", "KMP_AFFINITY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-        "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "INFLESS_INSTANCE_ID", "infless_anything",
-        "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY",
+        "PATH",
+        "path",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "OMP_NUM_THREADS",
+        "KMP_AFFINITY",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MALLOC_ARENA_MAX",
+        "GLIBC_TUNABLES",
+        "INFLESS_INSTANCE_ID",
+        "infless_anything",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_MPS_PIPE_DIRECTORY",
     ],
-)  # fmt: skip
+)
 def test_names_a_worker_depends_on_are_refused(name: str) -> None:
     assert reserved_env_reason(name) is not None
     with pytest.raises(InvalidDeployment) as info:

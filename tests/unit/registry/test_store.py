@@ -11,9 +11,40 @@ from infless.types import FunctionSpec
 def test_specs_survive_reopening_and_updates_replace(tmp_path: Path) -> None:
     path = tmp_path / "state" / "registry.sqlite"
     registry = FunctionRegistry(path)
-    registry.put(FunctionSpec("a", "mnist", 50.0, 8, 1, 5, 1, labels={"k": "v"}))
-    registry.put(FunctionSpec("b", "textcnn-69", 50.0, 8, 1, 5, 2))
-    registry.put(FunctionSpec("a", "mnist", 60.0, 4, 1, 5, 3))
+    registry.put(
+        FunctionSpec(
+            name="a",
+            image="mnist",
+            slo_ms=50.0,
+            max_batch=8,
+            min_instances=1,
+            max_instances=5,
+            instances=1,
+            labels={"k": "v"},
+        )
+    )
+    registry.put(
+        FunctionSpec(
+            name="b",
+            image="textcnn-69",
+            slo_ms=50.0,
+            max_batch=8,
+            min_instances=1,
+            max_instances=5,
+            instances=2,
+        )
+    )
+    registry.put(
+        FunctionSpec(
+            name="a",
+            image="mnist",
+            slo_ms=60.0,
+            max_batch=4,
+            min_instances=1,
+            max_instances=5,
+            instances=3,
+        )
+    )
     registry.close()
 
     reopened = FunctionRegistry(path)

@@ -20,8 +20,12 @@ def launch_plus_work_ms(batch_size: int, gpu_pct: int) -> float:
     return 2.0 + 0.5 * batch_size * 100.0 / gpu_pct
 
 
-def rows(device: str = H100, model: str = "m", shares: tuple[int, ...] = (20, 50, 100),
-         batches: tuple[int, ...] = (1, 2, 4, 8)) -> list[GpuLatencyRow]:  # fmt: skip
+def rows(
+    device: str = H100,
+    model: str = "m",
+    shares: tuple[int, ...] = (20, 50, 100),
+    batches: tuple[int, ...] = (1, 2, 4, 8),
+) -> list[GpuLatencyRow]:
     return [
         GpuLatencyRow(device, model, b, g, 1, launch_plus_work_ms(b, g))
         for g in shares

@@ -61,7 +61,13 @@ def test_the_bound_never_changes_the_choice(
     best_rate = max(c.rate_per_unit for c in cands)
     expected = _full_argmax(cands, CapacityIndex(servers, BETA), best_rate, min_fragment)
     got = pick(
-        cands, 1e9, CapacityIndex(servers, BETA), best_rate,
-        function="f", served=False, min_fragment=min_fragment, affinity_weight=0.0,
-    )  # fmt: skip
+        cands,
+        1e9,
+        CapacityIndex(servers, BETA),
+        best_rate,
+        function="f",
+        served=False,
+        min_fragment=min_fragment,
+        affinity_weight=0.0,
+    )
     assert got == expected

@@ -43,7 +43,14 @@ def fn(
     keep_warm: bool = True,
 ) -> FunctionView:
     return FunctionView(
-        name, "m", slo_ms, max_batch, min_instances, max_instances, keep_warm, instances
+        name=name,
+        model_key="m",
+        slo_ms=slo_ms,
+        max_batch=max_batch,
+        min_instances=min_instances,
+        max_instances=max_instances,
+        keep_warm=keep_warm,
+        instances=instances,
     )
 
 

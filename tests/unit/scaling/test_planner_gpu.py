@@ -23,8 +23,12 @@ CFG = ScalingConfig(cpu_options=(1, 2, 4))
 BATCHES = (1, 2, 4, 8, 16, 32)
 
 
-def gpu_rows(launch_ms: float, per_item_ms_at_30: float, shares: tuple[int, ...] = (30, 50, 100),
-             model: str = "m") -> list[GpuLatencyRow]:  # fmt: skip
+def gpu_rows(
+    launch_ms: float,
+    per_item_ms_at_30: float,
+    shares: tuple[int, ...] = (30, 50, 100),
+    model: str = "m",
+) -> list[GpuLatencyRow]:
     """A GPU profile: t = launch + per item × b × 30 / g (work spread over the share)."""
     return [
         GpuLatencyRow(H100, model, b, g, 1, launch_ms + per_item_ms_at_30 * b * 30.0 / g)

@@ -131,14 +131,14 @@ def test_covered_rate_reaches_demand_when_capacity_allows(
     predictor = AnalyticPredictor({"a": model})
     function = fns[0]
     function = FunctionView(
-        function.name,
-        function.model_key,
-        max(function.slo_ms, 10.0),
-        function.max_batch,
-        function.min_instances,
-        10**6,
-        function.keep_warm,
-        function.instances,
+        name=function.name,
+        model_key=function.model_key,
+        slo_ms=max(function.slo_ms, 10.0),
+        max_batch=function.max_batch,
+        min_instances=function.min_instances,
+        max_instances=10**6,
+        keep_warm=function.keep_warm,
+        instances=function.instances,
     )
     plenty = tuple(ServerView(f"s{k}", 16, 16) for k in range(200))
     result = plan(PoolView(plenty, (function,)), Demand({"a": rate}), predictor, CFG)

@@ -110,8 +110,10 @@ def test_tier_over_fake_devices_shares_evicts_lru_and_refuses(tmp_path: Path) ->
     clock = FakeClock(start=0.0)
     device = FakeDevice(0, tmp_path / "fake", total_bytes=4096)
     tier = GpuTier([device], memory_fraction=0.5, clock=clock)  # 2048 bytes for the tier
-    models = {key: write_stored(tmp_path / key, {"w": np.full(256, i, np.float32)})
-              for i, key in enumerate(["a", "b", "c"])}  # fmt: skip
+    models = {
+        key: write_stored(tmp_path / key, {"w": np.full(256, i, np.float32)})
+        for i, key in enumerate(["a", "b", "c"])
+    }
     size = 1024  # 256 float32
 
     def open_model(instance: str, key: str) -> SharedModel:

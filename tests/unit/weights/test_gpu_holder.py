@@ -20,8 +20,9 @@ def test_model_key_is_stable_and_names_content_and_order() -> None:
     assert len(key) == 40
     assert int(key, 16) >= 0
     # the same content in another tenant's directory is the same model
-    elsewhere = [StoredTensor(t.name, "/other/t2/" + Path(t.path).name, t.dtype, t.shape)
-                 for t in (A, B)]  # fmt: skip
+    elsewhere = [
+        StoredTensor(t.name, "/other/t2/" + Path(t.path).name, t.dtype, t.shape) for t in (A, B)
+    ]
     assert model_key_of(elsewhere) == key
     assert model_key_of([B, A]) != key  # another order is another layout
     renamed = StoredTensor("a.weight2", A.path, A.dtype, A.shape)

@@ -71,7 +71,16 @@ def test_a_fake_copy_opens_on_the_cpu_only(tmp_path: Path) -> None:
 
 
 def cuda_shared(holder_device: int) -> SharedModel:
-    handle = CudaIpcHandle(holder_device, b"h", 1024, 0, b"r", 0, None, False)
+    handle = CudaIpcHandle(
+        device=holder_device,
+        handle=b"h",
+        storage_size_bytes=1024,
+        storage_offset_bytes=0,
+        ref_counter_handle=b"r",
+        ref_counter_offset=0,
+        event_handle=None,
+        event_sync_required=False,
+    )
     return SharedModel("resnet", holder_device, handle, [])
 
 

@@ -112,7 +112,16 @@ class FakeDevice:
     def export(self, copy: object) -> SharedModel:
         key = str(copy)
         layout, _ = plan_layout((name, "float32", [1]) for name in self.live[key])
-        handle = CudaIpcHandle(self._index, key.encode(), 4, 0, b"rc", 0, None, False)
+        handle = CudaIpcHandle(
+            device=self._index,
+            handle=key.encode(),
+            storage_size_bytes=4,
+            storage_offset_bytes=0,
+            ref_counter_handle=b"rc",
+            ref_counter_offset=0,
+            event_handle=None,
+            event_sync_required=False,
+        )
         return SharedModel(key, self._index, handle, layout)
 
     def free(self, copy: object) -> None:
@@ -171,7 +180,16 @@ def test_tier_validates_configuration() -> None:
 
 
 def test_shared_model_travels_as_msgpack() -> None:
-    handle = CudaIpcHandle(1, b"\x00\x01", 1024, 256, b"ref", 8, b"ev", True)
+    handle = CudaIpcHandle(
+        device=1,
+        handle=b"\x00\x01",
+        storage_size_bytes=1024,
+        storage_offset_bytes=256,
+        ref_counter_handle=b"ref",
+        ref_counter_offset=8,
+        event_handle=b"ev",
+        event_sync_required=True,
+    )
     layout, _ = plan_layout([("w", "float16", [4, 4])])
     shared = SharedModel("bert", 1, handle, layout)
     wire = msgspec.msgpack.encode(shared)

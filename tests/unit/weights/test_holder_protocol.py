@@ -17,7 +17,16 @@ from infless.weights.stored import StoredTensor
 LAYOUT, _ = plan_layout([("w", "float32", [2, 2]), ("b", "bfloat16", [3])])
 HELD = GpuModel("k", 1024, frozenset({"i1", "i2"}), 12.5)
 BOOKS = [DeviceBook(0, 4096, (HELD,)), DeviceBook(1, 10)]
-CUDA = CudaIpcHandle(0, b"\x01" * 64, 1024, 512, b"/torch_1_2", 3, b"\x00" * 64, True)
+CUDA = CudaIpcHandle(
+    device=0,
+    handle=b"\x01" * 64,
+    storage_size_bytes=1024,
+    storage_offset_bytes=512,
+    ref_counter_handle=b"/torch_1_2",
+    ref_counter_offset=3,
+    event_handle=b"\x00" * 64,
+    event_sync_required=True,
+)
 
 TO_HOLDER: list[h.ToHolder] = [
     h.HolderStart("cuda", [h.HolderDevice(3, "GPU-abc"), h.HolderDevice(0, "GPU-def")], 0.5),

@@ -12,7 +12,8 @@ import pytest
 from infless.weights import package_index
 from infless.weights.package_index import PackageIndex
 from infless.weights.reclaimer import store_usage
-from infless.weights.store import LOCK_FILE, TEMP_PREFIX, StoreError, TensorStore
+from infless.weights.store import StoreError, TensorStore
+from infless.weights.store_layout import LOCK_FILE, TEMP_PREFIX
 from infless.weights.stored import StoredTensor
 from tests.support.clock import FakeClock
 from tests.unit.weights.packages import backbone, variant, write_package
@@ -116,8 +117,10 @@ def test_tenants_get_separate_directories_even_for_identical_content(
     with pytest.raises(StoreError, match="not a tensor of tenant 'bob'"):
         store.acquire("i1", "bob", alice)
     usage = store_usage(store.entries())  # what /system/servers and the live board show
-    assert usage["tenantBytes"] == {"alice": store.resident_bytes("alice"),
-                                    "bob": store.resident_bytes("bob")}  # fmt: skip
+    assert usage["tenantBytes"] == {
+        "alice": store.resident_bytes("alice"),
+        "bob": store.resident_bytes("bob"),
+    }
     assert usage["bytes"] == store.resident_bytes()
     assert usage["tensors"] == len(alice) + len(bob)
 
