@@ -5,7 +5,8 @@ server's own control plane driving it:
 
 - the `Autoscaler`, with the configured policy (or INFless's Algorithm 1);
 - the `PrewarmManager`, for scale-to-zero functions;
-- model-less applications' vertical scaling (`control.vertical.VerticalScaling`) and the `VariantMonitor`.
+- model-less applications' vertical scaling (`control.vertical.VerticalScaling`) and the
+  `VariantMonitor`.
 
 These are the very classes `infless serve` constructs (`app.build_platform`), given the
 sections of `SimConfig` that `config.toml` would give them.
