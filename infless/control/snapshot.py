@@ -107,25 +107,40 @@ def instance_views(function: DeployedFunction, now: float) -> tuple[InstanceView
             b = instance.config.batch_size
             views.append(
                 InstanceView(
-                    wanted.instance_id, function.name, wanted.server_id, instance.config,
-                    ViewState.READY, instance.exec_ms_by_batch.get(b), instance.started_at_s,
+                    wanted.instance_id,
+                    function.name,
+                    wanted.server_id,
+                    instance.config,
+                    ViewState.READY,
+                    instance.exec_ms_by_batch.get(b),
+                    instance.started_at_s,
                     None if instance.busy else instance.last_active_s,
                 )
-            )  # fmt: skip
+            )
         else:  # starting, or waiting to be started again
             started_s = now if instance is None else instance.started_at_s
             views.append(
                 InstanceView(
-                    wanted.instance_id, function.name, wanted.server_id, wanted.config,
-                    ViewState.STARTING, wanted.exec_ms, started_s,
+                    wanted.instance_id,
+                    function.name,
+                    wanted.server_id,
+                    wanted.config,
+                    ViewState.STARTING,
+                    wanted.exec_ms,
+                    started_s,
                 )
-            )  # fmt: skip
+            )
     for instance in function.router.instances:
         if instance.state is InstanceState.DRAINING:
             views.append(
                 InstanceView(
-                    instance.instance_id, function.name, instance.server_id, instance.config,
-                    ViewState.DRAINING, None, instance.started_at_s,
+                    instance.instance_id,
+                    function.name,
+                    instance.server_id,
+                    instance.config,
+                    ViewState.DRAINING,
+                    None,
+                    instance.started_at_s,
                 )
-            )  # fmt: skip
+            )
     return tuple(views)

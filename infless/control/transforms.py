@@ -71,9 +71,13 @@ class Transformer(InstanceStarter, Protocol):
         ...
 
     async def transform(
-        self, order: BootOrder, donor_id: str, handle: WorkerHandle, steps: list[PlanStep],
+        self,
+        order: BootOrder,
+        donor_id: str,
+        handle: WorkerHandle,
+        steps: list[PlanStep],
         structure_json: str,
-    ) -> Booted: ...  # fmt: skip
+    ) -> Booted: ...
 
 
 @dataclass(slots=True)
@@ -282,9 +286,13 @@ class TransformingStarter(LayeredStarter):
         chosen = choose(normal, candidates)
         plan = plans.get(chosen.donor or "")
         return Decision(
-            chosen, (normal, *candidates), dest.model_key, plan,
-            dest.to_json() if plan is not None else "", (perf_s() - started) * 1000.0,
-        )  # fmt: skip
+            chosen,
+            (normal, *candidates),
+            dest.model_key,
+            plan,
+            dest.to_json() if plan is not None else "",
+            (perf_s() - started) * 1000.0,
+        )
 
     def _plan(self, source_dir: Path, dest_dir: Path) -> TransformPlan | None:
         key = (str(source_dir), str(dest_dir))
@@ -316,12 +324,19 @@ class TransformingStarter(LayeredStarter):
             return None
         try:
             booted = await self.transformer.transform(
-                order, worker.entry.worker_id, worker.handle, list(decision.plan.steps),
+                order,
+                worker.entry.worker_id,
+                worker.handle,
+                list(decision.plan.steps),
                 decision.structure_json,
-            )  # fmt: skip
+            )
         except Exception as exc:
-            log.warning("transforming %s into %s failed (%s); starting it normally",
-                        worker.entry.worker_id, order.instance_id, exc)  # fmt: skip
+            log.warning(
+                "transforming %s into %s failed (%s); starting it normally",
+                worker.entry.worker_id,
+                order.instance_id,
+                exc,
+            )
             return None
         self.record(StartPath.TRANSFORM, decision.plan.dest_key, booted.start)
         self.start_costs.record_transform(decision.plan.predicted_ms, booted.start.transform_ms)

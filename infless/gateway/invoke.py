@@ -210,9 +210,12 @@ class Invoker:
 
 
 def _sample(
-    function: DeployedFunction, body: bytes, fmt: str, content_type: str | None,
+    function: DeployedFunction,
+    body: bytes,
+    fmt: str,
+    content_type: str | None,
     headers: Mapping[str, str],
-) -> Sample:  # fmt: skip
+) -> Sample:
     if function.manifest.handler is not None:  # the body as it came, for the handler
         return RawRequest(body, content_type or "application/octet-stream")
     return decode_sample(body, fmt, headers, function.input_specs)
@@ -249,6 +252,8 @@ class InvokeHandler:
             request.match_info["name"], request.content_length, request.headers, read_body
         )
         return web.Response(
-            status=answer.status, body=answer.body, content_type=answer.content_type,
+            status=answer.status,
+            body=answer.body,
+            content_type=answer.content_type,
             headers=answer.headers,
-        )  # fmt: skip
+        )

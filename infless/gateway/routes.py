@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -58,9 +59,14 @@ def board_hub(ctx: GatewayContext) -> Hub:
     ui = ctx.config.ui
     reader = BoardReader(ctx)
     return Hub(
-        ctx.clock, ui.interval_s, ui.history_s, reader.readings, reader.state,
-        ui.max_viewers, ui.max_skipped,
-    )  # fmt: skip
+        clock=ctx.clock,
+        interval_s=ui.interval_s,
+        history_s=ui.history_s,
+        read=reader.readings,
+        state=reader.state,
+        max_viewers=ui.max_viewers,
+        max_skipped=ui.max_skipped,
+    )
 
 
 def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[web.RouteDef]:
@@ -151,23 +157,28 @@ def install(app: web.Application, ctx: GatewayContext) -> None:
     ctx.metrics.add_collector(ServerCollector(pool))
     handler = GatewayLogHandler(ctx.logs)
 
-    async def startup(_: web.Application) -> None:
+    async def function_logs(_: web.Application) -> AsyncIterator[None]:
+        """Gateway log records about instances join the function logs, from the first
+        start-up step to the last clean-up step (this context starts first)."""
         ctx.logs.bind(asyncio.get_running_loop())
         logging.getLogger(LOGGER_NAME).addHandler(handler)
-        if hub is not None:
-            hub.start()
-
-    async def shutdown(_: web.Application) -> None:
-        ctx.logs.close()  # log followers end, so the server's drain does not wait on them
-        if hub is not None:
-            hub.close()  # ... and so do the board's pages
-
-    async def cleanup(_: web.Application) -> None:
+        yield
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
         collector.close()
+
+    async def board(_: web.Application) -> AsyncIterator[None]:
+        if hub is not None:
+            hub.start()
+        yield
         if hub is not None:
             await hub.stop()
 
-    app.on_startup.insert(0, startup)
+    async def shutdown(_: web.Application) -> None:
+        """Before the server drains: log followers and the board's pages end, so the drain
+        does not wait on them."""
+        ctx.logs.close()
+        if hub is not None:
+            hub.close()
+
+    app.cleanup_ctx.extend([function_logs, board])
     app.on_shutdown.append(shutdown)
-    app.on_cleanup.append(cleanup)

@@ -130,8 +130,9 @@ class ProcessStarter(StarterDefaults):
             self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
         )
 
-    async def launch(self, worker_id: str, function: str = "", instance: str = ""
-                     ) -> ProcessWorkerHandle:  # fmt: skip
+    async def launch(
+        self, worker_id: str, function: str = "", instance: str = ""
+    ) -> ProcessWorkerHandle:
         """A new worker process with no model yet (from the zygote, else fresh), its output
         labelled `function`/`instance`; no cores assigned (`adopt` confines it)."""
         launched = await self.launcher.launch(worker_id, self._pumps is not None)
@@ -157,8 +158,12 @@ class ProcessStarter(StarterDefaults):
         logs (`previous_id`: the id it had while kept warm)."""
         self.cgroups.confine(order, handle.pid)
         handle.rebind_death(order.on_death)
-        self.relabel(previous_id or order.instance_id, order.instance_id, order.function,
-                     order.instance or order.instance_id)  # fmt: skip
+        self.relabel(
+            previous_id or order.instance_id,
+            order.instance_id,
+            order.function,
+            order.instance or order.instance_id,
+        )
 
     def relabel(self, old_id: str, new_id: str, function: str, instance: str) -> None:
         """Whose lines a worker's output is from now on (it serves someone else)."""
@@ -296,8 +301,9 @@ class ProcessStarter(StarterDefaults):
             )
             ready = await handle.transform(request, self._settings.start_timeout_s)
             # its output joins the new function's logs
-            self.relabel(donor_id, order.instance_id, order.function,
-                         order.instance or order.instance_id)  # fmt: skip
+            self.relabel(
+                donor_id, order.instance_id, order.function, order.instance or order.instance_id
+            )
         except BaseException:
             handle.kill()
             await self.cgroups.release(order.instance_id)  # the normal start makes its own
@@ -321,9 +327,14 @@ class ProcessStarter(StarterDefaults):
         if self._templates is not None and stored is not None and not runtime.secrets:
             try:
                 launched = await self._templates.launch(
-                    order.instance_id, order.tenant, self._package(order), stored,
-                    runtime.env, capture, self.sandbox_of(order),
-                )  # fmt: skip
+                    order.instance_id,
+                    order.tenant,
+                    self._package(order),
+                    stored,
+                    runtime.env,
+                    capture,
+                    self.sandbox_of(order),
+                )
             except (ZygoteError, StoreError, OSError) as exc:
                 log.warning(
                     "no template for %s (%s); forking it from the zygote", order.instance_id, exc

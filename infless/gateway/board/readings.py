@@ -149,9 +149,7 @@ def _server(
 ) -> dict[str, object]:
     """A server's capacity, what is free, its GPUs, its store and its kept workers."""
     idle = sum(1 for load in server.allocator.load().values() if load == 0)
-    view = server_view(
-        functions, server.server_id, server.capacity_cpus, server.gpu_pct, idle
-    )  # fmt: skip
+    view = server_view(functions, server.server_id, server.capacity_cpus, server.gpu_pct, idle)
     status: Mapping[str, object] = {} if server.status is None else server.status()
     return {
         "id": server.server_id,

@@ -146,9 +146,13 @@ class RepositoryRoutes:
             failed = self._functions.failed
             for name, failure in sorted(failed.items()):
                 entries.append(
-                    {"name": name, "version": MODEL_VERSION, "state": "UNAVAILABLE",
-                     "reason": failure.error}
-                )  # fmt: skip
+                    {
+                        "name": name,
+                        "version": MODEL_VERSION,
+                        "state": "UNAVAILABLE",
+                        "reason": failure.error,
+                    }
+                )
             for name in sorted(set(ZOO) - set(deployed) - set(failed)):
                 entries.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
         return _json(entries)
