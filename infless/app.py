@@ -31,6 +31,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.readiness import Readiness
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.control.service import FunctionService
+from infless.control.status import PoolStatus
 from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
@@ -58,7 +59,7 @@ from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
 from infless.workers.output import Sink
-from infless.workers.starting import InstanceStarter
+from infless.workers.starting import Starter
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,14 @@ class Platform:
 
     def gateway_context(self) -> GatewayContext:
         gpu = self.gpu
+        status = PoolStatus(self.pool, self.functions.failed, self.autoscaler)
         return GatewayContext(
             config=self.config,
             frontend=self.frontend,
-            pool=self.pool,
             functions=self.functions,
+            deployed=status,
+            instances=status,
+            servers=status,
             prewarm=self.prewarm,
             metrics=self.metrics,
             logs=self.logs,
@@ -125,7 +129,7 @@ PLATFORM_KEY = web.AppKey("platform", Platform)
 class LocalChain:
     """This machine's chain of starters, and the layers the rest of the wiring reads."""
 
-    starter: InstanceStarter
+    starter: Starter
     transforms: TransformingStarter | None
     gpu: GpuSide | None
 
@@ -147,7 +151,7 @@ def local_starter(
     processes = make_starter(
         config, store, confiner, secrets, output, records=records, sandboxes=sandboxes
     )
-    starter: InstanceStarter = processes
+    starter: Starter = processes
     transforms = None
     if store is not None and config.transform.enabled:
         structures = StructureCache(
@@ -210,7 +214,7 @@ def tenancy(config: Config) -> tuple[TenantRegistry, TenantSandboxes]:
 
 
 def build_platform(
-    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+    config: Config, clock: Clock | None = None, starter: Starter | None = None
 ) -> Platform:
     """Every subsystem of one gateway; `starter` replaces the worker processes (tests)."""
     clock = clock or RealClock()
@@ -350,7 +354,7 @@ def build_platform(
 
 
 def create_app(
-    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+    config: Config, clock: Clock | None = None, starter: Starter | None = None
 ) -> web.Application:
     platform = build_platform(config, clock, starter)
     auth = load_auth(config)

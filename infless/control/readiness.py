@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from infless.control.failed import FailedDeployment
 from infless.control.functions import DeployedFunction
+from infless.control.views import ReadinessView
 
 SETTLED_STATES = frozenset({"ready", "idle", "failed"})
 
@@ -30,8 +31,8 @@ class ReadinessReport:
     starting: tuple[str, ...] = ()  # the startup functions not settled yet
     failed: dict[str, str] = field(default_factory=dict)  # function -> why
 
-    def to_json(self) -> dict[str, object]:
-        return {"ready": self.ready, "starting": list(self.starting), "failed": self.failed}
+    def view(self) -> ReadinessView:
+        return ReadinessView(ready=self.ready, starting=list(self.starting), failed=self.failed)
 
 
 class Readiness:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from infless.clock import Clock, perf_s
 from infless.control.structures import StructureCache
 from infless.transform.choice import Candidate, StartCosts, StartPath, choose
@@ -42,10 +44,11 @@ from infless.workers.starting import (
     Booted,
     BootOrder,
     History,
-    InstanceStarter,
     LayeredStarter,
     Retiring,
+    Starter,
 )
+from infless.workers.status import IdleWorkerView, KeptWorkerView, PackageView, StructureView
 
 if TYPE_CHECKING:
     from infless.control.functions import DeployedFunction
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Transformer(InstanceStarter, Protocol):
+class Transformer(Starter, Protocol):
     """What the transforming layer needs of the starter inside it (`ProcessStarter`)."""
 
     def normal_path(self, order: BootOrder) -> StartPath: ...
@@ -367,36 +370,35 @@ class TransformingStarter(LayeredStarter):
                 closeness = max(closeness, 1.0 - min(1.0, plan.predicted_ms / build_ms))
         return closeness
 
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
+    def describe_function(self, package_dir: Path) -> PackageView:
         """Whether the package's structure is known yet, and whether it can be transformed."""
         described = self.inner.describe_function(package_dir)
         structure = self.structures.get(package_dir)
         if structure is None:
-            return {**described, "structure": {"described": False, "transformable": None}}
-        return {
-            **described,
-            "structure": {
-                "described": True,
-                "transformable": structure.transformable,
-                "reason": structure.reason or None,
-                "operations": len(structure.ops),
-                "graphNodes": len(structure.nodes),
-            },
-        }
+            view = StructureView(described=False, transformable=None)
+        else:
+            view = StructureView(
+                described=True,
+                transformable=structure.transformable,
+                reason=structure.reason or None,
+                operations=len(structure.ops),
+                graph_nodes=len(structure.nodes),
+            )
+        return msgspec.structs.replace(described, structure=view)
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         now = self.clock.now()
-        return [
-            {
-                "id": w.instance_id,
-                "function": w.entry.function,
-                "state": "idle",
-                "pid": w.handle.pid,
-                "idleS": round(now - w.entry.parked_s, 3),
-                "history": w.history,
-            }
+        idle: list[KeptWorkerView] = [
+            IdleWorkerView(
+                worker_id=w.instance_id,
+                function=w.entry.function,
+                pid=w.handle.pid,
+                idle_s=round(now - w.entry.parked_s, 3),
+                history=w.history,
+            )
             for w in self.idle.values()
-        ] + self.inner.kept()
+        ]
+        return idle + self.inner.kept()
 
     async def close(self) -> None:
         """Stop the idle workers, then the inner starter."""

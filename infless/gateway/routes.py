@@ -79,7 +79,11 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
     package_limits = Limits(ctx.config.gateway.max_package_bytes)
     packages = PackageRoutes(ctx.packages, package_limits)
     repository = RepositoryRoutes(
-        ctx.frontend, ctx.pool, ctx.functions, ctx.packages, package_limits
+        frontend=ctx.frontend,
+        deployed=ctx.deployed,
+        functions=ctx.functions,
+        packages=ctx.packages,
+        limits=package_limits,
     )
     modelless = ModellessRoutes(ctx.modelless, package_limits)
     document = orjson.dumps(openapi_document())
@@ -88,7 +92,7 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
         return web.Response(body=document, content_type="application/json")
 
     def namespace_of(name: str) -> str | None:
-        function = ctx.pool.functions.get(name)
+        function = ctx.deployed.deployed.get(name)
         return None if function is None else function.spec.namespace
 
     routes = [
@@ -149,12 +153,12 @@ def install(app: web.Application, ctx: GatewayContext) -> None:
     """Register every route, and the hooks that route logs and metrics to the gateway."""
     hub = board_hub(ctx) if ctx.config.ui.enabled else None
     app.add_routes(route_table(ctx, None if hub is None else BoardPages(ctx, hub)))
-    pool = ctx.pool
+    deployed = ctx.deployed
     collector = PlatformCollector(
-        pool.all_instances, lambda: pool.functions, ctx.gpus, ctx.gpu_sharing
+        ctx.instances.instances, lambda: deployed.deployed, ctx.gpus, ctx.gpu_sharing
     )
     ctx.metrics.add_collector(collector)
-    ctx.metrics.add_collector(ServerCollector(pool))
+    ctx.metrics.add_collector(ServerCollector(deployed, ctx.instances, ctx.servers))
     handler = GatewayLogHandler(ctx.logs)
 
     async def function_logs(_: web.Application) -> AsyncIterator[None]:

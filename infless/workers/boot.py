@@ -44,6 +44,7 @@ from infless.workers.starting import (
     RuntimeSupport,
     StarterDefaults,
 )
+from infless.workers.status import Facts, TemplateView, WorkerView
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
@@ -401,10 +402,21 @@ class ProcessStarter(StarterDefaults):
         """Store holders besides the instances: the templates."""
         return [] if self._templates is None else self._templates.holder_ids()
 
-    def describe(self, instance_id: str) -> dict[str, object]:
+    def describe(self, instance_id: str) -> WorkerView:
         """Where the instance came from and how it is confined (for /system/instances)."""
         template = None if self._templates is None else self._templates.template_of(instance_id)
-        return self.cgroups.describe(instance_id) | {"template": template}
+        confined = self.cgroups.describe(instance_id)
+        return WorkerView(
+            confinement=_facts(confined.get("confinement")),
+            memory_limit=_facts(confined.get("memoryLimit")),
+            pids_limit=_facts(confined.get("pidsLimit")),
+            template=template,
+        )
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return [] if self._templates is None else self._templates.describe()
+
+
+def _facts(described: object) -> Facts | None:
+    """A confinement's own description (a dict), or None where there is none."""
+    return described if isinstance(described, dict) else None
