@@ -13,12 +13,18 @@ Pure types: no I/O, no clock.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from infless.workers.status import GpuWorkerView, PackageView, StructureView
-
-Facts = dict[str, object]  # a nested description another owner keeps as plain data
+from infless.workers.status import (  # (plain data another owner keeps)
+    Facts,
+    GpuWorkerView,
+    History,
+    PackageView,
+    StructureView,
+)
 
 
 class TensorView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -115,7 +121,7 @@ class InstanceStatusView(msgspec.Struct, frozen=True, kw_only=True, rename="came
     tail_ratio: float | None
     target_batch: int | None
     start: StartView
-    history: list[dict[str, object]]
+    history: History
     error: str | None
     # its worker, as the starters describe it (`workers.status.WorkerView`)
     confinement: Facts | UnsetType | None = UNSET
@@ -145,7 +151,7 @@ class ServerStatusView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     # what it reports (`Server.status`: its GPUs and tensor store)
     gpus: list[Facts] | UnsetType = UNSET
     gpu_tier: Facts | UnsetType = UNSET
-    standby_failures: list[object] | UnsetType = UNSET
+    standby_failures: list[Any] | UnsetType = UNSET
     store: Facts | UnsetType = UNSET
 
 

@@ -3,8 +3,9 @@
 One table (`ROUTES`) lists each route with its documented statuses; a unit test checks the
 table against the routes the application registers, so a route without a description
 fails the build, and the fuzz test accepts a 5xx only where this document names it. The
-bodies the routes refer to are `openapi_schemas`. Pure data: no I/O, no knowledge of the
-platform's state.
+bodies the routes refer to are `openapi_schemas` (requests and the other answers) and
+`openapi_views` (the status answers, generated from the view structs). Pure data: no I/O,
+no knowledge of the platform's state.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from infless import __version__
+from infless.control.views import (
+    FunctionStatusView,
+    InstanceStatusView,
+    ReadinessView,
+    ServerStatusView,
+)
 from infless.gateway.openapi_route import (
     JSON,
     Route,
@@ -34,6 +41,8 @@ from infless.gateway.openapi_schemas import (
     obj,
     ref,
 )
+from infless.gateway.openapi_views import view_ref, view_schemas
+from infless.workers.status import IdleWorkerView, StandbyWorkerView, TemplateView
 
 _INFER_BODY: dict[str, Schema] = {
     JSON: {"schema": ref("InferenceRequest")},
@@ -68,7 +77,7 @@ _LOG_QUERY = (
 )
 
 
-_STATUS = ref("FunctionStatus")
+_STATUS = view_ref(FunctionStatusView)
 _DEPLOY = as_json(ref("FunctionDeployment"))
 _REPO = as_json(ref("RepositoryRequest"))
 _MODEL_BASES = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
@@ -84,7 +93,11 @@ _EVENTS = {"text/event-stream": {"schema": STR}}
 _BOARD = "The live board: servers, instances and each function's SLO (a page)"
 _ASSETS = "The board's script and styles"
 _STREAM = "Server-sent events: the series so far, then one snapshot per ui.interval_s"
-_READINESS = as_json(obj(ready=BOOL, starting=arr(STR), failed=obj()))
+_READINESS = as_json(view_ref(ReadinessView))
+# a live instance, or a worker kept without one (`state=idle`)
+_INSTANCE = {
+    "anyOf": [view_ref(v) for v in (InstanceStatusView, IdleWorkerView, StandbyWorkerView)]
+}
 
 ROUTES: list[Route] = [
     board_page("/ui", _BOARD, _PAGE),
@@ -128,13 +141,19 @@ ROUTES: list[Route] = [
         "/system/instances",
         "Instances",
         200,
-        arr(ref("Instance")),
+        arr(_INSTANCE),
         params=(_FN, _INSTANCE_STATE),
     ),
     management(
-        "get", "/system/templates", "Per-model template processes", 200, arr(ref("Template"))
+        "get", "/system/templates", "Per-model template processes", 200, arr(view_ref(TemplateView))
     ),
-    management("get", "/system/servers", "The servers instances run on", 200, arr(ref("Server"))),
+    management(
+        "get",
+        "/system/servers",
+        "The servers instances run on",
+        200,
+        arr(view_ref(ServerStatusView)),
+    ),
     management(
         "post",
         "/system/packages",
@@ -299,7 +318,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **view_schemas()},
             "securitySchemes": {
                 "basicAuth": {"type": "http", "scheme": "basic"},
                 "bearerAuth": {"type": "http", "scheme": "bearer"},

@@ -14,7 +14,7 @@ views. Gateway side: never imports torch, and reads nothing: the starters fill t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -22,8 +22,9 @@ from msgspec import UNSET, UnsetType
 if TYPE_CHECKING:
     from pathlib import Path
 
-History = list[dict[str, object]]  # a worker's starts, transformations and idle spells
-Facts = dict[str, object]  # a confinement's own description (cores, a limit and its use)
+# Plain data inside a view (Any, not object: the OpenAPI schema of Any is "anything")
+History = list[dict[str, Any]]  # a worker's starts, transformations and idle spells
+Facts = dict[str, Any]  # a confinement's own description (cores, a limit and its use)
 
 
 class GpuWorkerView(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
