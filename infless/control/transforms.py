@@ -26,6 +26,7 @@ import msgspec
 
 from infless.clock import Clock, perf_s
 from infless.control.structures import StructureCache
+from infless.control.transform_history import Decision, start_event, start_ms
 from infless.transform.choice import Candidate, StartCosts, StartPath, choose
 from infless.transform.config import TransformConfig
 from infless.transform.costs import MetaOpCosts
@@ -91,53 +92,6 @@ class IdleWorker:
     instance_id: str
     history: History
     expiry: asyncio.Task[None] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    chosen: Candidate
-    candidates: tuple[Candidate, ...]
-    model_key: str
-    plan: TransformPlan | None = None
-    structure_json: str = ""
-    planning_ms: float = 0.0
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "path": self.chosen.path.value,
-            "predictedMs": round(self.chosen.predicted_ms, 3),
-            "planningMs": round(self.planning_ms, 3),
-            "candidates": [
-                {
-                    "path": c.path.value,
-                    "predictedMs": round(c.predicted_ms, 3),
-                    "from": c.donor_function,
-                }
-                for c in self.candidates
-            ],
-            "plan": None if self.plan is None else self.plan.describe(),
-        }
-
-
-def start_event(decision: Decision | None, start: StartBreakdown) -> dict[str, object]:
-    """One history entry: how an instance's worker started (or was transformed), what was
-    predicted and what it took (warm-up excluded)."""
-    if decision is None:
-        return {"event": "started", "path": None, "tookMs": round(start_ms(start), 3)}
-    event: dict[str, object] = {
-        "event": "transformed" if decision.chosen.path is StartPath.TRANSFORM else "started",
-        "from": decision.chosen.donor_function,
-        "tookMs": round(start_ms(start), 3),
-        **decision.describe(),
-    }
-    if start.metaops_ms:
-        event["metaopsMs"] = {k: round(v, 3) for k, v in start.metaops_ms.items()}
-    return event
-
-
-def start_ms(start: StartBreakdown) -> float:
-    """A start's cost, warm-up excluded: the transformation, or spawn + build + attach."""
-    return start.transform_ms or (start.spawn_ms + start.build_ms + start.attach_ms)
 
 
 class TransformingStarter(LayeredStarter):

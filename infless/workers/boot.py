@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -37,6 +36,7 @@ from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStar
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Label, OutputPumps, Sink
+from infless.workers.requests import StartSettings, WorkerRequests
 from infless.workers.starting import (
     Booted,
     BootOrder,
@@ -58,14 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class StartSettings:
-    start_timeout_s: float
-    warmup_rounds: int
-    private_weights: bool  # no store: clone the weights into private memory (bench baseline)
-    nice: int = 0  # workers' niceness: the gateway's event loop goes first on shared cores
-
-
 class ProcessStarter(StarterDefaults):
     def __init__(
         self,
@@ -81,7 +73,7 @@ class ProcessStarter(StarterDefaults):
         sandboxes: TenantSandboxes | None = None,
         pids: PidsLimiter | None = None,
     ) -> None:
-        self._settings = settings
+        self.requests = WorkerRequests(settings, sandboxes)
         self.launcher = launcher
         self.store = store
         self._templates = templates
@@ -182,35 +174,12 @@ class ProcessStarter(StarterDefaults):
         gpu: p.GpuPlacement | None = None,
         gpu_weights: SharedModel | None = None,
     ) -> p.LoadModel:
-        """The worker's `LoadModel`; in its tenant's sandbox when isolation is active (its
-        package then named by its absolute path: a sandboxed worker works from `/`)."""
-        return p.LoadModel(
-            package_dir=self._package(order),
-            cpus=order.config.cpus,
-            cpu_ids=list(order.cpu_ids),
-            gpu_pct=order.config.gpu_pct,
-            warmup_batch_sizes=list(order.warmup_batch_sizes),
-            warmup_rounds=self._settings.warmup_rounds,
-            store_tensors=stored,
-            private_weights=stored is None and self._settings.private_weights,
-            nice=self._settings.nice,
-            env=dict(order.runtime.env),
-            secrets=secrets,
-            gpu=gpu,
-            gpu_weights=gpu_weights,
-            sandbox=self.sandbox_of(order, gpu=gpu is not None),
-        )
+        """The worker's `LoadModel` (`requests`)."""
+        return self.requests.load(order, stored, secrets, gpu=gpu, gpu_weights=gpu_weights)
 
     def sandbox_of(self, order: BootOrder, *, gpu: bool = False) -> p.Sandbox | None:
         """The sandbox of `order`'s worker (None: isolation is not active)."""
-        if self.sandboxes is None:
-            return None
-        return self.sandboxes.sandbox_for(order.tenant, order.package_dir, gpu=gpu)
-
-    def _package(self, order: BootOrder) -> str:
-        if self.sandboxes is not None and self.sandboxes.active:
-            return str(order.package_dir.absolute())
-        return str(order.package_dir)
+        return self.requests.sandbox_of(order, gpu=gpu)
 
     def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
         """Whether a kept worker can load `order`'s package: a sandboxed worker sees only
@@ -226,7 +195,7 @@ class ProcessStarter(StarterDefaults):
         if request.sandbox is not None and self.sandboxes is not None:
             self.sandboxes.record(handle.pid, request.sandbox)
         try:
-            return await handle.load(request, self._settings.start_timeout_s)
+            return await handle.load(request, self.requests.settings.start_timeout_s)
         except BaseException as exc:
             if isinstance(handle, ProcessWorkerHandle):
                 handle.kill()
@@ -244,7 +213,7 @@ class ProcessStarter(StarterDefaults):
             and self.store is not None
             and order.shared_weights
             and not order.runtime.secrets
-            and self._templates.has_template(order.tenant, self._package(order))
+            and self._templates.has_template(order.tenant, self.requests.package(order))
         ):
             return StartPath.TEMPLATE
         return (
@@ -290,17 +259,8 @@ class ProcessStarter(StarterDefaults):
             )
             self.cgroups.confine(order, handle.pid)
             handle.rebind_death(order.on_death)
-            request = p.TransformModel(
-                package_dir=self._package(order),
-                structure=structure_json,
-                steps=steps,
-                store_tensors=stored,
-                cpus=order.config.cpus,
-                cpu_ids=list(order.cpu_ids),
-                warmup_batch_sizes=list(order.warmup_batch_sizes),
-                warmup_rounds=self._settings.warmup_rounds,
-            )
-            ready = await handle.transform(request, self._settings.start_timeout_s)
+            request = self.requests.transform(order, stored, steps, structure_json)
+            ready = await handle.transform(request, self.requests.settings.start_timeout_s)
             # its output joins the new function's logs
             self.relabel(
                 donor_id, order.instance_id, order.function, order.instance or order.instance_id
@@ -330,7 +290,7 @@ class ProcessStarter(StarterDefaults):
                 launched = await self._templates.launch(
                     order.instance_id,
                     order.tenant,
-                    self._package(order),
+                    self.requests.package(order),
                     stored,
                     runtime.env,
                     capture,
