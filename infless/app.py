@@ -1,8 +1,10 @@
 """Composition root: wires config, clock, store, starter, pool, policies and routes; no logic.
 
-`Platform` holds the subsystems of one gateway; `create_app` returns the aiohttp
-application whose startup restores deployed functions and starts the control loops, and
-whose cleanup stops them, drains every instance and stops every worker it started.
+`Platform` holds the subsystems of one gateway, built by keyword in `build_platform`.
+`create_app` returns the aiohttp application. Its start and stop order is
+`infless.lifecycle`: one cleanup context per resource. At start-up the application restores
+the deployed functions and starts the control loops. At clean-up it stops them, drains
+every instance and stops every worker it started.
 """
 
 from __future__ import annotations

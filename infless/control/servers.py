@@ -1,13 +1,19 @@
 """The servers a pool runs instances on (`ServerSet`), and where a new uniform instance goes.
 
-`Server` is one machine as the pool sees it: its starter (this machine's processes, or a
-node agent's over Ray, see `infless.nodes`), its core allocator and its capacity. The
-planner places the autoscaler's instances itself (Algorithm 1 over every server's
-`ServerView`); `choose_server` places the others (a person's count, a woken function, an
-instance moved off a server that left): a server with room for it first, then the one
-running the fewest of the function's instances (they spread: a node that leaves takes
-few of them), then the one that holds most of its tensors already (Tetris: cheaper to
-start there), then the one with the most free cores.
+`Server` is one machine as the pool sees it: its starter, its core allocator and its
+capacity. The starter is this machine's chain of processes, or a node agent's over Ray
+(`infless.nodes`).
+
+The planner places the autoscaler's instances itself (Algorithm 1 over every server's
+`ServerView`). `choose_server` places the others: a person's count, a woken function, an
+instance moved off a server that left. It prefers, in order:
+1. a server with room for the instance;
+2. the one running the fewest of the function's instances (they spread, so a node that
+   leaves takes few of them);
+3. the one that holds most of its tensors already (Tetris: cheaper to start there);
+4. the one with the most free cores.
+
+Read-only for status: the starters' views (`workers.status`) are gathered here per server.
 Gateway side: never imports torch.
 """
 

@@ -1,7 +1,8 @@
-"""The scaling port's snapshot of the pool (`WorkerPool.snapshot`): each server's free
-capacity, and per function the planner's view, owner, demand, activity and measurements,
-read from the desired states and the data plane. Read-only: it changes nothing.
-Gateway side: never imports torch.
+"""The scaling port's snapshot of the pool (`WorkerPool.snapshot`).
+
+It holds each server's free capacity and, per function, the planner's view, its owner,
+demand, activity and measurements. It reads them from the desired states and the data
+plane. Read-only: it changes nothing. Gateway side: never imports torch.
 """
 
 from __future__ import annotations

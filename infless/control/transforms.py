@@ -1,15 +1,17 @@
 """`TransformingStarter`: warm-instance transformation (Optimus) as a layer of this machine's
 starter chain (`workers.starting`), around the process starter.
 
-It keeps idle workers — instances their function no longer wanted, kept alive by the
-`[transform]` rule (`transform.idle`) when the pool retires them — and, when the pool boots an
-instance, decides between transforming one of them (same tenant only) and the inner
-starter's normal start (`Transformer.normal_path`: template, zygote or fresh), by the
-predicted costs of `transform.choice` and the cached plans of `transform.planner`. Structures
-come from `control.structures`, the meta-operator costs from the profile database. It
-remembers what every start measured (`record`) to predict the next, and keeps each worker's
-history (`/system/instances`). An idle worker that expires or dies gives its store holds
-back through the inner starter's `release`. Gateway side: never imports torch.
+It keeps idle workers: instances their function no longer wanted, kept alive by the
+`[transform]` rule (`transform.idle`) when the pool retires them. When the pool boots an
+instance, it decides between transforming one of them (same tenant only) and the inner
+starter's normal start (`Transformer.normal_path`: template, zygote or fresh). It decides
+by the predicted costs of `transform.choice` and the cached plans of `transform.planner`.
+
+Structures come from `control.structures`, the meta-operator costs from the profile
+database. It remembers what every start measured (`record`) to predict the next, and keeps
+each worker's history (`transform_history`, shown by `/system/instances`). An idle worker
+that expires or dies gives its store holds back through the inner starter's `release`.
+Gateway side: never imports torch.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The invoke route `/function/{name}`: decode one sample, encode its answer.
 
 A function whose package has a handler takes the body as it came (text, an image, JSON of
-any shape), content type and all, and answers what its handler returns. Otherwise the
-body's `Content-Type` picks the format: `application/msgpack` and
-`application/octet-stream` (raw tensor bytes) are the compact ones (`compact`), anything else
-is JSON (`codec`); the answer comes back in the request's format. Everything between
-(lookup, admission, counting, activity, timeout, metrics) is the function frontend's
-(`control.frontend`); this module only turns a request into an `Answer` (`Invoker`), which
-the fast path (`gateway.fastpath`) or aiohttp's route (`InvokeHandler`) writes. Errors
-become JSON with their status.
+any shape), content type and all, and answers what its handler returns.
+
+Otherwise the body's `Content-Type` picks the format. `application/msgpack` and
+`application/octet-stream` (raw tensor bytes) are the compact ones (`compact`); anything
+else is JSON (`codec`). The answer comes back in the request's format.
+
+Everything between (lookup, admission, counting, activity, timeout, metrics) is the
+function frontend's (`control.frontend`). This module only turns a request into an
+`Answer` (`Invoker`), which the fast path (`gateway.fastpath`) or aiohttp's route
+(`InvokeHandler`) writes. Errors become JSON with their status.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
 """Every HTTP route of the gateway, registered here and nowhere else, plus the middlewares
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
-Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/readyz`, `/metrics`), `secrets` (`/system/secrets`), `packages`
-(`/system/packages`), `modelless` (`/system/register`, `/system/models`, `/system/variants`),
-`v2/` (the Open Inference Protocol), `logs`, `openapi` and `board/` (the live board at `/ui`);
-the composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
+Wiring only. The handlers live in:
+- `invoke`: `/function/{name}`;
+- `system`: `/system/*`, `/healthz`, `/readyz`, `/metrics`;
+- `secrets`, `packages`, `modelless`: `/system/secrets`, `/system/packages`,
+  `/system/register`, `/system/models`, `/system/variants`;
+- `v2/`: the Open Inference Protocol; `logs`; `openapi`;
+- `board/`: the live board at `/ui`.
+The composition root (`app`) calls `middlewares` and `install`. The log handler and the
+board start and stop as aiohttp cleanup contexts. Must not hold request logic.
 """
 
 from __future__ import annotations

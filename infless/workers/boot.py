@@ -1,16 +1,19 @@
 """`ProcessStarter`: the innermost starter of this machine's chain (`workers.starting`), the
 one that makes worker processes.
 
-`ProcessStarter` publishes the weights to the tensor store (or not), launches
-the worker (forked from the model's template when the store and the zygote allow one, see
-`templates`) with its stdout and stderr piped to the function's logs (`output`), confines
-it to its cores (cgroups, else affinity) and to its memory limit (`cluster.memory`; no limit
-is never a fallback) and loads the package with the function's environment and secrets.
+A start takes four steps:
+1. publish the weights to the tensor store (or not);
+2. launch the worker, forked from the model's template when the store and the zygote allow
+   one (`templates`), its stdout and stderr piped to the function's logs (`output`);
+3. confine it to its cores (cgroups, else affinity) and to its memory limit
+   (`cluster.memory`; no limit is never a fallback);
+4. load the package with the function's environment and secrets (the request: `requests`).
+
 It says what it cannot give workers here (`runtime_support`: memory limits, secrets) and
-why a worker died when it knows (`death_cause`: killed for memory).
-It keeps no idle workers: `retire` stops them (the transforming starter around it keeps
-some, and asks it to `transform` one). `workers.inprocess.InProcessStarter` runs a callable
-instead, for tests and simulations. Gateway side: never imports torch.
+why a worker died when it knows (`death_cause`: killed for memory). It keeps no idle
+workers: `retire` stops them. The transforming starter around it keeps some, and asks it to
+`transform` one. `workers.inprocess.InProcessStarter` runs a callable instead, for tests and
+simulations. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
