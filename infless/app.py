@@ -115,7 +115,6 @@ class Platform:
             secrets=self.secrets,
             packages=self.packages,
             modelless=self.modelless,
-            autoscaler=self.autoscaler,
             gpus=None if gpu is None else gpu.monitor,
             gpu_sharing=tuple if gpu is None else gpu.mps.all,
             clock=self.clock,

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from infless.clock import Clock, RealClock
 from infless.config import Config
-from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend
 from infless.control.modelless import ModellessService
 from infless.control.prewarm import PrewarmManager
@@ -29,6 +28,8 @@ from infless.registry.secrets import SecretStore
 
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
+    """The services and read-only views the routes use (see the module docstring)."""
+
     config: Config
     frontend: FunctionFrontend  # the request path: /function and /v2/.../infer
     functions: FunctionService  # deploy, update, scale, remove
@@ -41,7 +42,6 @@ class GatewayContext:
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
     modelless: ModellessService  # registered models, their variants and applications
-    autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
     clock: Clock = field(default_factory=RealClock)  # the live board's interval
