@@ -46,12 +46,17 @@ from infless.workers.protocol import StartBreakdown
 from infless.workers.starting import (
     Booted,
     BootOrder,
-    History,
     LayeredStarter,
     Retiring,
     Starter,
 )
-from infless.workers.status import IdleWorkerView, KeptWorkerView, PackageView, StructureView
+from infless.workers.status import (
+    History,
+    IdleWorkerView,
+    KeptWorkerView,
+    PackageView,
+    StructureView,
+)
 
 if TYPE_CHECKING:
     from infless.control.functions import DeployedFunction

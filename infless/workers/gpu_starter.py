@@ -36,12 +36,11 @@ from infless.workers.standby import StandbyPool, StandbyWorker
 from infless.workers.starting import (
     Booted,
     BootOrder,
-    History,
     LayeredStarter,
     Retiring,
     Starter,
 )
-from infless.workers.status import GpuWorkerView, KeptWorkerView, WorkerView
+from infless.workers.status import GpuWorkerView, History, KeptWorkerView, WorkerView
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,6 @@ from infless.workers.status import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["History"]  # (re-exported: the starters' modules name it from here)
-
 
 @dataclass(frozen=True, slots=True)
 class BootOrder:
