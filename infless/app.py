@@ -1,21 +1,22 @@
 """Composition root: wires config, clock, store, starter, pool, policies and routes; no logic.
 
-`Platform` holds the subsystems of one gateway; `create_app` returns the aiohttp
-application whose startup restores deployed functions and starts the control loops, and
-whose cleanup stops them, drains every instance and stops every worker it started.
+`Platform` holds the subsystems of one gateway, built by keyword in `build_platform`.
+`create_app` returns the aiohttp application. Its start and stop order is
+`infless.lifecycle`: one cleanup context per resource. At start-up the application restores
+the deployed functions and starts the control loops. At clean-up it stops them, drains
+every instance and stops every worker it started.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from infless import lifecycle
 from infless.clock import Clock, RealClock, Ticker
 from infless.cluster.cgroups import CpuConfiner
 from infless.cluster.cpus import CpuAllocator, usable_cpus
@@ -32,6 +33,7 @@ from infless.control.prewarm import PrewarmManager
 from infless.control.readiness import Readiness
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.control.service import FunctionService
+from infless.control.status import PoolStatus
 from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
@@ -44,7 +46,7 @@ from infless.gateway.metrics import GatewayMetrics
 from infless.modelless.catalog import ModellessCatalog
 from infless.modelless.latency import CatalogPredictor
 from infless.models.resolver import PackageResolver
-from infless.nodes.backend import ClusterBackend, attach_cluster
+from infless.nodes.backend import ClusterBackend
 from infless.nodes.factory import make_starter, make_store, store_root
 from infless.nodes.gpu_factory import GpuSide, make_gpu_side
 from infless.packaging.store import PackageStore
@@ -59,11 +61,10 @@ from infless.transform.costdb import load_costs
 from infless.weights.reclaimer import Reclaimer, store_usage
 from infless.weights.store import TensorStore
 from infless.workers.output import Sink
-from infless.workers.starting import InstanceStarter
+from infless.workers.starting import Starter
 
 log = logging.getLogger(__name__)
 
-PLATFORM_KEY = web.AppKey("platform", object)
 AUTH_KEY = web.AppKey("auth", AuthSettings)  # the fast path checks invoke tokens too
 REGISTRY_FILE = "registry.sqlite"
 SECRETS_DIR = "secrets"
@@ -100,21 +101,36 @@ class Platform:
 
     def gateway_context(self) -> GatewayContext:
         gpu = self.gpu
+        status = PoolStatus(self.pool, self.functions.failed, self.autoscaler)
         return GatewayContext(
-            self.config, self.frontend, self.pool, self.functions, self.prewarm, self.metrics,
-            self.logs, self.secrets, self.packages, self.modelless, self.autoscaler,
+            config=self.config,
+            frontend=self.frontend,
+            functions=self.functions,
+            deployed=status,
+            instances=status,
+            servers=status,
+            prewarm=self.prewarm,
+            metrics=self.metrics,
+            logs=self.logs,
+            secrets=self.secrets,
+            packages=self.packages,
+            modelless=self.modelless,
             gpus=None if gpu is None else gpu.monitor,
-            gpu_sharing=tuple if gpu is None else gpu.mps.all, clock=self.clock,
+            gpu_sharing=tuple if gpu is None else gpu.mps.all,
+            clock=self.clock,
             readiness=self.readiness,
             isolation=dict if self.sandboxes is None else self.sandboxes.describe,
-        )  # fmt: skip
+        )
+
+
+PLATFORM_KEY = web.AppKey("platform", Platform)
 
 
 @dataclass(frozen=True, slots=True)
 class LocalChain:
     """This machine's chain of starters, and the layers the rest of the wiring reads."""
 
-    starter: InstanceStarter
+    starter: Starter
     transforms: TransformingStarter | None
     gpu: GpuSide | None
 
@@ -136,22 +152,33 @@ def local_starter(
     processes = make_starter(
         config, store, confiner, secrets, output, records=records, sandboxes=sandboxes
     )
-    starter: InstanceStarter = processes
+    starter: Starter = processes
     transforms = None
     if store is not None and config.transform.enabled:
         structures = StructureCache(
             config.state_dir / STRUCTURES_DIR, config.transform.describe_timeout_s
         )
         transforms = TransformingStarter(
-            processes, config.transform, clock, structures, load_costs(config.state_dir), store
+            processes,
+            config.transform,
+            clock,
+            structures,
+            load_costs(config.state_dir),
+            store,
         )
         starter = transforms
     gpu = None
     if gpus.count:
         gpu = make_gpu_side(
-            config.gpu, gpus, config.state_dir, clock, starter, processes,
-            tier=store is not None, start_timeout_s=config.workers.start_timeout_s,
-        )  # fmt: skip
+            config.gpu,
+            gpus,
+            state_dir=config.state_dir,
+            clock=clock,
+            inner=starter,
+            processes=processes,
+            tier=store is not None,
+            start_timeout_s=config.workers.start_timeout_s,
+        )
         starter = gpu.starter
     return LocalChain(starter, transforms, gpu)
 
@@ -179,14 +206,16 @@ def tenancy(config: Config) -> tuple[TenantRegistry, TenantSandboxes]:
     tenants = TenantRegistry(config.state_dir / REGISTRY_FILE, config.isolation.uids)
     root = store_root(config)
     sandboxes = TenantSandboxes(
-        config.isolation, tenants.identity, [config.state_dir, config.model_repository, root],
-        root if config.store.enabled else None,
-    )  # fmt: skip
+        config.isolation,
+        tenants.identity,
+        hidden=[config.state_dir, config.model_repository, root],
+        store_root=root if config.store.enabled else None,
+    )
     return tenants, sandboxes
 
 
 def build_platform(
-    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+    config: Config, clock: Clock | None = None, starter: Starter | None = None
 ) -> Platform:
     """Every subsystem of one gateway; `starter` replaces the worker processes (tests)."""
     clock = clock or RealClock()
@@ -223,14 +252,16 @@ def build_platform(
         transforms, gpu = chain.transforms, chain.gpu
         servers.append(
             Server(
-                LOCAL_SERVER, chain.starter, CpuAllocator(cores),
-                max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
-                gpus.share_capacity_pct if gpu is not None else (),
+                server_id=LOCAL_SERVER,
+                starter=chain.starter,
+                allocator=CpuAllocator(cores),
+                capacity_cpus=max(1, math.floor(len(cores) * scaling.cpu_overcommit)),
+                gpu_pct=gpus.share_capacity_pct if gpu is not None else (),
                 affinity=None if transforms is None else transforms.affinities,
                 default_gpu_pct=config.gpu.default_pct if gpu is not None else 0,
                 status=server_status(store, gpu),
             )
-        )  # fmt: skip
+        )
     pool = WorkerPool(
         clock,
         servers,
@@ -243,12 +274,13 @@ def build_platform(
     autoscaler = None
     if autoscaled:
         autoscaler = Autoscaler(
-            pool, scaling,
+            pool,
+            scaling,
             profiles=lambda keys: CatalogPredictor(  # g > 0: this server's GPUs' profiles
                 catalog, load_planning_predictor(state_dir, keys, [d.name for d in gpus.devices])
             ),
             vertical=VerticalScaling(catalog, config.modelless, scaling.demand),
-        )  # fmt: skip
+        )
         tickers.append(Ticker(clock, scaling.tick_s, autoscaler.tick, "autoscaler"))
     coldstart = config.coldstart
     prewarm = PrewarmManager(
@@ -285,20 +317,45 @@ def build_platform(
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway
     frontend = FunctionFrontend(
-        pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes,
-        catalog, failed,
-    )  # fmt: skip
+        functions=pool.functions,
+        clock=clock,
+        observer=metrics,
+        timeout_s=gateway.request_timeout_s,
+        max_body_bytes=gateway.max_body_bytes,
+        catalog=catalog,
+        failed=failed,
+    )
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(
-        config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,
-        logs, secrets, autoscaler, confiner, gpus, tuple(tickers), loop_lag, packages,
-        modelless, variant_store, Readiness(pool.functions, failed), gpu,
-        tenants=tenants, sandboxes=sandboxes,
-    )  # fmt: skip
+        config=config,
+        clock=clock,
+        metrics=metrics,
+        registry=registry,
+        pool=pool,
+        functions=functions,
+        frontend=frontend,
+        prewarm=prewarm,
+        store=store,
+        reclaimer=reclaimer,
+        logs=logs,
+        secrets=secrets,
+        autoscaler=autoscaler,
+        confiner=confiner,
+        gpus=gpus,
+        tickers=tuple(tickers),
+        loop_lag=loop_lag,
+        packages=packages,
+        modelless=modelless,
+        variant_store=variant_store,
+        readiness=Readiness(pool.functions, failed),
+        gpu=gpu,
+        tenants=tenants,
+        sandboxes=sandboxes,
+    )
 
 
 def create_app(
-    config: Config, clock: Clock | None = None, starter: InstanceStarter | None = None
+    config: Config, clock: Clock | None = None, starter: Starter | None = None
 ) -> web.Application:
     platform = build_platform(config, clock, starter)
     auth = load_auth(config)
@@ -310,49 +367,5 @@ def create_app(
     app[AUTH_KEY] = auth
     routes.install(app, platform.gateway_context())
 
-    async def startup(_: web.Application) -> None:
-        if platform.sandboxes is not None:  # before the store settles its tenants' directories
-            await platform.sandboxes.start(remote_nodes=config.cluster.enabled)
-        if platform.store is not None:  # (group-readable by their tenants when sandboxed)
-            report = await asyncio.to_thread(platform.store.adopt_or_clean)
-            log.info("tensor store %s: %s", platform.store.root, report)
-        if platform.reclaimer is not None:
-            platform.reclaimer.start()
-        await platform.pool.start()
-        if platform.gpu is not None:
-            platform.gpu.monitor.start()
-        if config.cluster.enabled:
-            platform.cluster = await attach_cluster(config, platform.pool)
-        started = await platform.functions.restore(list(config.functions))
-        platform.readiness.started(started)  # ready once each of them settled
-        platform.modelless.restore()
-        for ticker in platform.tickers:
-            ticker.start()
-        platform.loop_lag.start()
-
-    async def cleanup(_: web.Application) -> None:
-        await platform.modelless.stop()
-        for ticker in platform.tickers:
-            await ticker.stop()
-        await platform.loop_lag.stop()
-        await platform.pool.stop()
-        if platform.gpu is not None:
-            await platform.gpu.monitor.stop()
-        if platform.cluster is not None:
-            await platform.cluster.close()
-        if platform.confiner is not None:
-            platform.confiner.remove_parent()
-        platform.registry.close()
-        platform.variant_store.close()
-        if platform.tenants is not None:
-            platform.tenants.close()
-        if platform.reclaimer is not None:
-            await platform.reclaimer.stop()
-        if platform.store is not None:
-            platform.store.close()
-            if config.store.clear_on_shutdown:
-                shutil.rmtree(platform.store.root, ignore_errors=True)
-
-    app.on_startup.append(startup)
-    app.on_cleanup.append(cleanup)
+    app.cleanup_ctx.extend(lifecycle.contexts(platform))
     return app

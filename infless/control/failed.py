@@ -1,11 +1,11 @@
 """Functions that could not be deployed: what was asked for, and why it failed.
 
-A function whose image or package is missing or broken when the gateway restores its
-functions (the registry's, the config's `[[functions]]`) does not keep the others from
-serving: it is recorded here, listed as `failed` with its reason (`/system/functions`,
-`/system/function/NAME`, the V2 repository index), and a call to it is answered with a
-503 naming it and the reason (`FunctionFailed`), until it is deployed again or removed.
-`control.service` writes the record; the frontend and the status routes read it.
+The gateway restores its functions at start-up (the registry's, the config's
+`[[functions]]`). One whose image or package is missing or broken does not keep the others
+from serving. It is recorded here and listed as `failed` with its reason
+(`/system/functions`, `/system/function/NAME`, the V2 repository index). A call to it is
+answered with a 503 naming it and the reason (`FunctionFailed`), until it is deployed again
+or removed. `control.service` writes the record; the frontend and the status views read it.
 Gateway side: never imports torch.
 """
 

@@ -1,16 +1,20 @@
 """Readiness: whether the gateway can take traffic, as Kubernetes' readiness probe and
 Triton's `/v2/health/ready` (tritonclient's `is_server_ready`) mean it.
 
-Not ready until the gateway has restored the functions it starts with (the registry's and
-the config's `[[functions]]`), and then until each of them has settled once: it serves (an
-instance is ready), it is scaled to zero (its next request starts one), or it failed (its
-package could not be deployed, or its instance could not start) — a failed function is
-reported with its reason and does not keep the others out of service, since an unready
-gateway gets no traffic at all. So right after `is_server_ready`, `is_model_ready` is true
-for every function it started with that did not fail. Once every function settled, the
-gateway stays ready (a function deployed later, or a worker being replaced, is that
-function's own readiness, not the server's); liveness is separate (`/healthz`,
-`/v2/health/live`: the process answers). Bookkeeping only: no I/O, no clock.
+The gateway is not ready until it has restored the functions it starts with (the
+registry's and the config's `[[functions]]`). Then it waits until each of them has settled
+once:
+- it serves (an instance is ready);
+- it is scaled to zero (its next request starts one);
+- or it failed (its package could not be deployed, or its instance could not start).
+A failed function is reported with its reason. It does not keep the others out of
+service, since an unready gateway gets no traffic at all. So right after
+`is_server_ready`, `is_model_ready` is true for every startup function that did not fail.
+
+Once every function settled, the gateway stays ready: a function deployed later, or a
+worker being replaced, is that function's own readiness, not the server's. Liveness is
+separate (`/healthz`, `/v2/health/live`: the process answers). The report becomes a
+`ReadinessView` for the gateway to render. Bookkeeping only: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 
 from infless.control.failed import FailedDeployment
 from infless.control.functions import DeployedFunction
+from infless.control.views import ReadinessView
 
 SETTLED_STATES = frozenset({"ready", "idle", "failed"})
 
@@ -30,8 +35,8 @@ class ReadinessReport:
     starting: tuple[str, ...] = ()  # the startup functions not settled yet
     failed: dict[str, str] = field(default_factory=dict)  # function -> why
 
-    def to_json(self) -> dict[str, object]:
-        return {"ready": self.ready, "starting": list(self.starting), "failed": self.failed}
+    def view(self) -> ReadinessView:
+        return ReadinessView(ready=self.ready, starting=list(self.starting), failed=self.failed)
 
 
 class Readiness:

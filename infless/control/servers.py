@@ -1,13 +1,19 @@
 """The servers a pool runs instances on (`ServerSet`), and where a new uniform instance goes.
 
-`Server` is one machine as the pool sees it: its starter (this machine's processes, or a
-node agent's over Ray, see `infless.nodes`), its core allocator and its capacity. The
-planner places the autoscaler's instances itself (Algorithm 1 over every server's
-`ServerView`); `choose_server` places the others (a person's count, a woken function, an
-instance moved off a server that left): a server with room for it first, then the one
-running the fewest of the function's instances (they spread: a node that leaves takes
-few of them), then the one that holds most of its tensors already (Tetris: cheaper to
-start there), then the one with the most free cores.
+`Server` is one machine as the pool sees it: its starter, its core allocator and its
+capacity. The starter is this machine's chain of processes, or a node agent's over Ray
+(`infless.nodes`).
+
+The planner places the autoscaler's instances itself (Algorithm 1 over every server's
+`ServerView`). `choose_server` places the others: a person's count, a woken function, an
+instance moved off a server that left. It prefers, in order:
+1. a server with room for the instance;
+2. the one running the fewest of the function's instances (they spread, so a node that
+   leaves takes few of them);
+3. the one that holds most of its tensors already (Tetris: cheaper to start there);
+4. the one with the most free cores.
+
+Read-only for status: the starters' views (`workers.status`) are gathered here per server.
 Gateway side: never imports torch.
 """
 
@@ -19,11 +25,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.cluster.cpus import CpuAllocator
 from infless.control.snapshot import server_view
 from infless.scaling.view import ServerView
 from infless.types import WorkerRuntime
-from infless.workers.starting import InstanceStarter, RuntimeSupport
+from infless.workers.starting import RuntimeSupport, Starter
+from infless.workers.status import KeptWorkerView, PackageView, TemplateView, WorkerView
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +48,7 @@ LOCAL_SERVER = "local"
 @dataclass
 class Server:
     server_id: str
-    starter: InstanceStarter
+    starter: Starter  # starts instances, and says what it keeps (its status port)
     allocator: CpuAllocator
     capacity_cpus: int
     gpu_pct: tuple[int, ...] = ()  # each GPU's schedulable share (100 each)
@@ -151,29 +160,35 @@ class ServerSet(dict[str, Server]):
 
         return place
 
-    def describe_worker(self, instance: Instance) -> dict[str, object]:
+    def describe_worker(self, instance: Instance) -> WorkerView:
         """Where the instance's worker came from and how it is confined (its server's)."""
         server = self.get(instance.server_id)
-        return {} if server is None else server.starter.describe(instance.worker_id)
+        return WorkerView() if server is None else server.starter.describe(instance.worker_id)
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return [t for s in self.values() for t in s.starter.templates()]
 
     def starter_holders(self) -> list[str]:
         """Store holders the starters keep besides the instances (templates, kept workers)."""
         return [h for s in self.values() for h in s.starter.holder_ids()]
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         """Every worker a starter keeps warm without an instance (idle, standby), with its
         server."""
-        return [{**w, "server": s.server_id} for s in self.values() for w in s.starter.kept()]
+        return [
+            msgspec.structs.replace(worker, server=server.server_id)
+            for server in self.values()
+            for worker in server.starter.kept()
+        ]
 
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
-        """What the starters know of a function's package (the local server's first)."""
-        described: dict[str, object] = {}
+    def describe_function(self, package_dir: Path) -> PackageView:
+        """What the starters know of a function's package: the first server's that knows
+        something (the local server comes first)."""
         for server in self.values():
-            described = {**server.starter.describe_function(package_dir), **described}
-        return described
+            described = server.starter.describe_function(package_dir)
+            if described != PackageView():
+                return described
+        return PackageView()
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:
         """What of `runtime` some server cannot give (a function's instances may go to any)."""

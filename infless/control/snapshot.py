@@ -1,7 +1,8 @@
-"""The scaling port's snapshot of the pool (`WorkerPool.snapshot`): each server's free
-capacity, and per function the planner's view, owner, demand, activity and measurements,
-read from the desired states and the data plane. Read-only: it changes nothing.
-Gateway side: never imports torch.
+"""The scaling port's snapshot of the pool (`WorkerPool.snapshot`).
+
+It holds each server's free capacity and, per function, the planner's view, its owner,
+demand, activity and measurements. It reads them from the desired states and the data
+plane. Read-only: it changes nothing. Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ def server_view(
     free_gpu = tuple(max(0, c - u) for c, u in zip(gpu_pct, used_gpu, strict=True))
     free_cpus = max(0, capacity_cpus - used_cpus)
     return ServerView(
-        server_id, capacity_cpus, free_cpus, gpu_pct, free_gpu, idle_cores, dict(affinity or {})
+        server_id=server_id,
+        cpus=capacity_cpus,
+        free_cpus=free_cpus,
+        gpu_pct=gpu_pct,
+        free_gpu_pct=free_gpu,
+        idle_cores=idle_cores,
+        affinity=dict(affinity or {}),
     )
 
 
@@ -107,25 +114,39 @@ def instance_views(function: DeployedFunction, now: float) -> tuple[InstanceView
             b = instance.config.batch_size
             views.append(
                 InstanceView(
-                    wanted.instance_id, function.name, wanted.server_id, instance.config,
-                    ViewState.READY, instance.exec_ms_by_batch.get(b), instance.started_at_s,
-                    None if instance.busy else instance.last_active_s,
+                    instance_id=wanted.instance_id,
+                    function=function.name,
+                    server_id=wanted.server_id,
+                    config=instance.config,
+                    state=ViewState.READY,
+                    exec_ms=instance.exec_ms_by_batch.get(b),
+                    started_s=instance.started_at_s,
+                    idle_since_s=None if instance.busy else instance.last_active_s,
                 )
-            )  # fmt: skip
+            )
         else:  # starting, or waiting to be started again
             started_s = now if instance is None else instance.started_at_s
             views.append(
                 InstanceView(
-                    wanted.instance_id, function.name, wanted.server_id, wanted.config,
-                    ViewState.STARTING, wanted.exec_ms, started_s,
+                    instance_id=wanted.instance_id,
+                    function=function.name,
+                    server_id=wanted.server_id,
+                    config=wanted.config,
+                    state=ViewState.STARTING,
+                    exec_ms=wanted.exec_ms,
+                    started_s=started_s,
                 )
-            )  # fmt: skip
+            )
     for instance in function.router.instances:
         if instance.state is InstanceState.DRAINING:
             views.append(
                 InstanceView(
-                    instance.instance_id, function.name, instance.server_id, instance.config,
-                    ViewState.DRAINING, None, instance.started_at_s,
+                    instance_id=instance.instance_id,
+                    function=function.name,
+                    server_id=instance.server_id,
+                    config=instance.config,
+                    state=ViewState.DRAINING,
+                    started_s=instance.started_at_s,
                 )
-            )  # fmt: skip
+            )
     return tuple(views)

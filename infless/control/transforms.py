@@ -1,15 +1,17 @@
 """`TransformingStarter`: warm-instance transformation (Optimus) as a layer of this machine's
 starter chain (`workers.starting`), around the process starter.
 
-It keeps idle workers — instances their function no longer wanted, kept alive by the
-`[transform]` rule (`transform.idle`) when the pool retires them — and, when the pool boots an
-instance, decides between transforming one of them (same tenant only) and the inner
-starter's normal start (`Transformer.normal_path`: template, zygote or fresh), by the
-predicted costs of `transform.choice` and the cached plans of `transform.planner`. Structures
-come from `control.structures`, the meta-operator costs from the profile database. It
-remembers what every start measured (`record`) to predict the next, and keeps each worker's
-history (`/system/instances`). An idle worker that expires or dies gives its store holds
-back through the inner starter's `release`. Gateway side: never imports torch.
+It keeps idle workers: instances their function no longer wanted, kept alive by the
+`[transform]` rule (`transform.idle`) when the pool retires them. When the pool boots an
+instance, it decides between transforming one of them (same tenant only) and the inner
+starter's normal start (`Transformer.normal_path`: template, zygote or fresh). It decides
+by the predicted costs of `transform.choice` and the cached plans of `transform.planner`.
+
+Structures come from `control.structures`, the meta-operator costs from the profile
+database. It remembers what every start measured (`record`) to predict the next, and keeps
+each worker's history (`transform_history`, shown by `/system/instances`). An idle worker
+that expires or dies gives its store holds back through the inner starter's `release`.
+Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from infless.clock import Clock, perf_s
 from infless.control.structures import StructureCache
+from infless.control.transform_history import Decision, start_event, start_ms
 from infless.transform.choice import Candidate, StartCosts, choose
 from infless.transform.config import TransformConfig
 from infless.transform.costs import MetaOpCosts
@@ -36,10 +41,16 @@ from infless.workers.protocol import StartBreakdown
 from infless.workers.starting import (
     Booted,
     BootOrder,
-    History,
-    InstanceStarter,
     LayeredStarter,
     Retiring,
+    Starter,
+)
+from infless.workers.status import (
+    History,
+    IdleWorkerView,
+    KeptWorkerView,
+    PackageView,
+    StructureView,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Transformer(InstanceStarter, Protocol):
+class Transformer(Starter, Protocol):
     """What the transforming layer needs of the starter inside it (`ProcessStarter`)."""
 
     def normal_path(self, order: BootOrder) -> StartPath: ...
@@ -66,9 +77,13 @@ class Transformer(InstanceStarter, Protocol):
         ...
 
     async def transform(
-        self, order: BootOrder, donor_id: str, handle: WorkerHandle, steps: list[PlanStep],
+        self,
+        order: BootOrder,
+        donor_id: str,
+        handle: WorkerHandle,
+        steps: list[PlanStep],
         structure_json: str,
-    ) -> Booted: ...  # fmt: skip
+    ) -> Booted: ...
 
 
 @dataclass(slots=True)
@@ -79,53 +94,6 @@ class IdleWorker:
     instance_id: str
     history: History
     expiry: asyncio.Task[None] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    chosen: Candidate
-    candidates: tuple[Candidate, ...]
-    model_key: str
-    plan: TransformPlan | None = None
-    structure_json: str = ""
-    planning_ms: float = 0.0
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "path": self.chosen.path.value,
-            "predictedMs": round(self.chosen.predicted_ms, 3),
-            "planningMs": round(self.planning_ms, 3),
-            "candidates": [
-                {
-                    "path": c.path.value,
-                    "predictedMs": round(c.predicted_ms, 3),
-                    "from": c.donor_function,
-                }
-                for c in self.candidates
-            ],
-            "plan": None if self.plan is None else self.plan.describe(),
-        }
-
-
-def start_event(decision: Decision | None, start: StartBreakdown) -> dict[str, object]:
-    """One history entry: how an instance's worker started (or was transformed), what was
-    predicted and what it took (warm-up excluded)."""
-    if decision is None:
-        return {"event": "started", "path": None, "tookMs": round(start_ms(start), 3)}
-    event: dict[str, object] = {
-        "event": "transformed" if decision.chosen.path is StartPath.TRANSFORM else "started",
-        "from": decision.chosen.donor_function,
-        "tookMs": round(start_ms(start), 3),
-        **decision.describe(),
-    }
-    if start.metaops_ms:
-        event["metaopsMs"] = {k: round(v, 3) for k, v in start.metaops_ms.items()}
-    return event
-
-
-def start_ms(start: StartBreakdown) -> float:
-    """A start's cost, warm-up excluded: the transformation, or spawn + build + attach."""
-    return start.transform_ms or (start.spawn_ms + start.build_ms + start.attach_ms)
 
 
 class TransformingStarter(LayeredStarter):
@@ -277,9 +245,13 @@ class TransformingStarter(LayeredStarter):
         chosen = choose(normal, candidates)
         plan = plans.get(chosen.donor or "")
         return Decision(
-            chosen, (normal, *candidates), dest.model_key, plan,
-            dest.to_json() if plan is not None else "", (perf_s() - started) * 1000.0,
-        )  # fmt: skip
+            chosen,
+            (normal, *candidates),
+            dest.model_key,
+            plan,
+            dest.to_json() if plan is not None else "",
+            (perf_s() - started) * 1000.0,
+        )
 
     def _plan(self, source_dir: Path, dest_dir: Path) -> TransformPlan | None:
         key = (str(source_dir), str(dest_dir))
@@ -311,12 +283,19 @@ class TransformingStarter(LayeredStarter):
             return None
         try:
             booted = await self.transformer.transform(
-                order, worker.entry.worker_id, worker.handle, list(decision.plan.steps),
+                order,
+                worker.entry.worker_id,
+                worker.handle,
+                list(decision.plan.steps),
                 decision.structure_json,
-            )  # fmt: skip
+            )
         except Exception as exc:
-            log.warning("transforming %s into %s failed (%s); starting it normally",
-                        worker.entry.worker_id, order.instance_id, exc)  # fmt: skip
+            log.warning(
+                "transforming %s into %s failed (%s); starting it normally",
+                worker.entry.worker_id,
+                order.instance_id,
+                exc,
+            )
             return None
         self.record(StartPath.TRANSFORM, decision.plan.dest_key, booted.start)
         self.start_costs.record_transform(decision.plan.predicted_ms, booted.start.transform_ms)
@@ -347,36 +326,35 @@ class TransformingStarter(LayeredStarter):
                 closeness = max(closeness, 1.0 - min(1.0, plan.predicted_ms / build_ms))
         return closeness
 
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
+    def describe_function(self, package_dir: Path) -> PackageView:
         """Whether the package's structure is known yet, and whether it can be transformed."""
         described = self.inner.describe_function(package_dir)
         structure = self.structures.get(package_dir)
         if structure is None:
-            return {**described, "structure": {"described": False, "transformable": None}}
-        return {
-            **described,
-            "structure": {
-                "described": True,
-                "transformable": structure.transformable,
-                "reason": structure.reason or None,
-                "operations": len(structure.ops),
-                "graphNodes": len(structure.nodes),
-            },
-        }
+            view = StructureView(described=False, transformable=None)
+        else:
+            view = StructureView(
+                described=True,
+                transformable=structure.transformable,
+                reason=structure.reason or None,
+                operations=len(structure.ops),
+                graph_nodes=len(structure.nodes),
+            )
+        return msgspec.structs.replace(described, structure=view)
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         now = self.clock.now()
-        return [
-            {
-                "id": w.instance_id,
-                "function": w.entry.function,
-                "state": "idle",
-                "pid": w.handle.pid,
-                "idleS": round(now - w.entry.parked_s, 3),
-                "history": w.history,
-            }
+        idle: list[KeptWorkerView] = [
+            IdleWorkerView(
+                worker_id=w.instance_id,
+                function=w.entry.function,
+                pid=w.handle.pid,
+                idle_s=round(now - w.entry.parked_s, 3),
+                history=w.history,
+            )
             for w in self.idle.values()
-        ] + self.inner.kept()
+        ]
+        return idle + self.inner.kept()
 
     async def close(self) -> None:
         """Stop the idle workers, then the inner starter."""

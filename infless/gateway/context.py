@@ -1,7 +1,9 @@
 """GatewayContext: what the HTTP routes read and call, and nothing more.
 
-The composition root (`app`) builds it; routes take it instead of the whole platform, so
+The composition root (`app`) builds it. Routes take it instead of the whole platform, so
 the gateway depends on the control plane's services and never on how they are wired.
+Status is read through narrow read-only views (`control.status`), never the pool; changes
+go through `FunctionService`.
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from dataclasses import dataclass, field
 
 from infless.clock import Clock, RealClock
 from infless.config import Config
-from infless.control.autoscaler import Autoscaler
 from infless.control.frontend import FunctionFrontend
 from infless.control.modelless import ModellessService
-from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.readiness import Readiness
 from infless.control.service import FunctionService
+from infless.control.status import FunctionsView, InstancesView, ServersView
 from infless.gateway.logs import LogBuffer
 from infless.gateway.metrics import GatewayMetrics
 from infless.gateway.resources import GpuSamples, SharingView
@@ -27,17 +28,20 @@ from infless.registry.secrets import SecretStore
 
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
+    """The services and read-only views the routes use (see the module docstring)."""
+
     config: Config
     frontend: FunctionFrontend  # the request path: /function and /v2/.../infer
-    pool: WorkerPool  # read-only here: functions and instances for the status routes
     functions: FunctionService  # deploy, update, scale, remove
+    deployed: FunctionsView  # read-only: the functions and their status views
+    instances: InstancesView  # read-only: instances, kept workers, templates
+    servers: ServersView  # read-only: the servers and their load
     prewarm: PrewarmManager  # the cold-start windows shown per function
     metrics: GatewayMetrics
     logs: LogBuffer
     secrets: SecretStore  # /system/secrets
     packages: PackageStore  # uploaded function packages, by digest
     modelless: ModellessService  # registered models, their variants and applications
-    autoscaler: Autoscaler | None = None  # its last decision per function (None: policy none)
     gpus: GpuSamples | None = None  # the GPU monitor's samples for /metrics (None: no GPU)
     gpu_sharing: Callable[[], Iterable[SharingView]] = tuple  # each GPU's MPS or time-slicing
     clock: Clock = field(default_factory=RealClock)  # the live board's interval

@@ -1,14 +1,16 @@
 """The invoke route `/function/{name}`: decode one sample, encode its answer.
 
 A function whose package has a handler takes the body as it came (text, an image, JSON of
-any shape), content type and all, and answers what its handler returns. Otherwise the
-body's `Content-Type` picks the format: `application/msgpack` and
-`application/octet-stream` (raw tensor bytes) are the compact ones (`compact`), anything else
-is JSON (`codec`); the answer comes back in the request's format. Everything between
-(lookup, admission, counting, activity, timeout, metrics) is the function frontend's
-(`control.frontend`); this module only turns a request into an `Answer` (`Invoker`), which
-the fast path (`gateway.fastpath`) or aiohttp's route (`InvokeHandler`) writes. Errors
-become JSON with their status.
+any shape), content type and all, and answers what its handler returns.
+
+Otherwise the body's `Content-Type` picks the format. `application/msgpack` and
+`application/octet-stream` (raw tensor bytes) are the compact ones (`compact`); anything
+else is JSON (`codec`). The answer comes back in the request's format.
+
+Everything between (lookup, admission, counting, activity, timeout, metrics) is the
+function frontend's (`control.frontend`). This module only turns a request into an
+`Answer` (`Invoker`), which the fast path (`gateway.fastpath`) or aiohttp's route
+(`InvokeHandler`) writes. Errors become JSON with their status.
 """
 
 from __future__ import annotations
@@ -210,9 +212,12 @@ class Invoker:
 
 
 def _sample(
-    function: DeployedFunction, body: bytes, fmt: str, content_type: str | None,
+    function: DeployedFunction,
+    body: bytes,
+    fmt: str,
+    content_type: str | None,
     headers: Mapping[str, str],
-) -> Sample:  # fmt: skip
+) -> Sample:
     if function.manifest.handler is not None:  # the body as it came, for the handler
         return RawRequest(body, content_type or "application/octet-stream")
     return decode_sample(body, fmt, headers, function.input_specs)
@@ -249,6 +254,8 @@ class InvokeHandler:
             request.match_info["name"], request.content_length, request.headers, read_body
         )
         return web.Response(
-            status=answer.status, body=answer.body, content_type=answer.content_type,
+            status=answer.status,
+            body=answer.body,
+            content_type=answer.content_type,
             headers=answer.headers,
-        )  # fmt: skip
+        )

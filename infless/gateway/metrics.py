@@ -170,13 +170,15 @@ class _RequestSeries(Collector):
         m = self._metrics
         fn = ["function_name"]
         invocations = CounterMetricFamily(
-            "gateway_function_invocation", "Function invocations by status code",
+            "gateway_function_invocation",
+            "Function invocations by status code",
             labels=["function_name", "code"],
-        )  # fmt: skip
+        )
         seconds = _histogram(
-            "gateway_functions_seconds", "Function invocation time taken",
+            "gateway_functions_seconds",
+            "Function invocation time taken",
             ["function_name", "code"],
-        )  # fmt: skip
+        )
         # OpenFaaS exports this counter without a `_total` suffix: a (monotonic) gauge
         started = GaugeMetricFamily(
             "gateway_function_invocation_started", "Function invocations started", labels=fn

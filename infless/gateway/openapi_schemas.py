@@ -1,6 +1,7 @@
 """The component schemas of the gateway's OpenAPI document (`components.schemas`).
 
-`SCHEMAS` names every request and response body the routes refer to (`ref(name)`); `fields`
+`SCHEMAS` names every request body and every response body the routes refer to
+(`ref(name)`) except the status views, whose schemas `openapi_views` generates; `fields`
 writes an object schema compactly ("name! count:int tags:strs"), and the primitive schemas
 (`STR`, `INT`, ...) and `obj`/`arr`/`ref` are shared with the route table (`openapi`). Pure
 data, like the document.
@@ -72,13 +73,6 @@ SCHEMAS: dict[str, Schema] = {
         limits=ref("FunctionResources"),
         requests=ref("FunctionResources"),
     ),
-    "FunctionStatus": fields(
-        "name! image! namespace envProcess envVars:map labels:map annotations:map secrets:strs "
-        "invocationCount:num replicas:int availableReplicas:int createdAt:time "
-        "latencyTargetMs:num maxBatch:int coldStarts:int state lastError",
-        limits=ref("FunctionResources"),
-        signature=obj(inputs=arr(obj()), outputs=arr(obj())),
-    ),
     "Secret": fields("name! namespace value rawValue"),
     "DeleteFunctionRequest": fields("functionName! namespace"),
     "ScaleServiceRequest": fields("serviceName namespace replicas!:int"),
@@ -87,16 +81,6 @@ SCHEMAS: dict[str, Schema] = {
         provider=fields("provider orchestration", version=fields("sha release")),
         version=fields("sha release commit_message"),
     ),
-    "Instance": fields(
-        "id! function! server batchSize:int cpus:int gpuPct:int gpuDevice pid:int state! "
-        "served:int template start:any node endpoint gpu:any",
-        history=arr(fields("event! path from tookMs:num predictedMs:num plan:any")),
-    ),
-    "Server": fields(
-        "id! cpus!:int freeCpus!:int gpuPct:ints freeGpuPct:ints instances:int node host "
-        "backend head:bool gpus:any gpuTier:any standbyFailures:any"
-    ),
-    "Template": fields("id! pid!:int tenant! package! alive:bool instances:strs startMs:num"),
     "LogEntry": fields("name! namespace instance timestamp!:time text!"),
     "Sample": fields("inputs!:any"),
     "ServerMetadata": fields("name! version! extensions!:strs"),

@@ -102,9 +102,11 @@ class PackageRoutes:
         stored = await asyncio.to_thread(self._add, staging, archive)
         log.info(
             "package %s (%s, %d bytes) %s",
-            stored.digest, stored.manifest.name, stored.bytes,
+            stored.digest,
+            stored.manifest.name,
+            stored.bytes,
             "stored" if stored.created else "was stored already",
-        )  # fmt: skip
+        )
         return _json(stored.to_json(), status=201 if stored.created else 200)
 
     def _add(self, staging: Path, archive: Path) -> StoredPackage:

@@ -1,17 +1,22 @@
 """Every HTTP route of the gateway, registered here and nowhere else, plus the middlewares
 and the hooks the routes need (the function log handler, scrape-time metrics).
 
-Wiring only: the handlers live in `invoke` (`/function/{name}`), `system` (`/system/*`,
-`/healthz`, `/readyz`, `/metrics`), `secrets` (`/system/secrets`), `packages`
-(`/system/packages`), `modelless` (`/system/register`, `/system/models`, `/system/variants`),
-`v2/` (the Open Inference Protocol), `logs`, `openapi` and `board/` (the live board at `/ui`);
-the composition root (`app`) calls `middlewares` and `install`. Must not hold request logic.
+Wiring only. The handlers live in:
+- `invoke`: `/function/{name}`;
+- `system`: `/system/*`, `/healthz`, `/readyz`, `/metrics`;
+- `secrets`, `packages`, `modelless`: `/system/secrets`, `/system/packages`,
+  `/system/register`, `/system/models`, `/system/variants`;
+- `v2/`: the Open Inference Protocol; `logs`; `openapi`;
+- `board/`: the live board at `/ui`.
+The composition root (`app`) calls `middlewares` and `install`. The log handler and the
+board start and stop as aiohttp cleanup contexts. Must not hold request logic.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -58,9 +63,14 @@ def board_hub(ctx: GatewayContext) -> Hub:
     ui = ctx.config.ui
     reader = BoardReader(ctx)
     return Hub(
-        ctx.clock, ui.interval_s, ui.history_s, reader.readings, reader.state,
-        ui.max_viewers, ui.max_skipped,
-    )  # fmt: skip
+        clock=ctx.clock,
+        interval_s=ui.interval_s,
+        history_s=ui.history_s,
+        read=reader.readings,
+        state=reader.state,
+        max_viewers=ui.max_viewers,
+        max_skipped=ui.max_skipped,
+    )
 
 
 def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[web.RouteDef]:
@@ -73,7 +83,11 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
     package_limits = Limits(ctx.config.gateway.max_package_bytes)
     packages = PackageRoutes(ctx.packages, package_limits)
     repository = RepositoryRoutes(
-        ctx.frontend, ctx.pool, ctx.functions, ctx.packages, package_limits
+        frontend=ctx.frontend,
+        deployed=ctx.deployed,
+        functions=ctx.functions,
+        packages=ctx.packages,
+        limits=package_limits,
     )
     modelless = ModellessRoutes(ctx.modelless, package_limits)
     document = orjson.dumps(openapi_document())
@@ -82,7 +96,7 @@ def route_table(ctx: GatewayContext, board: BoardPages | None = None) -> list[we
         return web.Response(body=document, content_type="application/json")
 
     def namespace_of(name: str) -> str | None:
-        function = ctx.pool.functions.get(name)
+        function = ctx.deployed.deployed.get(name)
         return None if function is None else function.spec.namespace
 
     routes = [
@@ -143,31 +157,36 @@ def install(app: web.Application, ctx: GatewayContext) -> None:
     """Register every route, and the hooks that route logs and metrics to the gateway."""
     hub = board_hub(ctx) if ctx.config.ui.enabled else None
     app.add_routes(route_table(ctx, None if hub is None else BoardPages(ctx, hub)))
-    pool = ctx.pool
+    deployed = ctx.deployed
     collector = PlatformCollector(
-        pool.all_instances, lambda: pool.functions, ctx.gpus, ctx.gpu_sharing
+        ctx.instances.instances, lambda: deployed.deployed, ctx.gpus, ctx.gpu_sharing
     )
     ctx.metrics.add_collector(collector)
-    ctx.metrics.add_collector(ServerCollector(pool))
+    ctx.metrics.add_collector(ServerCollector(deployed, ctx.instances, ctx.servers))
     handler = GatewayLogHandler(ctx.logs)
 
-    async def startup(_: web.Application) -> None:
+    async def function_logs(_: web.Application) -> AsyncIterator[None]:
+        """Gateway log records about instances join the function logs, from the first
+        start-up step to the last clean-up step (this context starts first)."""
         ctx.logs.bind(asyncio.get_running_loop())
         logging.getLogger(LOGGER_NAME).addHandler(handler)
-        if hub is not None:
-            hub.start()
-
-    async def shutdown(_: web.Application) -> None:
-        ctx.logs.close()  # log followers end, so the server's drain does not wait on them
-        if hub is not None:
-            hub.close()  # ... and so do the board's pages
-
-    async def cleanup(_: web.Application) -> None:
+        yield
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
         collector.close()
+
+    async def board(_: web.Application) -> AsyncIterator[None]:
+        if hub is not None:
+            hub.start()
+        yield
         if hub is not None:
             await hub.stop()
 
-    app.on_startup.insert(0, startup)
+    async def shutdown(_: web.Application) -> None:
+        """Before the server drains: log followers and the board's pages end, so the drain
+        does not wait on them."""
+        ctx.logs.close()
+        if hub is not None:
+            hub.close()
+
+    app.cleanup_ctx.extend([function_logs, board])
     app.on_shutdown.append(shutdown)
-    app.on_cleanup.append(cleanup)

@@ -5,7 +5,7 @@ free, its tensor store per tenant, and the workers its starters keep warm withou
 instance (idle for transformation, GPU standby).
 
 Runs only when `/metrics` is scraped. Gateway side: must not import torch, and only reads
-the pool.
+the control plane's read-only views (`control.status`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from infless.control.snapshot import server_view
-
 if TYPE_CHECKING:
-    from infless.control.pool import WorkerPool
+    from infless.control.status import FunctionsView, InstancesView, ServersView
 
 KEPT_STATES = ("idle", "standby")
 
@@ -54,34 +52,34 @@ class _Families:
 
 
 class ServerCollector:
-    """A prometheus_client custom collector over the pool's servers and functions."""
+    """A prometheus_client custom collector over the servers, the functions and the kept
+    workers."""
 
-    def __init__(self, pool: WorkerPool) -> None:
-        self._pool = pool
+    def __init__(
+        self, functions: FunctionsView, instances: InstancesView, servers: ServersView
+    ) -> None:
+        self._functions = functions
+        self._instances = instances
+        self._servers = servers
 
     def describe(self) -> Iterator[Metric]:
         yield from _Families().all()
 
     def collect(self) -> Iterator[Metric]:
         families = _Families()
-        pool = self._pool
-        functions = list(pool.functions.values())
-        for function in functions:
+        for function in self._functions.deployed.values():
             families.slo.add_metric([function.name], function.spec.slo_ms / 1000.0)
         kept: dict[tuple[str, str], int] = {}
-        for worker in pool.servers.kept():
-            key = (str(worker.get("server")), str(worker.get("state")))
+        for worker in self._instances.kept():
+            key = (worker.server, worker.state)
             kept[key] = kept.get(key, 0) + 1
-        for server in pool.servers.values():
-            sid = server.server_id
-            idle = sum(1 for load in server.allocator.load().values() if load == 0)
-            view = server_view(functions, sid, server.capacity_cpus, server.gpu_pct, idle)
-            families.cpus.add_metric([sid], server.capacity_cpus)
-            families.free_cpus.add_metric([sid], view.free_cpus)
+        for load in self._servers.loads():
+            sid = load.server_id
+            families.cpus.add_metric([sid], load.capacity_cpus)
+            families.free_cpus.add_metric([sid], load.free_cpus)
             for state in KEPT_STATES:
                 families.kept.add_metric([sid, state], kept.get((sid, state), 0))
-            status = {} if server.status is None else server.status()
-            store = status.get("store")
+            store = load.facts.get("store")
             tenants = store.get("tenantBytes", {}) if isinstance(store, dict) else {}
             for tenant, size_bytes in sorted(tenants.items()):
                 families.store.add_metric([sid, tenant], size_bytes)

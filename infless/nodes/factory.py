@@ -18,10 +18,11 @@ from infless.config import Config
 from infless.registry.secrets import SecretStore
 from infless.tenancy.sandboxes import TenantSandboxes
 from infless.weights.store import TensorStore
-from infless.workers.boot import ProcessStarter, StartSettings
+from infless.workers.boot import ProcessStarter
 from infless.workers.launcher import SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Sink
 from infless.workers.records import RunRecords
+from infless.workers.requests import StartSettings
 from infless.workers.templates import TemplateCache
 from infless.workers.zygote import ZygoteLauncher
 

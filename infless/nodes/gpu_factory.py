@@ -21,7 +21,7 @@ from infless.weights.gpu_holder import GpuTierClient, model_key_of
 from infless.workers.boot import ProcessStarter
 from infless.workers.gpu_starter import GpuStarter
 from infless.workers.standby import StandbyPool
-from infless.workers.starting import InstanceStarter
+from infless.workers.starting import Starter
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ def make_gpu_side(
     inventory: GpuInventory,
     state_dir: Path,
     clock: Clock,
-    inner: InstanceStarter,
+    inner: Starter,
     processes: ProcessStarter,
     *,
     tier: bool,

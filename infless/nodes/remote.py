@@ -27,6 +27,7 @@ from infless.types import WorkerRuntime
 from infless.workers.handle import RemoteWorkerHandle, WorkerStartFailed, connect_tcp
 from infless.workers.launcher import LaunchedWorker
 from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
+from infless.workers.status import TemplateView, WorkerView
 
 if TYPE_CHECKING:
     from infless.control.functions import DeployedFunction
@@ -162,10 +163,10 @@ class RemoteStarter(StarterDefaults):
     def holder_ids(self) -> list[str]:
         return []  # the node's store is the agent's: it counts its own holders
 
-    def describe(self, instance_id: str) -> dict[str, object]:
-        return {"node": self.node, "endpoint": self._endpoints.get(instance_id)}
+    def describe(self, instance_id: str) -> WorkerView:
+        return WorkerView(node=self.node, endpoint=self._endpoints.get(instance_id))
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return []
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:

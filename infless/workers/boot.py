@@ -1,16 +1,19 @@
 """`ProcessStarter`: the innermost starter of this machine's chain (`workers.starting`), the
 one that makes worker processes.
 
-`ProcessStarter` publishes the weights to the tensor store (or not), launches
-the worker (forked from the model's template when the store and the zygote allow one, see
-`templates`) with its stdout and stderr piped to the function's logs (`output`), confines
-it to its cores (cgroups, else affinity) and to its memory limit (`cluster.memory`; no limit
-is never a fallback) and loads the package with the function's environment and secrets.
+A start takes four steps:
+1. publish the weights to the tensor store (or not);
+2. launch the worker, forked from the model's template when the store and the zygote allow
+   one (`templates`), its stdout and stderr piped to the function's logs (`output`);
+3. confine it to its cores (cgroups, else affinity) and to its memory limit
+   (`cluster.memory`; no limit is never a fallback);
+4. load the package with the function's environment and secrets (the request: `requests`).
+
 It says what it cannot give workers here (`runtime_support`: memory limits, secrets) and
-why a worker died when it knows (`death_cause`: killed for memory).
-It keeps no idle workers: `retire` stops them (the transforming starter around it keeps
-some, and asks it to `transform` one). The test double
-`tests/support/inprocess.py` runs a callable instead. Gateway side: never imports torch.
+why a worker died when it knows (`death_cause`: killed for memory). It keeps no idle
+workers: `retire` stops them. The transforming starter around it keeps some, and asks it to
+`transform` one. The test double `tests/support/inprocess.py` runs a callable instead.
+Gateway side: never imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -36,6 +38,7 @@ from infless.workers.handle import ProcessWorkerHandle, WorkerHandle, WorkerStar
 from infless.workers.isolation import probe_secrets
 from infless.workers.launcher import LaunchedWorker, SubprocessLauncher, WorkerLauncher
 from infless.workers.output import Label, OutputPumps, Sink
+from infless.workers.requests import StartSettings, WorkerRequests
 from infless.workers.starting import (
     Booted,
     BootOrder,
@@ -43,6 +46,7 @@ from infless.workers.starting import (
     RuntimeSupport,
     StarterDefaults,
 )
+from infless.workers.status import Facts, TemplateView, WorkerView
 from infless.workers.templates import TemplateCache
 
 if TYPE_CHECKING:
@@ -54,14 +58,6 @@ if TYPE_CHECKING:
     from infless.weights.store import TensorStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class StartSettings:
-    start_timeout_s: float
-    warmup_rounds: int
-    private_weights: bool  # no store: clone the weights into private memory (bench baseline)
-    nice: int = 0  # workers' niceness: the gateway's event loop goes first on shared cores
 
 
 class ProcessStarter(StarterDefaults):
@@ -79,7 +75,7 @@ class ProcessStarter(StarterDefaults):
         sandboxes: TenantSandboxes | None = None,
         pids: PidsLimiter | None = None,
     ) -> None:
-        self._settings = settings
+        self.requests = WorkerRequests(settings, sandboxes)
         self.launcher = launcher
         self.store = store
         self._templates = templates
@@ -129,8 +125,9 @@ class ProcessStarter(StarterDefaults):
             self.store.publish, order.package_dir, order.tenant, holder=order.instance_id
         )
 
-    async def launch(self, worker_id: str, function: str = "", instance: str = ""
-                     ) -> ProcessWorkerHandle:  # fmt: skip
+    async def launch(
+        self, worker_id: str, function: str = "", instance: str = ""
+    ) -> ProcessWorkerHandle:
         """A new worker process with no model yet (from the zygote, else fresh), its output
         labelled `function`/`instance`; no cores assigned (`adopt` confines it)."""
         launched = await self.launcher.launch(worker_id, self._pumps is not None)
@@ -156,8 +153,12 @@ class ProcessStarter(StarterDefaults):
         logs (`previous_id`: the id it had while kept warm)."""
         self.cgroups.confine(order, handle.pid)
         handle.rebind_death(order.on_death)
-        self.relabel(previous_id or order.instance_id, order.instance_id, order.function,
-                     order.instance or order.instance_id)  # fmt: skip
+        self.relabel(
+            previous_id or order.instance_id,
+            order.instance_id,
+            order.function,
+            order.instance or order.instance_id,
+        )
 
     def relabel(self, old_id: str, new_id: str, function: str, instance: str) -> None:
         """Whose lines a worker's output is from now on (it serves someone else)."""
@@ -175,35 +176,12 @@ class ProcessStarter(StarterDefaults):
         gpu: p.GpuPlacement | None = None,
         gpu_weights: SharedModel | None = None,
     ) -> p.LoadModel:
-        """The worker's `LoadModel`; in its tenant's sandbox when isolation is active (its
-        package then named by its absolute path: a sandboxed worker works from `/`)."""
-        return p.LoadModel(
-            package_dir=self._package(order),
-            cpus=order.config.cpus,
-            cpu_ids=list(order.cpu_ids),
-            gpu_pct=order.config.gpu_pct,
-            warmup_batch_sizes=list(order.warmup_batch_sizes),
-            warmup_rounds=self._settings.warmup_rounds,
-            store_tensors=stored,
-            private_weights=stored is None and self._settings.private_weights,
-            nice=self._settings.nice,
-            env=dict(order.runtime.env),
-            secrets=secrets,
-            gpu=gpu,
-            gpu_weights=gpu_weights,
-            sandbox=self.sandbox_of(order, gpu=gpu is not None),
-        )
+        """The worker's `LoadModel` (`requests`)."""
+        return self.requests.load(order, stored, secrets, gpu=gpu, gpu_weights=gpu_weights)
 
     def sandbox_of(self, order: BootOrder, *, gpu: bool = False) -> p.Sandbox | None:
         """The sandbox of `order`'s worker (None: isolation is not active)."""
-        if self.sandboxes is None:
-            return None
-        return self.sandboxes.sandbox_for(order.tenant, order.package_dir, gpu=gpu)
-
-    def _package(self, order: BootOrder) -> str:
-        if self.sandboxes is not None and self.sandboxes.active:
-            return str(order.package_dir.absolute())
-        return str(order.package_dir)
+        return self.requests.sandbox_of(order, gpu=gpu)
 
     def may_load(self, handle: WorkerHandle, order: BootOrder) -> bool:
         """Whether a kept worker can load `order`'s package: a sandboxed worker sees only
@@ -219,7 +197,7 @@ class ProcessStarter(StarterDefaults):
         if request.sandbox is not None and self.sandboxes is not None:
             self.sandboxes.record(handle.pid, request.sandbox)
         try:
-            return await handle.load(request, self._settings.start_timeout_s)
+            return await handle.load(request, self.requests.settings.start_timeout_s)
         except BaseException as exc:
             if isinstance(handle, ProcessWorkerHandle):
                 handle.kill()
@@ -237,7 +215,7 @@ class ProcessStarter(StarterDefaults):
             and self.store is not None
             and order.shared_weights
             and not order.runtime.secrets
-            and self._templates.has_template(order.tenant, self._package(order))
+            and self._templates.has_template(order.tenant, self.requests.package(order))
         ):
             return StartPath.TEMPLATE
         return (
@@ -283,20 +261,12 @@ class ProcessStarter(StarterDefaults):
             )
             self.cgroups.confine(order, handle.pid)
             handle.rebind_death(order.on_death)
-            request = p.TransformModel(
-                package_dir=self._package(order),
-                structure=structure_json,
-                steps=steps,
-                store_tensors=stored,
-                cpus=order.config.cpus,
-                cpu_ids=list(order.cpu_ids),
-                warmup_batch_sizes=list(order.warmup_batch_sizes),
-                warmup_rounds=self._settings.warmup_rounds,
-            )
-            ready = await handle.transform(request, self._settings.start_timeout_s)
+            request = self.requests.transform(order, stored, steps, structure_json)
+            ready = await handle.transform(request, self.requests.settings.start_timeout_s)
             # its output joins the new function's logs
-            self.relabel(donor_id, order.instance_id, order.function,
-                         order.instance or order.instance_id)  # fmt: skip
+            self.relabel(
+                donor_id, order.instance_id, order.function, order.instance or order.instance_id
+            )
         except BaseException:
             handle.kill()
             await self.cgroups.release(order.instance_id)  # the normal start makes its own
@@ -320,9 +290,14 @@ class ProcessStarter(StarterDefaults):
         if self._templates is not None and stored is not None and not runtime.secrets:
             try:
                 launched = await self._templates.launch(
-                    order.instance_id, order.tenant, self._package(order), stored,
-                    runtime.env, capture, self.sandbox_of(order),
-                )  # fmt: skip
+                    order.instance_id,
+                    order.tenant,
+                    self.requests.package(order),
+                    stored,
+                    runtime.env,
+                    capture,
+                    self.sandbox_of(order),
+                )
             except (ZygoteError, StoreError, OSError) as exc:
                 log.warning(
                     "no template for %s (%s); forking it from the zygote", order.instance_id, exc
@@ -389,10 +364,21 @@ class ProcessStarter(StarterDefaults):
         """Store holders besides the instances: the templates."""
         return [] if self._templates is None else self._templates.holder_ids()
 
-    def describe(self, instance_id: str) -> dict[str, object]:
+    def describe(self, instance_id: str) -> WorkerView:
         """Where the instance came from and how it is confined (for /system/instances)."""
         template = None if self._templates is None else self._templates.template_of(instance_id)
-        return self.cgroups.describe(instance_id) | {"template": template}
+        confined = self.cgroups.describe(instance_id)
+        return WorkerView(
+            confinement=_facts(confined.get("confinement")),
+            memory_limit=_facts(confined.get("memoryLimit")),
+            pids_limit=_facts(confined.get("pidsLimit")),
+            template=template,
+        )
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return [] if self._templates is None else self._templates.describe()
+
+
+def _facts(described: object) -> Facts | None:
+    """A confinement's own description (a dict), or None where there is none."""
+    return described if isinstance(described, dict) else None

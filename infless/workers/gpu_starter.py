@@ -42,11 +42,11 @@ from infless.workers.standby import StandbyPool, StandbyWorker
 from infless.workers.starting import (
     Booted,
     BootOrder,
-    History,
-    InstanceStarter,
     LayeredStarter,
     Retiring,
+    Starter,
 )
+from infless.workers.status import GpuWorkerView, History, KeptWorkerView, WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class GpuInstance:
 class GpuStarter(LayeredStarter):
     def __init__(
         self,
-        inner: InstanceStarter,
+        inner: Starter,
         processes: ProcessStarter,
         devices: Sequence[GpuDevice],
         runtime: Runtime,
@@ -324,28 +324,26 @@ class GpuStarter(LayeredStarter):
         slot = self.slots[min(self.slots)]
         return slot.device.uuid, slot.pipe_dir
 
-    def describe(self, instance_id: str) -> dict[str, object]:
+    def describe(self, instance_id: str) -> WorkerView:
         described = self.inner.describe(instance_id)
         known = self._instances.get(instance_id)
         if known is None:
             return described
         gpu = known.ready.gpu
-        return {
-            **described,
-            "gpu": {
-                "index": known.slot.device.index,
-                "uuid": known.slot.device.uuid,
-                "name": known.slot.device.name,
-                "sharePct": known.placement.gpu_pct,
-                "sharing": "mps" if known.placement.mps_pipe_dir else "time-sliced",
-                "startedFrom": known.path,
-                "weights": known.weights,
-                "graphBatchSizes": [] if gpu is None else list(gpu.graph_batch_sizes),
-                "memoryBytes": 0 if gpu is None else gpu.memory_bytes,
-            },
-        }
+        view = GpuWorkerView(
+            index=known.slot.device.index,
+            uuid=known.slot.device.uuid,
+            name=known.slot.device.name,
+            share_pct=known.placement.gpu_pct,
+            sharing="mps" if known.placement.mps_pipe_dir else "time-sliced",
+            started_from=known.path,
+            weights=known.weights,
+            graph_batch_sizes=[] if gpu is None else list(gpu.graph_batch_sizes),
+            memory_bytes=0 if gpu is None else gpu.memory_bytes,
+        )
+        return msgspec.structs.replace(described, gpu=view)
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         return [*self.inner.kept(), *self.standby.describe()]
 
     def describe_server(self) -> dict[str, object]:

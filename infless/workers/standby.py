@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from infless.clock import Clock
 from infless.workers import protocol as p
 from infless.workers.handle import ProcessWorkerHandle
+from infless.workers.status import StandbyWorkerView
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +61,19 @@ class StandbyWorker:
     since_s: float
     tenant: str | None = None  # whose instance it served (None: fresh, anyone's)
 
-    def describe(self, now_s: float) -> dict[str, object]:
-        return {
-            "id": self.worker_id,
-            "function": "",
-            "state": "standby",
-            "pid": self.handle.pid,
-            "device": self.placement.uuid,
-            "gpuIndex": self.placement.index,
-            "sharePct": self.placement.gpu_pct,
-            "mps": self.placement.mps_pipe_dir is not None,
-            "deviceName": self.ready.device_name,
-            "initMs": round(self.ready.init_ms, 1),
-            "reusedBy": self.tenant,
-            "standbyS": round(now_s - self.since_s, 3),
-        }
+    def describe(self, now_s: float) -> StandbyWorkerView:
+        return StandbyWorkerView(
+            worker_id=self.worker_id,
+            pid=self.handle.pid,
+            device=self.placement.uuid,
+            gpu_index=self.placement.index,
+            share_pct=self.placement.gpu_pct,
+            mps=self.placement.mps_pipe_dir is not None,
+            device_name=self.ready.device_name,
+            init_ms=round(self.ready.init_ms, 1),
+            reused_by=self.tenant,
+            standby_s=round(now_s - self.since_s, 3),
+        )
 
 
 class StandbyPool:
@@ -203,7 +202,7 @@ class StandbyPool:
         return f"standby-{placement.index}-{next(self._ids)}"
 
     # -- reading and closing ---------------------------------------------------------------
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[StandbyWorkerView]:
         now = self._clock.now()
         return [w.describe(now) for workers in self._ready.values() for w in workers]
 

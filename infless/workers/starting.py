@@ -10,6 +10,9 @@ weights from the GPU tier) around the transforming starter (Optimus: an idle wor
 into another model) around the process starter (forked from a template or the zygote). The
 pool calls only this protocol; whoever keeps idle or standby workers owns them.
 A starter raises on any failure; the pool decides what a failure means.
+
+What a starter says about its workers is a separate, read-only port
+(`status.StarterStatus`); a `Starter` is a layer that implements both.
 Gateway side: never imports torch.
 """
 
@@ -22,11 +25,17 @@ from typing import TYPE_CHECKING, Protocol
 from infless.types import InstanceConfig, WorkerRuntime
 from infless.workers import protocol as p
 from infless.workers.handle import WorkerHandle
+from infless.workers.status import (
+    History,
+    KeptWorkerView,
+    PackageView,
+    StarterStatus,
+    TemplateView,
+    WorkerView,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-History = list[dict[str, object]]  # a worker's starts, transformations and idle spells
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,21 +109,13 @@ class InstanceStarter(Protocol):
 
     def holder_ids(self) -> list[str]: ...
 
-    def describe(self, instance_id: str) -> dict[str, object]: ...
-
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
-        """What this starter knows of a function's package (for /system/functions/NAME)."""
-        ...
-
-    def kept(self) -> list[dict[str, object]]:
-        """The workers it keeps warm without an instance (idle, standby), described."""
-        ...
-
-    def templates(self) -> list[dict[str, object]]: ...
-
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport: ...
 
     def death_cause(self, instance_id: str) -> str | None: ...
+
+
+class Starter(InstanceStarter, StarterStatus, Protocol):
+    """A layer of the chain: it starts instances, and it says what it keeps and how."""
 
 
 class StarterDefaults:
@@ -127,10 +128,10 @@ class StarterDefaults:
     def deployed(self, package_dir: Path, tenant: str, plain_module: bool) -> None:
         return None
 
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
-        return {}
+    def describe_function(self, package_dir: Path) -> PackageView:
+        return PackageView()
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         return []
 
 
@@ -138,7 +139,7 @@ class LayeredStarter:
     """A layer of the chain: everything it does not handle goes to `inner`. Subclasses
     override the calls they take part in and call the inner starter for the rest."""
 
-    def __init__(self, inner: InstanceStarter) -> None:
+    def __init__(self, inner: Starter) -> None:
         self.inner = inner
 
     async def start(self) -> None:
@@ -162,16 +163,16 @@ class LayeredStarter:
     def holder_ids(self) -> list[str]:
         return self.inner.holder_ids()
 
-    def describe(self, instance_id: str) -> dict[str, object]:
+    def describe(self, instance_id: str) -> WorkerView:
         return self.inner.describe(instance_id)
 
-    def describe_function(self, package_dir: Path) -> dict[str, object]:
+    def describe_function(self, package_dir: Path) -> PackageView:
         return self.inner.describe_function(package_dir)
 
-    def kept(self) -> list[dict[str, object]]:
+    def kept(self) -> list[KeptWorkerView]:
         return self.inner.kept()
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return self.inner.templates()
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:

@@ -42,6 +42,7 @@ from infless.weights.stored import StoredTensor
 from infless.workers import protocol as p
 from infless.workers.forkclient import ForkServerClient, ZygoteError
 from infless.workers.launcher import LaunchedWorker
+from infless.workers.status import TemplateView
 
 if TYPE_CHECKING:
     from infless.weights.store import TensorStore
@@ -97,18 +98,20 @@ class Template:
     ready: p.Ready
     start_ms: float
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "id": self.key.template_id,
-            "pid": self.pid,
-            "tenant": self.key.tenant,
-            "package": self.key.package_dir,
-            "alive": self.client.alive,
-            "startMs": round(self.start_ms, 1),
-            "buildMs": round(self.ready.start.build_ms, 1),
-            "attachMs": round(self.ready.start.attach_ms, 1),
-            "warmupMs": round(self.ready.start.warmup_ms, 1),
-        }
+    def describe(self, instances: list[str]) -> TemplateView:
+        """This template, with the instances forked from it that still run."""
+        return TemplateView(
+            template_id=self.key.template_id,
+            pid=self.pid,
+            tenant=self.key.tenant,
+            package=self.key.package_dir,
+            alive=self.client.alive,
+            start_ms=round(self.start_ms, 1),
+            build_ms=round(self.ready.start.build_ms, 1),
+            attach_ms=round(self.ready.start.attach_ms, 1),
+            warmup_ms=round(self.ready.start.warmup_ms, 1),
+            instances=instances,
+        )
 
 
 async def _recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -330,13 +333,13 @@ class TemplateCache:
         key = self._by_instance.get(instance_id)
         return key.template_id if key is not None and instance_id in self._forked else None
 
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[TemplateView]:
         described = []
         for slot in self._slots.values():
             template = slot.template()
             if template is not None:
                 forked = sorted(i for i in slot.users if i in self._forked)
-                described.append(template.describe() | {"instances": forked})
+                described.append(template.describe(forked))
         return described
 
     async def close(self) -> None:

@@ -125,8 +125,8 @@ async def test_later_instances_fork_from_the_template_and_answer_alike(
 
     assert await serve_once(launched[0]) == await serve_once(third)
     [described] = templates.describe()
-    assert described["pid"] == template.pid
-    assert described["instances"] == ["i3"]
+    assert described.pid == template.pid
+    assert described.instances == ["i3"]
 
 
 async def test_the_template_goes_with_the_models_last_instance(

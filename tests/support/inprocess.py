@@ -23,6 +23,7 @@ from infless.workers import protocol as p
 from infless.workers.handle import BatchError, WorkerDied
 from infless.workers.handling import serve_requests
 from infless.workers.starting import Booted, BootOrder, RuntimeSupport, StarterDefaults
+from infless.workers.status import TemplateView, WorkerView
 
 Arrays = dict[str, np.ndarray]
 Forward = Callable[[Arrays], Arrays]
@@ -191,10 +192,10 @@ class InProcessStarter(StarterDefaults):
     def holder_ids(self) -> list[str]:
         return []
 
-    def describe(self, instance_id: str) -> dict[str, object]:
-        return {"confinement": None, "memoryLimit": None, "template": None}
+    def describe(self, instance_id: str) -> WorkerView:
+        return WorkerView(confinement=None, memory_limit=None, template=None)
 
-    def templates(self) -> list[dict[str, object]]:
+    def templates(self) -> list[TemplateView]:
         return []
 
     async def runtime_support(self, runtime: WorkerRuntime) -> RuntimeSupport:

@@ -3,8 +3,8 @@ each instance's measured batches against its service-time table, its variants an
 model-less target, and its recent logs.
 
 Built when a page opens a function (and at most once per interval for all pages that have
-it open: `pages` caches it by the hub's tick). Gateway side: never imports torch; reads
-only.
+it open: `pages` caches it by the hub's tick). Its function and planner are the control
+plane's views (`control.views`). Gateway side: never imports torch; reads only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import msgspec
 from infless.control.modelless import MODEL_LABEL
 from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import FunctionNotFound
-from infless.gateway.system import function_status, planner_report
 
 if TYPE_CHECKING:
     from infless.gateway.context import GatewayContext
@@ -50,10 +49,10 @@ def instance_batches(instance: Instance) -> dict[str, object]:
 
 def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
     """The detail of the deployed function `name` (FunctionNotFound: 404)."""
-    function = ctx.pool.functions.get(name)
+    function = ctx.deployed.deployed.get(name)
     if function is None:
         raise FunctionNotFound(f"function {name!r} is not deployed; the board lists those that are")
-    status = function_status(function)
+    status = msgspec.to_builtins(ctx.deployed.function(name))
     model = function.spec.labels.get(MODEL_LABEL)
     variants = None
     if model is not None:
@@ -65,7 +64,7 @@ def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
     return {
         "function": status,
         "admission": ctx.frontend.describe(function),
-        "planner": planner_report(ctx.autoscaler, function),
+        "planner": msgspec.to_builtins(ctx.deployed.planner(function)),
         "coldStartPolicy": ctx.prewarm.describe(name),
         "instances": [
             instance_batches(i)

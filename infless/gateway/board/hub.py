@@ -8,7 +8,8 @@ and never slows the others. The snapshot and the history a page gets when it ope
 each built at most once per interval, however many pages ask: nothing is done per viewer
 but handing it the shared bytes. The series are sampled every interval, viewers or not, so
 a page opened later still shows the last minutes. Gateway side: never imports torch; the
-tick is synchronous and short (it reads counters and the pool, it never waits).
+tick is synchronous and short (it reads counters and the control plane's read-only views,
+it never waits).
 """
 
 from __future__ import annotations

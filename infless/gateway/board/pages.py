@@ -105,10 +105,10 @@ class BoardPages:
         tick = self._hub.ticks
         cached = self._details.get(name)
         if cached is None or cached[0] != tick:
-            if name not in self._ctx.pool.functions:
+            if name not in self._ctx.deployed.deployed:
                 self._details.pop(name, None)
                 raise FunctionNotFound(f"function {name!r} is not deployed")
             cached = self._details[name] = (tick, orjson.dumps(function_detail(self._ctx, name)))
-            for gone in set(self._details) - set(self._ctx.pool.functions):
+            for gone in set(self._details) - set(self._ctx.deployed.deployed):
                 del self._details[gone]
         return web.Response(body=cached[1], content_type="application/json")

@@ -4,23 +4,25 @@ and the state of servers, instances, kept workers, functions and registered mode
 
 Read once per interval by the board's producer (`hub`), never per page and never on the
 request path. Gateway side: must not import torch, and only reads: it changes nothing in
-the pool, the metrics or the catalogue.
+the pool, the metrics or the catalogue (it reads the control plane's read-only views,
+`control.status`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.control.modelless import MODEL_LABEL, VARIANT_LABEL
-from infless.control.snapshot import server_view
 from infless.dataplane.instance import Instance, InstanceState
 from infless.gateway.board.series import Reading
 
 if TYPE_CHECKING:
     from infless.control.functions import DeployedFunction
-    from infless.control.servers import Server
+    from infless.control.status import ServerLoad
     from infless.gateway.context import GatewayContext
+    from infless.workers.status import KeptWorkerView
 
 LATENCY_WINDOW_S = 1  # a point's quantiles: the answers of the last whole second and this one
 
@@ -39,7 +41,7 @@ class BoardReader:
             counts = answered.setdefault(name, [0, 0, 0])
             counts[0 if code < 400 else 1 if code == 429 else 2] += done.count
         readings = {}
-        for name, function in self._ctx.pool.functions.items():
+        for name, function in self._ctx.deployed.deployed.items():
             router = function.router
             served, refused, failed = answered.get(name, (0, 0, 0))
             queued = sum(i.queue_length for i in router.instances if i.state is not _DEAD)
@@ -57,15 +59,14 @@ class BoardReader:
 
     def state(self) -> dict[str, object]:
         """Servers (with their kept workers and store), instances, functions, models."""
-        pool = self._ctx.pool
-        functions = list(pool.functions.values())
-        kept = pool.servers.kept()
+        functions = list(self._ctx.deployed.deployed.values())
+        kept = self._ctx.instances.kept()
         return {
-            "servers": [_server(s, functions, kept) for s in pool.servers.values()],
+            "servers": [_server(load, kept) for load in self._ctx.servers.loads()],
             "instances": [
                 _instance(i, function) for function in functions for i in function.router.instances
             ],
-            "kept": kept,
+            "kept": msgspec.to_builtins(kept),
             "functions": [self._function(f) for f in functions],
             "models": self._models(),
         }
@@ -144,25 +145,18 @@ def _instance(instance: Instance, function: DeployedFunction) -> dict[str, objec
     }
 
 
-def _server(
-    server: Server, functions: list[DeployedFunction], kept: list[dict[str, object]]
-) -> dict[str, object]:
+def _server(load: ServerLoad, kept: list[KeptWorkerView]) -> dict[str, object]:
     """A server's capacity, what is free, its GPUs, its store and its kept workers."""
-    idle = sum(1 for load in server.allocator.load().values() if load == 0)
-    view = server_view(
-        functions, server.server_id, server.capacity_cpus, server.gpu_pct, idle
-    )  # fmt: skip
-    status: Mapping[str, object] = {} if server.status is None else server.status()
     return {
-        "id": server.server_id,
-        "cpus": server.capacity_cpus,
-        "freeCpus": view.free_cpus,
-        "idleCores": view.idle_cores,
-        "cores": [[core, load] for core, load in sorted(server.allocator.load().items())],
-        "gpuPct": list(server.gpu_pct),
-        "freeGpuPct": list(view.free_gpu_pct),
-        "gpus": status.get("gpus", []),
-        "store": status.get("store"),
-        "describe": dict(server.describe),
-        "kept": sum(1 for w in kept if w.get("server") == server.server_id),
+        "id": load.server_id,
+        "cpus": load.capacity_cpus,
+        "freeCpus": load.free_cpus,
+        "idleCores": load.idle_cores,
+        "cores": [[core, busy] for core, busy in load.cores],
+        "gpuPct": list(load.gpu_pct),
+        "freeGpuPct": list(load.free_gpu_pct),
+        "gpus": load.facts.get("gpus", []),
+        "store": load.facts.get("store"),
+        "describe": dict(load.describe),
+        "kept": sum(1 for w in kept if w.server == load.server_id),
     }

@@ -75,9 +75,7 @@ def point(
             _rate(reading.failed, before.failed, span_s),
             cold if cold >= 0 else reading.cold_starts,
         )
-    return (
-        round(wall_s, 3), *rates, _ms(p50), _ms(p99), reading.queue, reading.instances
-    )  # fmt: skip
+    return (round(wall_s, 3), *rates, _ms(p50), _ms(p99), reading.queue, reading.instances)
 
 
 class Series:

@@ -252,9 +252,12 @@ def parse_infer_request(body: bytes, header_length: str | None) -> InferRequest:
             f"the body holds {len(blobs) - offset} bytes beyond its inputs' binary_data_size"
         )
     return InferRequest(
-        request_id, tuple(inputs), _requested_outputs(document.get("outputs")), binary_output,
+        request_id,
+        tuple(inputs),
+        _requested_outputs(document.get("outputs")),
+        binary_output,
         parameters,
-    )  # fmt: skip
+    )
 
 
 def describe_signature(specs: Sequence[TensorSpec]) -> str:

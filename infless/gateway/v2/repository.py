@@ -24,8 +24,8 @@ from aiohttp import web
 
 from infless.control.frontend import FunctionFrontend
 from infless.control.functions import DeployedFunction
-from infless.control.pool import WorkerPool
 from infless.control.service import FunctionService
+from infless.control.status import FunctionsView
 from infless.dataplane.instance import InstanceState
 from infless.errors import BadRequest
 from infless.gateway.packages import read_capped
@@ -119,13 +119,13 @@ class RepositoryRoutes:
     def __init__(
         self,
         frontend: FunctionFrontend,
-        pool: WorkerPool,
+        deployed: FunctionsView,
         functions: FunctionService,
         packages: PackageStore,
         limits: Limits,
     ) -> None:
         self._frontend = frontend
-        self._pool = pool
+        self._deployed = deployed
         self._functions = functions
         self._packages = packages
         self._limits = limits
@@ -134,7 +134,7 @@ class RepositoryRoutes:
         document = await _optional_json(request)
         ready_only = document.get("ready") is True
         entries = []
-        deployed = self._pool.functions
+        deployed = self._deployed.deployed
         for name, function in sorted(deployed.items()):
             state, reason = repository_state(function)
             if ready_only and state != "READY":
@@ -146,9 +146,13 @@ class RepositoryRoutes:
             failed = self._functions.failed
             for name, failure in sorted(failed.items()):
                 entries.append(
-                    {"name": name, "version": MODEL_VERSION, "state": "UNAVAILABLE",
-                     "reason": failure.error}
-                )  # fmt: skip
+                    {
+                        "name": name,
+                        "version": MODEL_VERSION,
+                        "state": "UNAVAILABLE",
+                        "reason": failure.error,
+                    }
+                )
             for name in sorted(set(ZOO) - set(deployed) - set(failed)):
                 entries.append({"name": name, "state": "UNAVAILABLE", "reason": "unloaded"})
         return _json(entries)
@@ -165,7 +169,7 @@ class RepositoryRoutes:
             image = answer["image"] = stored.digest
         deployment = load_deployment(name, parameters, image)
         functions = self._functions
-        if name in self._pool.functions:
+        if name in self._deployed.deployed:
             if "config" in parameters or image:
                 await functions.update(deployment)
         else:

@@ -239,7 +239,7 @@ async def test_a_retired_plain_module_worker_is_kept_idle_with_its_history(setup
     assert kept.entry.function == "src-fn"
     assert [e["event"] for e in kept.history] == ["started", "idle"]
     assert service.holder_ids() == ["new-1"]  # its store holds stay with it
-    assert [w["id"] for w in service.kept()] == ["src-fn-1"]
+    assert [w.worker_id for w in service.kept()] == ["src-fn-1"]
 
 
 @pytest.mark.parametrize(

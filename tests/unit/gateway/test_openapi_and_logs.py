@@ -10,7 +10,8 @@ from pathlib import Path
 from infless.app import PLATFORM_KEY, Platform, create_app
 from infless.config import parse_config
 from infless.gateway.logs import GatewayLogHandler, LogBuffer
-from infless.gateway.openapi import ERRORS, openapi_document
+from infless.gateway.openapi import openapi_document
+from infless.gateway.openapi_route import ERRORS
 
 
 def test_every_registered_route_is_documented_and_nothing_else(tmp_path: Path) -> None:

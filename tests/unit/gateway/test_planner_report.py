@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
-from infless.app import PLATFORM_KEY, Platform, create_app
+from infless.app import PLATFORM_KEY, create_app
 from infless.clock import RealClock
 from infless.config import parse_config
 from tests.support.inprocess import InProcessStarter
@@ -29,7 +29,7 @@ async def test_the_planners_decision_is_part_of_the_functions_document(tmp_path:
     package = write_package(tmp_path / "model", {"w": np.zeros(2, dtype=np.float32)})
     config = parse_config({"state": {"dir": str(tmp_path / "state")}, "store": {"enabled": False}})
     app = create_app(config, starter=InProcessStarter(RealClock()))
-    platform = cast(Platform, app[PLATFORM_KEY])
+    platform = app[PLATFORM_KEY]
     async with TestClient(TestServer(app)) as client:
         deployed = await client.post("/system/functions", json={"service": "fn", "image": str(
             package)})  # fmt: skip
