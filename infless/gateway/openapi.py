@@ -42,6 +42,8 @@ from infless.gateway.openapi_schemas import (
     ref,
 )
 from infless.gateway.openapi_views import view_ref, view_schemas
+from infless.modelless.views import ModelView
+from infless.registry.variants import RegisteredModel
 from infless.workers.status import IdleWorkerView, StandbyWorkerView, TemplateView
 
 _INFER_BODY: dict[str, Schema] = {
@@ -181,19 +183,19 @@ ROUTES: list[Route] = [
         "/system/register",
         "Register a model: its variants are generated and profiled in the background",
         202,
-        ref("RegisteredModel"),
+        view_ref(RegisteredModel),
         400,
         409,
         413,
         body=as_json(ref("Registration")),
     ),
-    management("get", "/system/models", "Registered models", 200, arr(ref("RegisteredModel"))),
+    management("get", "/system/models", "Registered models", 200, arr(view_ref(RegisteredModel))),
     management(
         "get",
         "/system/variants/{model}",
         "A registered model, its variants' profiles and live states",
         200,
-        ref("ModelVariants"),
+        view_ref(ModelView),
         404,
     ),
     management(

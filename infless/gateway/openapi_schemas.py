@@ -113,15 +113,6 @@ SCHEMAS: dict[str, Schema] = {
         apps=arr(ref("Application")),
     ),
     "Application": fields("id! latencyMs:num minAccuracy:num costWeight:num"),
-    "RegisteredModel": fields(
-        "model! image! slo_ms!:num max_batch!:int metric status! error registered_at "
-        "generation_s:num"
-    ),
-    "ModelVariants": fields(
-        "model! status! target overflow switches:int spilled:int",
-        apps=obj(),
-        variants=arr(obj()),
-    ),
     "PackageManifest": fields(
         "name! architecture! format weights_file program_file handler digest requirements:strs",
         inputs=arr(obj()),

@@ -21,6 +21,8 @@ from infless.control.views import (
     ServerStatusView,
 )
 from infless.gateway.openapi_schemas import Schema, ref
+from infless.modelless.views import ModelView
+from infless.registry.variants import RegisteredModel
 from infless.workers.status import IdleWorkerView, StandbyWorkerView, TemplateView
 
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -33,6 +35,8 @@ STATUS_VIEWS: tuple[type[msgspec.Struct], ...] = (
     ServerStatusView,
     TemplateView,
     ReadinessView,
+    RegisteredModel,
+    ModelView,
 )
 
 
