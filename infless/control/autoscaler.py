@@ -145,12 +145,21 @@ class Autoscaler:
             refused = function.refused - self._seen_refused.get(function.name, function.refused)
             self._seen_refused[function.name] = function.refused
             factor = next_pressure(
-                self.pressure.get(function.name, 1.0), function.p99_ms, function.view.slo_ms,
-                refused, self._cfg.feedback, idle_cores,
-            )  # fmt: skip
+                self.pressure.get(function.name, 1.0),
+                function.p99_ms,
+                function.view.slo_ms,
+                refused,
+                self._cfg.feedback,
+                idle_cores,
+            )
             if factor != self.pressure.get(function.name, 1.0):
-                log.info("autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",
-                         function.name, factor, function.p99_ms, refused)  # fmt: skip
+                log.info(
+                    "autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",
+                    function.name,
+                    factor,
+                    function.p99_ms,
+                    refused,
+                )
             pressure[function.name] = factor
         self.pressure = pressure
 
@@ -204,8 +213,12 @@ class Autoscaler:
             if isinstance(action, StartInstance):
                 log.info(
                     "autoscaler: start %s <b=%d, c=%d, g=%d> for [%.0f, %.0f] rps",
-                    action.function, action.config.batch_size, action.config.cpus,
-                    action.config.gpu_pct, action.r_low_rps, action.r_up_rps,
-                )  # fmt: skip
+                    action.function,
+                    action.config.batch_size,
+                    action.config.cpus,
+                    action.config.gpu_pct,
+                    action.r_low_rps,
+                    action.r_up_rps,
+                )
             elif isinstance(action, StopInstance):
                 log.info("autoscaler: stop %s (%s)", action.instance_id, action.reason)

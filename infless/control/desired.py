@@ -64,9 +64,14 @@ class WantedInstance:
 def planned_instance(instance_id: str, start: StartInstance) -> WantedInstance:
     """The entry a planner's `StartInstance` asks for: its config, placement, share, t_exec."""
     return WantedInstance(
-        instance_id, start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
-        start.exec_ms,
-    )  # fmt: skip
+        instance_id=instance_id,
+        config=start.config,
+        fixed_batch=True,
+        share_rps=start.r_up_rps,
+        server_id=start.server_id,
+        gpu_index=start.gpu_index,
+        exec_ms=start.exec_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)

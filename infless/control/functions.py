@@ -153,9 +153,12 @@ class InstanceMinter:
         config = self._function.uniform_config
         where = self._place(config.cpus)
         return d.WantedInstance(
-            self._id(), replace(config, gpu_pct=where.gpu_pct), fixed_batch=False,
-            server_id=where.server_id, gpu_index=where.gpu_index,
-        )  # fmt: skip
+            instance_id=self._id(),
+            config=replace(config, gpu_pct=where.gpu_pct),
+            fixed_batch=False,
+            server_id=where.server_id,
+            gpu_index=where.gpu_index,
+        )
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(self._id(), start)
@@ -166,9 +169,12 @@ class InstanceMinter:
         on_gpu = entry.config.gpu_pct > 0 and where.gpu_index is not None
         config = replace(entry.config, gpu_pct=entry.config.gpu_pct if on_gpu else 0)
         return replace(
-            entry, instance_id=self._id(), config=config, server_id=where.server_id,
+            entry,
+            instance_id=self._id(),
+            config=config,
+            server_id=where.server_id,
             gpu_index=where.gpu_index if on_gpu else None,
-        )  # fmt: skip
+        )
 
 
 def same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:

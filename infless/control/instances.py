@@ -67,9 +67,13 @@ class InstanceRegistry:
         # what admission may count on while it starts (`dataplane.starting`)
         instance.expected_ready_s = function.health.expected_ready_s(instance.started_at_s)
         order = function.boot_order(
-            worker_id, entry.instance_id, entry.config, cores,
-            on_death=lambda: on_death(instance), gpu_index=entry.gpu_index,
-        )  # fmt: skip
+            worker_id,
+            entry.instance_id,
+            entry.config,
+            cores,
+            on_death=lambda: on_death(instance),
+            gpu_index=entry.gpu_index,
+        )
         self._orders[worker_id] = order
         return instance, order
 
@@ -83,10 +87,14 @@ class InstanceRegistry:
         fixed = instance.config.batch_size if fixed_batch else None
         chosen = settings(dict(booted.ready.exec_ms), fixed)
         instance.become_ready(
-            booted.handle, chosen, booted.ready,
+            booted.handle,
+            chosen,
+            booted.ready,
             retune=lambda exec_ms: settings(exec_ms, chosen.batch_size),
-            start=booted.start, history=booted.history, gpu_uuid=booted.gpu_uuid,
-        )  # fmt: skip
+            start=booted.start,
+            history=booted.history,
+            gpu_uuid=booted.gpu_uuid,
+        )
         return chosen
 
     @staticmethod

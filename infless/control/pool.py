@@ -233,9 +233,13 @@ class WorkerPool:
         task.add_done_callback(lambda _: function.boots.pop(worker_id, None))
 
     async def _boot(
-        self, function: DeployedFunction, instance: Instance, entry: d.WantedInstance,
-        server: Server, order: BootOrder,
-    ) -> None:  # fmt: skip
+        self,
+        function: DeployedFunction,
+        instance: Instance,
+        entry: d.WantedInstance,
+        server: Server,
+        order: BootOrder,
+    ) -> None:
         try:
             booted = await server.starter.boot(order)
         except asyncio.CancelledError:
@@ -248,10 +252,13 @@ class WorkerPool:
         function.health.started(self._clock.now() - instance.started_at_s)
         log.info(
             "instance %s ready: pid %d, batch %d, exec %.1f ms, cores %s%s",
-            instance.instance_id, instance.pid, chosen.batch_size, chosen.exec_ms,
-            instance.cpu_ids, f", gpu {entry.gpu_index} at {entry.config.gpu_pct}%"
-            if entry.config.gpu_pct else "",
-        )  # fmt: skip
+            instance.instance_id,
+            instance.pid,
+            chosen.batch_size,
+            chosen.exec_ms,
+            instance.cpu_ids,
+            f", gpu {entry.gpu_index} at {entry.config.gpu_pct}%" if entry.config.gpu_pct else "",
+        )
         function.router.instance_ready(instance)
         self._changed(function)
         self._reconcile(function)

@@ -91,9 +91,12 @@ class BatchQueue:
         self._arrivals += 1
         if self._model is not None:
             self.target = next_target(
-                self._model, self._arrivals, self.interarrival_s,
-                self._settings.utilization, self.target,
-            )  # fmt: skip
+                self._model,
+                self._arrivals,
+                self.interarrival_s,
+                self._settings.utilization,
+                self.target,
+            )
         # Wake the runner only when its decision can change.
         if wakes(len(self._items), self.target, self._settings.batch_size):
             self._wake()
@@ -111,9 +114,15 @@ class BatchQueue:
             if items:
                 head = items[0]
                 due_s = release_at_s(
-                    settings, self._model, len(items), head.arrival_s, head.deadline_s,
-                    self.interarrival_s, self.target, self._closed,
-                )  # fmt: skip
+                    settings,
+                    self._model,
+                    len(items),
+                    head.arrival_s,
+                    head.deadline_s,
+                    self.interarrival_s,
+                    self.target,
+                    self._closed,
+                )
                 if self._clock.now() >= due_s - _TIMER_RESOLUTION_S:
                     count = min(len(items), settings.batch_size)
                     return [items.popleft() for _ in range(count)]
