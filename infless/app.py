@@ -24,8 +24,7 @@ from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
 from infless.control.failed import FailedDeployments
-from infless.control.frontend import FunctionFrontend, LoopLagProbe
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionFrontDoor
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
@@ -35,6 +34,7 @@ from infless.control.service import FunctionService
 from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
+from infless.dataplane.lagprobe import LoopLagProbe
 from infless.gateway import routes
 from infless.gateway.auth import AuthSettings, load_auth
 from infless.gateway.context import GatewayContext
@@ -78,7 +78,7 @@ class Platform:
     registry: FunctionRegistry
     pool: WorkerPool
     functions: FunctionService
-    frontend: FunctionFrontend
+    frontend: FunctionFrontDoor
     prewarm: PrewarmManager
     store: TensorStore | None
     reclaimer: Reclaimer | None
@@ -278,10 +278,15 @@ def build_platform(
     monitor = VariantMonitor(pool, catalog, config.modelless)
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway
-    frontend = FunctionFrontend(
-        pool.functions, clock, metrics, gateway.request_timeout_s, gateway.max_body_bytes,
-        catalog, failed,
-    )  # fmt: skip
+    frontend = FunctionFrontDoor(
+        functions=pool.functions,
+        clock=clock,
+        observer=metrics,
+        timeout_s=gateway.request_timeout_s,
+        max_body_bytes=gateway.max_body_bytes,
+        catalog=catalog,
+        failed=failed,
+    )
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(
         config, clock, metrics, registry, pool, functions, frontend, prewarm, store, reclaimer,

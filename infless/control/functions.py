@@ -1,13 +1,14 @@
 """DeployedFunction: one function deployed on this gateway, and who writes which part of it.
 
-- the pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owner's
-  transitions in `control.desired`) and `health` (starts and their failures);
-- the data plane writes `router` (its instances and queues), `activity` and `latency` (the
-  frontend, on every request);
-- nothing else writes anything here; everybody may read.
+- The pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owners'
+  transitions in `control.desired`) and `health` (starts and their failures).
+- The data plane writes `router` (its instances and queues), `activity` and `latency`
+  (the front door, on every request).
+- Nothing else writes anything here; everybody may read.
+
 `InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape,
-server);
-`boot_order` what a starter needs to start one of its instances.
+server). `boot_order` says what a starter needs to start one of its instances.
+`FunctionFrontDoor` is the data plane's front door over these functions.
 Gateway side: never imports torch.
 """
 
@@ -23,7 +24,10 @@ from typing import TYPE_CHECKING
 
 from infless.control import desired as d
 from infless.control.desired import DesiredState
+from infless.control.failed import FailedDeployment
 from infless.dataplane.activity import FunctionActivity
+from infless.dataplane.calls import Call
+from infless.dataplane.frontdoor import FrontDoor
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.policy import powers_of_two_up_to
 from infless.dataplane.router import FunctionRouter
@@ -175,6 +179,11 @@ class InstanceMinter:
             server_id=where.server_id,
             gpu_index=where.gpu_index if on_gpu else None,
         )
+
+
+# the data plane's front door and its calls, over this gateway's deployed functions
+FunctionFrontDoor = FrontDoor[DeployedFunction, FailedDeployment]
+FunctionCall = Call[DeployedFunction]
 
 
 def same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:

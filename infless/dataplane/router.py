@@ -1,7 +1,7 @@
 """FunctionRouter: everything between an accepted request of one function and an instance queue.
 
 Admission by deadline: a request carries the time by which its batch must be served (its
-arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
+arrival plus a budget, see `dataplane.frontdoor`). The rate-share dispatcher proposes an
 instance, and `admission.candidates` (pure, shared with the simulator) says which instances
 it may join, in order: the proposed one when its predicted finish meets the deadline (or it
 is idle), else the one that would finish it first if that one does; else it waits for an

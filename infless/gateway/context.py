@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from infless.clock import Clock, RealClock
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
@@ -28,7 +28,7 @@ from infless.registry.secrets import SecretStore
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
     config: Config
-    frontend: FunctionFrontend  # the request path: /function and /v2/.../infer
+    frontend: FunctionFrontDoor  # the request path: /function and /v2/.../infer
     pool: WorkerPool  # read-only here: functions and instances for the status routes
     functions: FunctionService  # deploy, update, scale, remove
     prewarm: PrewarmManager  # the cold-start windows shown per function

@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform as host
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
@@ -212,7 +213,7 @@ class SystemRoutes:
         function = self._ctx.frontend.find(request.match_info["name"])
         status = function_status(function)
         status["coldStartPolicy"] = self._ctx.prewarm.describe(function.name)
-        status["admission"] = self._ctx.frontend.describe(function)
+        status["admission"] = msgspec.to_builtins(self._ctx.frontend.describe(function))
         status.update(self._ctx.pool.servers.describe_function(function.package_dir))
         planner = planner_report(self._ctx.autoscaler, function)
         if planner is not None:

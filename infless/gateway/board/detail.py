@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from infless.control.modelless import MODEL_LABEL
 from infless.dataplane.instance import Instance, InstanceState
 from infless.errors import FunctionNotFound
@@ -62,7 +64,7 @@ def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
     logs = ctx.logs.entries(name)[-LOG_LINES:]
     return {
         "function": status,
-        "admission": ctx.frontend.describe(function),
+        "admission": msgspec.to_builtins(ctx.frontend.describe(function)),
         "planner": planner_report(ctx.autoscaler, function),
         "coldStartPolicy": ctx.prewarm.describe(name),
         "instances": [

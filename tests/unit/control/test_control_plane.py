@@ -20,7 +20,7 @@ from infless.coldstart.policies import build_policy
 from infless.control import desired
 from infless.control.autoscaler import Autoscaler
 from infless.control.desired import Owner
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.servers import LOCAL_SERVER, Server
@@ -73,8 +73,12 @@ class Harness:
         )  # fmt: skip
         self.autoscaler = Autoscaler(self.pool, scaling)
         self.recorder = Recorder()
-        self.frontend = FunctionFrontend(
-            self.pool.functions, clock, self.recorder, timeout_s=5.0, max_body_bytes=1 << 20
+        self.frontend = FunctionFrontDoor(
+            functions=self.pool.functions,
+            clock=clock,
+            observer=self.recorder,
+            timeout_s=5.0,
+            max_body_bytes=1 << 20,
         )
         self.calls: list[asyncio.Task[list[Outcome]]] = []
         self.most_instances = 0

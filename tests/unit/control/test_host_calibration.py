@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infless.cluster.cpus import CpuAllocator
 from infless.control.autoscaler import Autoscaler
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
@@ -67,8 +67,12 @@ def make_harness(clock: FakeClock, host: Host, cores: tuple[int, ...] = (0,)) ->
         clock, [Server(LOCAL_SERVER, harness.starter, CpuAllocator(cores), len(cores))],
         BatchingConfig(), autoscaled=False,
     )  # fmt: skip
-    harness.frontend = FunctionFrontend(
-        harness.pool.functions, clock, Recorder(), timeout_s=5.0, max_body_bytes=1 << 20
+    harness.frontend = FunctionFrontDoor(
+        functions=harness.pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
     )
     return harness
 
@@ -146,8 +150,12 @@ async def test_planned_instances_never_share_a_core() -> None:
         clock, [Server(LOCAL_SERVER, harness.starter, CpuAllocator((0, 1)), 2)],
         BatchingConfig(), autoscaled=True,
     )  # fmt: skip
-    harness.frontend = FunctionFrontend(
-        harness.pool.functions, clock, Recorder(), timeout_s=5.0, max_body_bytes=1 << 20
+    harness.frontend = FunctionFrontDoor(
+        functions=harness.pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
     )
     scaling = ScalingConfig(tick_s=0.5, cpu_options=(1, 2), demand=DemandConfig(long_window_s=2.0))
     harness.autoscaler = Autoscaler(harness.pool, scaling)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from infless.cluster.cpus import CpuAllocator
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
@@ -47,8 +47,12 @@ class Harness:
         )
         server = Server(LOCAL_SERVER, self.starter, CpuAllocator((0, 1, 2, 3)), 4)
         self.pool = WorkerPool(clock, [server], BatchingConfig())
-        self.frontend = FunctionFrontend(
-            self.pool.functions, clock, Recorder(), timeout_s=30.0, max_body_bytes=1 << 20
+        self.frontend = FunctionFrontDoor(
+            functions=self.pool.functions,
+            clock=clock,
+            observer=Recorder(),
+            timeout_s=30.0,
+            max_body_bytes=1 << 20,
         )
         self.calls: list[asyncio.Task[list[Outcome]]] = []
 
