@@ -11,8 +11,9 @@ owner at a time per function, and only its writes change the set:
   with that owner's count (one instance for the autoscaler, which then plans the rest).
 
 A writer that does not own the function is ignored: its transition returns the state as it
-was. Every transition has the shape `(state, mint, *, what) -> state`. The reconciler
-(`control.pool` on a server, the simulator in `sim`) only makes the
+was. Every transition has the shape `(state, mint, *, what) -> state`.
+
+The reconciler (`control.reconcile` on a server, the simulator in `sim`) only makes the
 running instances match the set: it starts what is missing, drains what is no longer
 wanted and replaces what died. New entries get their ids and uniform shape from an
 `InstanceMint` the reconciler passes in. Pure: no I/O, no clock.

@@ -1,14 +1,17 @@
 """BatchQueue: one instance's bounded queue, releasing a batch when it is due.
 
-When a batch leaves is `release.release_at_s` (pure, shared with the simulator): in "slo"
-dispatch (the default) every request carries its deadline, and a batch leaves when the
-smallest batch that sustains the recent arrival rate waits (`release.next_target`), or when
-the oldest request's deadline minus the batch's tail service time comes, or sooner when the
-batch cannot fill by then (the service times come from the instance's `ExecModel`); the
-other modes (INFless's "deadline", "adaptive", "eager") use the fixed batch timeout. A batch
-takes what waits, up to b. Only the
-instance's runner calls `next_batch`, and only when its worker is free, so at most one
-batch is in flight per instance. Time comes from the injected Clock.
+When a batch leaves is `release.release_at_s` (pure, shared with the simulator):
+
+- in "slo" dispatch (the default) every request carries its deadline. A batch leaves when
+  the smallest batch that sustains the recent arrival rate waits (`release.next_target`),
+  or when the oldest request's deadline minus the batch's tail service time comes, or
+  sooner when the batch cannot fill by then. Service times come from the instance's
+  `ExecModel`.
+- the other modes (INFless's "deadline", "adaptive", "eager") use the fixed batch timeout.
+
+A batch takes what waits, up to b. Only the instance's runner calls `next_batch`, and only
+when its worker is free, so at most one batch is in flight per instance. Time comes from
+the injected Clock.
 """
 
 from __future__ import annotations

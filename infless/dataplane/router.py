@@ -1,17 +1,21 @@
 """FunctionRouter: everything between an accepted request of one function and an instance queue.
 
-Admission by deadline: a request carries the time by which its batch must be served (its
-arrival plus a budget, see `dataplane.frontdoor`). The rate-share dispatcher proposes an
-instance, and `admission.candidates` (pure, shared with the simulator) says which instances
-it may join, in order: the proposed one when its predicted finish meets the deadline (or it
-is idle), else the one that would finish it first if that one does; else it waits for an
-instance that is starting (a dead worker's replacement, a scale-out), if that one, ready
-when the function's measured starts say, would serve it by its deadline
-(`dataplane.starting`); else it is refused at once (429) with a Retry-After from the
-predicted drain — work that cannot finish in time is never queued. The router holds
-requests in a bounded waiting room while the function has no ready instance (a cold start:
-it posts `WakeRequested` and the control loop starts one) or while they wait for a starting
-one. It retries requests orphaned by a dead worker once, then answers 503.
+Admission is by deadline. A request carries the time by which its batch must be served:
+its arrival plus a budget (`dataplane.frontdoor`). The rate-share dispatcher proposes an
+instance, and `admission.candidates` (pure, shared with the simulator) says which
+instances it may join, in order:
+
+1. the proposed one, when its predicted finish meets the deadline (or it is idle);
+2. else the one that would finish it first, if that one does;
+3. else it waits for an instance that is starting (a dead worker's replacement, a scale
+   out), if that one, ready when the function's measured starts say, would serve it by its
+   deadline (`dataplane.starting`);
+4. else it is refused at once (429), with a Retry-After from the predicted drain. Work
+   that cannot finish in time is never queued.
+
+While the function has no ready instance (a cold start), requests wait in a bounded
+waiting room and the router posts `WakeRequested`: the control loop starts one. Requests
+orphaned by a dead worker are retried once, then answered 503.
 Gateway side: no torch, no I/O.
 """
 
