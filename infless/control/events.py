@@ -1,9 +1,11 @@
 """The events the pool's reconcile loop consumes, one type per thing that happened.
 
 The data plane posts its own events (`dataplane.events`: a wake request, a lost instance,
-a retune due). The pool's start, drain and death watchers post the ones below when their
-work finishes. Every event is a frozen value; posting never awaits and never reconciles.
-Only the loop (`control.pool`) acts on them, one at a time, in the order they came.
+a retune due). The pool posts a changed desired state and a server that left. Its start,
+drain and death watchers post the others when their work finishes.
+
+Every event is a frozen value; posting never awaits and never reconciles. Only the loop
+(`control.reconcile`) acts on them, one at a time, in the order they came.
 Gateway side: never imports torch.
 """
 
@@ -25,6 +27,14 @@ class DesiredChanged:
     server joined."""
 
     function: DeployedFunction
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLeft:
+    """A server left (its node died): `reason` says why."""
+
+    server_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,7 @@ class InstanceEvent:
 
 Event = (
     DesiredChanged
+    | ServerLeft
     | BootFinished
     | BootFailed
     | BootCancelled

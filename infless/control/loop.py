@@ -22,6 +22,8 @@ E = TypeVar("E")
 
 
 class EventQueue(Generic[E]):
+    """One queue, one consumer task, one synchronous handler."""
+
     def __init__(self, handle: Callable[[E], None], name: str = "reconcile") -> None:
         self._handle = handle
         self._name = name

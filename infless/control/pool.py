@@ -1,20 +1,18 @@
-"""WorkerPool: the reconciler. Running instances follow each function's desired state.
+"""WorkerPool: the reconciler's public face. Running instances follow each function's desired
+state.
 
 A function's `desired` changes only through `change(name, transition)` (`control.desired`):
-a person's scale, the autoscaler's plan, the cold-start release and wake.
+a person's scale, the autoscaler's plan (`apply`, the scaling port), the cold-start
+release and wake. `change` writes the new state and posts `DesiredChanged`.
 
-Everything else arrives as an event on one queue (`control.events`, `control.loop`): a
-request that found nothing running, a worker that booted, failed to boot or died, a drain
-that finished, an instance due to retune. One consumer takes them in order, and
-`_reconcile` runs only there. It starts what is missing (through the starter of the server
-the entry names), drains what is no longer wanted, and replaces a worker that died (its
-requests are retried, `dataplane.router`). Starts and drains run as tasks that post their
-completion back, so no handler ever awaits.
+Everything else arrives as an event on the same queue (`control.events`, `control.loop`):
+a request that found nothing running, a worker that booted, failed to boot or died, a
+drain that finished, an instance due to retune, a server that left. One consumer takes
+them in order (`control.reconcile`): reconciling happens only there. Starts and drains run
+as tasks that post their completion back, so no handler ever awaits.
 
-Servers come and go (`add_server`, `remove_server`: a lost node's entries move to the
-servers that remain). The instances themselves are `control.instances`' to create and move
-between states. The pool decides nothing itself: it is the scaling port's target
-(`snapshot`, `apply`), and it calls starters only through their protocol
+The pool owns the deployed functions, the servers (`add_server`, `remove_server`) and
+shutdown. It decides nothing itself, and it calls starters only through their protocol
 (`workers.starting`). Gateway side: never imports torch.
 """
 
@@ -39,7 +37,7 @@ from infless.control.reconcile import Reconciler
 from infless.control.servers import Server, ServerSet
 from infless.control.snapshot import function_state
 from infless.dataplane.config import BatchingConfig
-from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.instance import Instance
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
@@ -53,6 +51,8 @@ Transition = Callable[[d.DesiredState, d.InstanceMint], d.DesiredState]
 
 
 class WorkerPool:
+    """This server's deployed functions and servers; its loop makes instances follow them."""
+
     def __init__(
         self,
         clock: Clock,
@@ -98,26 +98,9 @@ class WorkerPool:
             self.post(ev.DesiredChanged(function=function))
 
     def remove_server(self, server_id: str, reason: str) -> None:
-        """A server left (its node died). Its instances are dead: their requests are retried
-        on the others, and their entries move to the servers that remain."""
-        server = self.servers.pop(server_id, None)
-        if server is None:
-            return
-        log.warning("server %s left (%s): replacing its instances", server_id, reason)
-        for function in list(self.functions.values()):
-            for instance in list(function.router.instances):
-                if instance.server_id != server_id:
-                    continue
-                if instance.state is InstanceState.STARTING:
-                    task = function.boots.get(instance.worker_id)
-                    if task is not None:
-                        task.cancel()
-                else:
-                    instance.mark_dead(f"server {server_id} left: {reason}")
-                    if instance.handle is not None:  # its connection may not close by itself
-                        self._loop.background(instance.handle.stop(2.0))
-            self.post(ev.DesiredChanged(function=function))
-        self._loop.background(server.starter.close())
+        """A server left (its node died). The loop replaces its instances: their requests
+        are retried on the others, and their entries move to the servers that remain."""
+        self.post(ev.ServerLeft(server_id=server_id, reason=reason))
 
     # -- function definitions -----------------------------------------------------------
     def deploy(

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 
 class Reconciler:
+    """Acts on each event in turn; owns the start, drain and retry tasks it launches."""
+
     def __init__(
         self,
         *,
@@ -63,7 +65,9 @@ class Reconciler:
         """The loop's one entry point: act on `event`."""
         match event:
             case ev.DesiredChanged(function=function):
-                self.reconcile(function)
+                self._reconcile(function)
+            case ev.ServerLeft(server_id=server_id, reason=reason):
+                self._server_left(server_id, reason)
             case WakeRequested(function=name):
                 self._wake(name)
             case ev.BootFinished():
@@ -81,7 +85,7 @@ class Reconciler:
             case ev.InstanceEvent(function=function, event=RetuneDue() as due):
                 self._retune(function, due)
 
-    def reconcile(self, function: DeployedFunction) -> None:
+    def _reconcile(self, function: DeployedFunction) -> None:
         if self.stopping or self._functions.get(function.name) is not function:
             return
         if any(w.server_id not in self._servers for w in function.desired.instances):
@@ -102,13 +106,35 @@ class Reconciler:
             elif entry.share_rps is not None and current.state is InstanceState.READY:
                 self._instances.set_share(current, entry.share_rps)
 
+    def _server_left(self, server_id: str, reason: str) -> None:
+        """Its instances are dead (their requests are retried on the others) and their
+        entries move to the servers that remain."""
+        server = self._servers.pop(server_id, None)
+        if server is None:
+            return
+        log.warning("server %s left (%s): replacing its instances", server_id, reason)
+        for function in list(self._functions.values()):
+            for instance in list(function.router.instances):
+                if instance.server_id != server_id:
+                    continue
+                if instance.state is InstanceState.STARTING:
+                    task = function.boots.get(instance.worker_id)
+                    if task is not None:
+                        task.cancel()
+                else:
+                    instance.mark_dead(f"server {server_id} left: {reason}")
+                    if instance.handle is not None:  # its connection may not close by itself
+                        self.background(instance.handle.stop(2.0))
+            self._reconcile(function)
+        self.background(server.starter.close())
+
     def _wake(self, name: str) -> None:
         """A request waits and nothing is starting: at least one instance again."""
         function = self._functions.get(name)
         if function is None or self.stopping:
             return
         function.desired = d.woken(function.desired, self.mint(function))
-        self.reconcile(function)
+        self._reconcile(function)
 
     def _retire(self, function: DeployedFunction, instance: Instance) -> None:
         """No longer wanted: a starting instance is cancelled, a ready one drains."""
@@ -181,7 +207,7 @@ class Reconciler:
         )
         function.router.instance_ready(instance)
         self._changed(function)
-        self.reconcile(function)
+        self._reconcile(function)
 
     def _boot_failed(self, function: DeployedFunction, instance: Instance, error: str) -> None:
         log.error("instance %s failed to start: %s", instance.instance_id, error)
@@ -227,7 +253,7 @@ class Reconciler:
         self._forget(instance)
         function.router.adopt_orphans(orphans)
         self._changed(function)
-        self.reconcile(function)
+        self._reconcile(function)
 
     def _retune(self, function: DeployedFunction, due: RetuneDue) -> None:
         """The loop's decision: new batch settings from what the instance measured."""
