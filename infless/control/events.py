@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from infless.control.desired import WantedInstance
 from infless.control.functions import DeployedFunction
+from infless.control.servers import Server
 from infless.dataplane.events import InstanceLost, RetuneDue, WakeRequested
 from infless.dataplane.instance import Instance
 from infless.workers.starting import Booted
@@ -31,9 +32,9 @@ class DesiredChanged:
 
 @dataclass(frozen=True, slots=True)
 class ServerLeft:
-    """A server left (its node died): `reason` says why."""
+    """`server` left (its node died): `reason` says why."""
 
-    server_id: str
+    server: Server
     reason: str
 
 

@@ -100,7 +100,9 @@ class WorkerPool:
     def remove_server(self, server_id: str, reason: str) -> None:
         """A server left (its node died). The loop replaces its instances: their requests
         are retried on the others, and their entries move to the servers that remain."""
-        self.post(ev.ServerLeft(server_id=server_id, reason=reason))
+        server = self.servers.get(server_id)
+        if server is not None:
+            self.post(ev.ServerLeft(server=server, reason=reason))
 
     # -- function definitions -----------------------------------------------------------
     def deploy(

@@ -22,7 +22,7 @@ from infless.control import desired as d
 from infless.control import events as ev
 from infless.control.functions import DeployedFunction, InstanceMinter
 from infless.control.instances import InstanceRegistry
-from infless.control.servers import ServerSet
+from infless.control.servers import Server, ServerSet
 from infless.control.snapshot import LIVE
 from infless.dataplane.events import InstanceLost, RetuneDue, WakeRequested
 from infless.dataplane.instance import Instance, InstanceState
@@ -66,8 +66,8 @@ class Reconciler:
         match event:
             case ev.DesiredChanged(function=function):
                 self._reconcile(function)
-            case ev.ServerLeft(server_id=server_id, reason=reason):
-                self._server_left(server_id, reason)
+            case ev.ServerLeft(server=server, reason=reason):
+                self._server_left(server, reason)
             case WakeRequested(function=name):
                 self._wake(name)
             case ev.BootFinished():
@@ -106,12 +106,13 @@ class Reconciler:
             elif entry.share_rps is not None and current.state is InstanceState.READY:
                 self._instances.set_share(current, entry.share_rps)
 
-    def _server_left(self, server_id: str, reason: str) -> None:
+    def _server_left(self, server: Server, reason: str) -> None:
         """Its instances are dead (their requests are retried on the others) and their
         entries move to the servers that remain."""
-        server = self._servers.pop(server_id, None)
-        if server is None:
-            return
+        server_id = server.server_id
+        if self._servers.get(server_id) is not server:
+            return  # gone already, or a new server of that id joined since
+        del self._servers[server_id]
         log.warning("server %s left (%s): replacing its instances", server_id, reason)
         for function in list(self._functions.values()):
             for instance in list(function.router.instances):
