@@ -34,9 +34,14 @@ MANIFEST = PackageManifest(
     outputs=[TensorSignature("y", "float32", [2])],
 )
 SPEC = FunctionSpec(
-    name="f", image="m", slo_ms=200.0, max_batch=1, min_instances=1, max_instances=4,
+    name="f",
+    image="m",
+    slo_ms=200.0,
+    max_batch=1,
+    min_instances=1,
+    max_instances=4,
     instances=2,
-)  # fmt: skip
+)
 
 
 class Harness:

@@ -115,9 +115,13 @@ async def test_a_server_that_leaves_loses_no_request_and_its_instances_come_back
 
 def _gpu_server(clock: FakeClock, server_id: str, gpus: tuple[int, ...], default: int) -> Server:
     return Server(
-        server_id, InProcessStarter(clock), CpuAllocator((0, 1)), 4, gpu_pct=gpus,
+        server_id,
+        InProcessStarter(clock),
+        CpuAllocator((0, 1)),
+        4,
+        gpu_pct=gpus,
         default_gpu_pct=default,
-    )  # fmt: skip
+    )
 
 
 async def test_an_unplanned_instance_takes_the_default_share_on_the_freest_gpu() -> None:
