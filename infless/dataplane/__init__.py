@@ -5,7 +5,8 @@
   routing. `queue`: an instance's batch queue. `instance`: one instance's serving loop over
   its `WorkerHandle`.
 - `policy`, `admission`, `release`, `starting`: pure decisions, shared with the simulator.
-- `request`, `activity`, `latency`: plain data and measurements. `views`: typed status.
+- `request`, `activity`, `latency`: plain data and measurements (`lagprobe` feeds the
+  event loop's lag). `views`: typed status.
 - `events`: what it tells the control plane.
 
 Gateway side: never imports torch. It never reaches up into the control plane: it posts
