@@ -25,8 +25,7 @@ from infless.coldstart.policies import build_policy
 from infless.config import Config
 from infless.control.autoscaler import Autoscaler
 from infless.control.failed import FailedDeployments
-from infless.control.frontend import FunctionFrontend, LoopLagProbe
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionFrontDoor
 from infless.control.modelless import ModellessService
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
@@ -38,6 +37,7 @@ from infless.control.structures import StructureCache
 from infless.control.transforms import TransformingStarter
 from infless.control.variant_monitor import VariantMonitor
 from infless.control.vertical import VerticalScaling
+from infless.dataplane.lagprobe import LoopLagProbe
 from infless.gateway import routes
 from infless.gateway.auth import AuthSettings, load_auth
 from infless.gateway.context import GatewayContext
@@ -79,7 +79,7 @@ class Platform:
     registry: FunctionRegistry
     pool: WorkerPool
     functions: FunctionService
-    frontend: FunctionFrontend
+    frontend: FunctionFrontDoor
     prewarm: PrewarmManager
     store: TensorStore | None
     reclaimer: Reclaimer | None
@@ -316,7 +316,7 @@ def build_platform(
     monitor = VariantMonitor(pool, catalog, config.modelless)
     tickers.append(Ticker(clock, config.modelless.monitor_s, monitor.tick, "variant-monitor"))
     gateway = config.gateway
-    frontend = FunctionFrontend(
+    frontend = FunctionFrontDoor(
         functions=pool.functions,
         clock=clock,
         observer=metrics,

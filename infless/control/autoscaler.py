@@ -1,22 +1,27 @@
 """Autoscaler: the imperative shell around the pure scaling policies (INFless §3.2, §3.4).
 
-On every `tick` it reads the target's snapshot through the scaling port, counts each
-function's new arrivals into the demand estimate, feeds the instances' measured batch times
-to the predictor, raises the demand of functions whose measured p99 nears the SLO or that
-refused requests (`scaling.feedback`), asks the configured policy for a plan over the
-functions the autoscaler owns (see `control.desired`), holds back releases of young
-instances while demand has not fallen (`scaling.stability`), and hands the plan back to the
-target. It never sees the pool,
-instances or workers: the server's pool and the simulator both implement the port, and both
-run this same object. It reads no clock either (the snapshot carries `now`); a `Ticker`
-calls `tick` on a server, the simulator calls it at its own tick events.
+On every `tick` it:
 
-It keeps the last planning decision of each function (`decision`: demand, regime, unmet
-demand, and the configurations no predictor could price), and logs each new reason a
-function's configurations went unpriced once, as a warning: a GPU nobody profiled a model
-on is said, never idle in silence. Predictions chain: what the instances measured (per
-model, cores and GPU share), then `profiles(keys)` — on a server the variants' profiles,
-then the GPU profiles for g > 0 and the operator profiles for g = 0.
+1. reads the target's snapshot through the scaling port;
+2. counts each function's new arrivals into the demand estimate;
+3. feeds the instances' measured batch times to the predictor;
+4. raises the demand of functions whose p99 nears the SLO or that refused requests
+   (`scaling.feedback`);
+5. asks the configured policy for a plan over the functions it owns (`control.desired`);
+6. holds back releases of young instances while demand has not fallen
+   (`scaling.stability`);
+7. hands the plan back to the target.
+
+It never sees the pool, instances or workers: the server's pool and the simulator both
+implement the port, and both run this same object. It reads no clock either (the snapshot
+carries `now`). A `Ticker` calls `tick` on a server; the simulator calls it at its ticks.
+
+It keeps each function's last planning decision (`decision`: demand, regime, unmet demand,
+the configurations no predictor could price). Each new reason a configuration went
+unpriced is logged once, as a warning: a GPU nobody profiled a model on is said, never idle
+in silence. Predictions chain: what the instances measured (per model, cores and GPU
+share), then `profiles(keys)`. On a server those are the variants' profiles, then the GPU
+profiles for g > 0 and the operator profiles for g = 0.
 """
 
 from __future__ import annotations
@@ -145,12 +150,21 @@ class Autoscaler:
             refused = function.refused - self._seen_refused.get(function.name, function.refused)
             self._seen_refused[function.name] = function.refused
             factor = next_pressure(
-                self.pressure.get(function.name, 1.0), function.p99_ms, function.view.slo_ms,
-                refused, self._cfg.feedback, idle_cores,
-            )  # fmt: skip
+                self.pressure.get(function.name, 1.0),
+                function.p99_ms,
+                function.view.slo_ms,
+                refused,
+                self._cfg.feedback,
+                idle_cores,
+            )
             if factor != self.pressure.get(function.name, 1.0):
-                log.info("autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",
-                         function.name, factor, function.p99_ms, refused)  # fmt: skip
+                log.info(
+                    "autoscaler: %s demand x%.2f (p99 %s ms, %d refused)",
+                    function.name,
+                    factor,
+                    function.p99_ms,
+                    refused,
+                )
             pressure[function.name] = factor
         self.pressure = pressure
 
@@ -204,8 +218,12 @@ class Autoscaler:
             if isinstance(action, StartInstance):
                 log.info(
                     "autoscaler: start %s <b=%d, c=%d, g=%d> for [%.0f, %.0f] rps",
-                    action.function, action.config.batch_size, action.config.cpus,
-                    action.config.gpu_pct, action.r_low_rps, action.r_up_rps,
-                )  # fmt: skip
+                    action.function,
+                    action.config.batch_size,
+                    action.config.cpus,
+                    action.config.gpu_pct,
+                    action.r_low_rps,
+                    action.r_up_rps,
+                )
             elif isinstance(action, StopInstance):
                 log.info("autoscaler: stop %s (%s)", action.instance_id, action.reason)

@@ -11,8 +11,9 @@ owner at a time per function, and only its writes change the set:
   with that owner's count (one instance for the autoscaler, which then plans the rest).
 
 A writer that does not own the function is ignored: its transition returns the state as it
-was. Every transition has the shape `(state, mint, *, what) -> state`. The reconciler
-(`control.pool` on a server, the simulator in `sim`) only makes the
+was. Every transition has the shape `(state, mint, *, what) -> state`.
+
+The reconciler (`control.reconcile` on a server, the simulator in `sim`) only makes the
 running instances match the set: it starts what is missing, drains what is no longer
 wanted and replaces what died. New entries get their ids and uniform shape from an
 `InstanceMint` the reconciler passes in. Pure: no I/O, no clock.
@@ -64,9 +65,14 @@ class WantedInstance:
 def planned_instance(instance_id: str, start: StartInstance) -> WantedInstance:
     """The entry a planner's `StartInstance` asks for: its config, placement, share, t_exec."""
     return WantedInstance(
-        instance_id, start.config, True, start.r_up_rps, start.server_id, start.gpu_index,
-        start.exec_ms,
-    )  # fmt: skip
+        instance_id=instance_id,
+        config=start.config,
+        fixed_batch=True,
+        share_rps=start.r_up_rps,
+        server_id=start.server_id,
+        gpu_index=start.gpu_index,
+        exec_ms=start.exec_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)

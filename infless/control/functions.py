@@ -1,13 +1,14 @@
 """DeployedFunction: one function deployed on this gateway, and who writes which part of it.
 
-- the pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owner's
-  transitions in `control.desired`) and `health` (starts and their failures);
-- the data plane writes `router` (its instances and queues), `activity` and `latency` (the
-  frontend, on every request);
-- nothing else writes anything here; everybody may read.
+- The pool (`control.pool`) writes `spec` (on redeploy), `desired` (through the owners'
+  transitions in `control.desired`) and `health` (starts and their failures).
+- The data plane writes `router` (its instances and queues), `activity` and `latency`
+  (the front door, on every request).
+- Nothing else writes anything here; everybody may read.
+
 `InstanceMinter` makes the new entries of a function's desired state (ids, uniform shape,
-server);
-`boot_order` what a starter needs to start one of its instances.
+server). `boot_order` says what a starter needs to start one of its instances.
+`FunctionFrontDoor` is the data plane's front door over these functions.
 Gateway side: never imports torch.
 """
 
@@ -23,7 +24,10 @@ from typing import TYPE_CHECKING
 
 from infless.control import desired as d
 from infless.control.desired import DesiredState
+from infless.control.failed import FailedDeployment
 from infless.dataplane.activity import FunctionActivity
+from infless.dataplane.calls import Call
+from infless.dataplane.frontdoor import FrontDoor
 from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.policy import powers_of_two_up_to
 from infless.dataplane.router import FunctionRouter
@@ -153,9 +157,12 @@ class InstanceMinter:
         config = self._function.uniform_config
         where = self._place(config.cpus)
         return d.WantedInstance(
-            self._id(), replace(config, gpu_pct=where.gpu_pct), fixed_batch=False,
-            server_id=where.server_id, gpu_index=where.gpu_index,
-        )  # fmt: skip
+            instance_id=self._id(),
+            config=replace(config, gpu_pct=where.gpu_pct),
+            fixed_batch=False,
+            server_id=where.server_id,
+            gpu_index=where.gpu_index,
+        )
 
     def planned(self, start: StartInstance) -> d.WantedInstance:
         return d.planned_instance(self._id(), start)
@@ -166,9 +173,17 @@ class InstanceMinter:
         on_gpu = entry.config.gpu_pct > 0 and where.gpu_index is not None
         config = replace(entry.config, gpu_pct=entry.config.gpu_pct if on_gpu else 0)
         return replace(
-            entry, instance_id=self._id(), config=config, server_id=where.server_id,
+            entry,
+            instance_id=self._id(),
+            config=config,
+            server_id=where.server_id,
             gpu_index=where.gpu_index if on_gpu else None,
-        )  # fmt: skip
+        )
+
+
+# the data plane's front door and its calls, over this gateway's deployed functions
+FunctionFrontDoor = FrontDoor[DeployedFunction, FailedDeployment]
+FunctionCall = Call[DeployedFunction]
 
 
 def same_serving(old: FunctionSpec, new: FunctionSpec) -> bool:

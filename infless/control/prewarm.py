@@ -1,14 +1,17 @@
 """PrewarmManager: the shell of the cold-start policy (INFless §3.5), behind the scaling port.
 
-On every `tick` it reads the target's snapshot, feeds each scale-to-zero function's new
-idle-ending arrivals to the policy, recomputes the windows once per idle period, and asks
-`decide_lifecycle` what to do: release the function (`ReleaseToZero`) when the keep-alive
-window ends, or start one instance (`Prewarm`) at the prewarm point — early by the
-function's last measured start time, so the instance is ready before the predicted next
-request. The plan goes back to the target, which applies it to the desired state (a release
-makes the cold-start policy the function's owner until it wakes, see `control.desired`).
-Functions that may not scale to zero are left alone. Reads no clock, never sees instances:
-the server's pool and the simulator both run this same object.
+On every `tick` it reads the target's snapshot and feeds each scale-to-zero function's new
+idle-ending arrivals to the policy. It recomputes the windows once per idle period and asks
+`decide_lifecycle` what to do:
+
+- `ReleaseToZero` when the keep-alive window ends;
+- `Prewarm` (start one instance) at the prewarm point, early by the function's last
+  measured start time, so the instance is ready before the predicted next request.
+
+The plan goes back to the target, which applies it to the desired state. A release makes
+the cold-start policy the function's owner until it wakes (`control.desired`). Functions
+that may not scale to zero are left alone. It reads no clock and never sees instances: the
+server's pool and the simulator both run this same object.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
-"""FunctionService: deploy, update, scale and remove functions — registry and pool together.
+"""FunctionService: deploy, update, scale and remove functions, registry and pool together.
 
-The one place where a deployment becomes durable (SQLite) and live (worker pool). Before
-that, a deployment's secrets must exist and this server must be able to give its workers
-what it asks for (a memory limit, private secret files): else a 400 that says why; and a
-function of a second tenant needs tenants kept apart (`tenancy`): else a 409. On start it
-restores what the registry holds, then deploys the config's functions that are missing; one
-whose image or package is missing or broken, or whose tenant may not join the others, is
-recorded as failed with its reason (`control.failed`) and the others serve. Deploying it
-again, or removing it, clears that.
+It is the one place where a deployment becomes durable (SQLite) and live (the pool).
+
+Before that, a deployment must pass two checks. Its secrets must exist, and this server
+must be able to give its workers what it asks for (a memory limit, private secret files):
+else a 400 that says why. A function of a second tenant needs tenants kept apart
+(`tenancy`): else a 409.
+
+On start it restores what the registry holds, then deploys the config's functions that are
+missing. A function whose image or package is missing or broken, or whose tenant may not
+join the others, is recorded as failed with its reason (`control.failed`); the others
+serve. Deploying it again, or removing it, clears that.
+
 A manual scale is a person's write of the desired state (`control.desired.scaled`): the
 function is manual from then on, and the autoscaler leaves it alone.
 """

@@ -73,9 +73,13 @@ class StructureCache:
     async def _describe(self, wanted: dict[str, Path]) -> None:
         dirs = [str(d) for d in wanted.values()]
         process = await asyncio.create_subprocess_exec(
-            self._python, "-m", "infless.transform.describe", *dirs,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            self._python,
+            "-m",
+            "infless.transform.describe",
+            *dirs,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             out, err = await asyncio.wait_for(process.communicate(), self._timeout_s)
         except TimeoutError:

@@ -1,10 +1,10 @@
 """FunctionActivity: what the request path tells the control plane, at a few counters' cost.
 
-The function frontend calls `arrive` and `finish` on every request; they count requests
-and those outstanding, note when the function became idle, and keep the arrival times that
-ended an idle period (the cold-start policy's idle times). Counters only grow, so readers
-(the prewarm manager, through the scaling port's snapshot) take what is new since they last
-looked without resetting anything here.
+The front door calls `arrive` and `finish` on every request. They count requests and those
+outstanding, note when the function became idle, and keep the arrival times that ended an
+idle period (the cold-start policy's idle times). Counters only grow: readers (the prewarm
+manager, through the scaling port's snapshot) take what is new since they last looked,
+without resetting anything here.
 """
 
 from __future__ import annotations

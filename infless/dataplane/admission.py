@@ -1,21 +1,22 @@
-"""Admission by deadline: whether, and where, a request joins an instance — pure functions
-that the gateway's router (`dataplane.router`) and the simulator (`sim.engine`, `sim.fluid`)
-both call, so the two decide alike.
+"""Admission by deadline: whether, and where, a request joins an instance.
 
-- `finish_by_s`: when a request admitted now would have its batch served on one instance:
-  the batch in flight finishes at its tail (one running past its tail is given half its mean
-  more), the full batches queued ahead of it run at their mean service time (a sum of
-  batches varies far less than each one: a tail per batch refused work the machine had room
-  for), then its own batch at its tail. What the means miss, the function's budget corrects
-  from the p99 it measures (`latency.FunctionLatency`).
-- `candidates`: the instances a request may join, in the order to try them: the one the
-  rate-share dispatcher proposed, when it finishes the request by its deadline (or is idle:
-  nothing would serve it sooner), then the other accepting instance that would finish it
-  first, if that one meets the deadline (or is idle). Nothing yielded: refuse (429) — work
-  that cannot finish in time is never queued.
+Pure functions that the gateway's router (`dataplane.router`) and the simulator
+(`sim.engine`, `sim.fluid`) both call, so the two decide alike.
+
+- `finish_by_s`: when a request admitted now would have its batch served on one instance.
+  The batch in flight finishes at its tail (one running past its tail is given half its
+  mean more). The full batches queued ahead run at their mean service time: a sum of
+  batches varies far less than each one, and a tail per batch refused work the machine had
+  room for. Then its own batch runs at its tail. What the means miss, the function's budget
+  corrects from the p99 it measures (`latency.FunctionLatency`).
+- `candidates`: the instances a request may join, in the order to try them. First the one
+  the rate-share dispatcher proposed, when it finishes the request by its deadline (or is
+  idle: nothing would serve it sooner). Then the other accepting instance that would finish
+  it first, if that one meets the deadline (or is idle). Nothing yielded: refuse (429).
+  Work that cannot finish in time is never queued.
 - `refusal_retry_s`: the Retry-After of a refusal, from the predicted drain.
-- `room_refusal_s`: the early check at a request's headers (before its body is decoded):
-  refused when no ready instance, even the only one left, could serve it within its budget.
+- `room_refusal_s`: the early check at a request's headers, before its body is decoded.
+  Refused when no ready instance, even the only one left, could serve it within its budget.
 
 Pure: no I/O, no clock (times are arguments), no asyncio.
 """

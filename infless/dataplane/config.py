@@ -1,4 +1,5 @@
 """The `[batching]` config section: how instances batch and how much they queue.
+
 Pure data plus `check_batching`; imports nothing of infless.
 """
 

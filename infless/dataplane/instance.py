@@ -4,8 +4,11 @@ The runner takes a batch from the queue whenever the worker is free, packs the s
 one tensor per input (raw bytes), awaits the worker's result and resolves each request's
 future with its row. A function with a handler queues raw requests instead: its batch goes
 to the worker as the bodies, and each request gets the handler's answer. When the worker
-dies, the batch in flight and everything still queued are handed back (`on_orphans`) to be
-retried elsewhere. The worker is reached only through its `WorkerHandle` (a process, or
+dies, the batch in flight and everything still queued are handed back to be retried
+elsewhere: the instance posts `InstanceLost` and the control loop reroutes them. Every
+RETUNE_EVERY_BATCHES batches it posts `RetuneDue` with its measured service times; the loop
+decides new batch settings and hands them back (`retune`). The instance never calls the
+control plane. The worker is reached only through its `WorkerHandle` (a process, or
 in-process for tests). Gateway side: never imports torch.
 """
 
@@ -15,12 +18,13 @@ import asyncio
 import enum
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from infless.clock import Clock
 from infless.dataplane import admission
+from infless.dataplane.events import InstanceLost, InstanceSink, RetuneDue
 from infless.dataplane.latency import ExecModel
 from infless.dataplane.policy import BatchSettings, rescaled_exec_ms
 from infless.dataplane.queue import BatchQueue, QueueClosed
@@ -32,7 +36,6 @@ from infless.workers.handle import BatchError, WorkerDied, WorkerHandle
 
 RECENT_BATCHES = 64  # served batches an instance remembers (size, service time)
 RETUNE_EVERY_BATCHES = 32  # served batches between re-derivations of timeout and queue bound
-Retune = Callable[[dict[int, float]], BatchSettings]
 
 
 class InstanceState(enum.Enum):
@@ -95,7 +98,7 @@ class Instance:
         cpu_ids: tuple[int, ...],
         clock: Clock,
         input_specs: Sequence[TensorSpec],
-        on_orphans: Callable[[Instance, list[Pending]], None],
+        events: InstanceSink,
         worker_id: str = "",
         tail_quantile: float = 0.95,
         server_id: str = "local",
@@ -130,11 +133,10 @@ class Instance:
         self._clock = clock
         self._tail_quantile = tail_quantile
         self._input_specs = tuple(input_specs)
-        self._on_orphans = on_orphans
+        self._events = events
         self._runner: asyncio.Task[None] | None = None
         self._in_flight: list[Pending] = []
         self._dispatched_s = 0.0
-        self._retune: Retune | None = None
         self.model: ExecModel | None = None  # service times at their tail, once ready
         # while starting: when it should be ready (the pool, from the function's measured
         # starts) and the service times of an instance like it (the router): what admission
@@ -174,20 +176,19 @@ class Instance:
         handle: WorkerHandle,
         settings: BatchSettings,
         ready: p.Ready,
-        retune: Retune | None = None,
         *,
         start: p.StartBreakdown | None = None,
         history: Sequence[dict[str, object]] = (),
         gpu_uuid: str | None = None,
     ) -> None:
         """Start serving. `exec_ms_by_batch` starts from the warm-up timings and then follows
-        the served batches (EWMA); every RETUNE_EVERY_BATCHES batches `retune` re-derives the
-        batch timeout and queue bound from it (b stays: the instance was started for it).
+        the served batches (EWMA); every RETUNE_EVERY_BATCHES batches the instance posts
+        them (`RetuneDue`) and the control loop may `retune` its batch timeout and queue
+        bound (b stays: the instance was started for it).
         `start`: where the start's time went (the worker's breakdown, spawn included);
         `history`: how its worker came to serve it; `gpu_uuid`: the device of a GPU
         instance."""
         self.handle = handle
-        self._retune = retune
         self.exec_ms_by_batch = dict(ready.exec_ms)
         self.start_breakdown = start or ready.start
         self.history = list(history)
@@ -249,9 +250,8 @@ class Instance:
         exec_ms = self.exec_ms_by_batch = rescaled_exec_ms(
             self.exec_ms_by_batch, size, result.exec_ms
         )
-        if self._retune is not None and self.batches % RETUNE_EVERY_BATCHES == 0:
-            assert self.queue is not None
-            self.queue.update(self._retune(exec_ms))
+        if self.batches % RETUNE_EVERY_BATCHES == 0:
+            self._events.post(RetuneDue(self, dict(exec_ms)))
         if isinstance(result, p.RequestsResult):
             rows = [_answer_outputs(answer) for answer in result.answers]
             answers: list[p.Answer | None] = list(result.answers)
@@ -287,6 +287,11 @@ class Instance:
         """The dispatcher's weight for this instance (the planner's r_up)."""
         self.share_rps = share_rps
 
+    def retune(self, settings: BatchSettings) -> None:
+        """Batch with the control loop's new timeout and queue bound (while it serves)."""
+        if self.state is InstanceState.READY and self.queue is not None:
+            self.queue.update(settings)
+
     def start_failed(self, reason: str | None = None) -> None:
         """Its start failed or was cancelled: it never served, nothing is orphaned."""
         self.state = InstanceState.DEAD
@@ -304,7 +309,7 @@ class Instance:
             self.queue.close()
         if self._runner is not None and self._runner is not asyncio.current_task():
             self._runner.cancel()
-        self._on_orphans(self, orphans)
+        self._events.post(InstanceLost(self, orphans))
 
     def stop_accepting(self) -> None:
         """Take no more requests (what is queued is still served): the start of a drain."""

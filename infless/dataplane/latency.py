@@ -1,23 +1,21 @@
-"""What the data plane measures to keep deadlines: batch service times at their tail, the time
-a request spends outside queue and batch, and the tail latency a function delivers.
+"""What the data plane measures to keep deadlines.
 
-- `ExecModel`: one instance's batch service time (gateway-observed: dispatch to result) per
-  batch size — the mean (the warm-up's shape over batch sizes, times the host's level now:
-  an EWMA of every served batch against that shape, so that sizes not served lately follow
-  a host that slowed down or sped up; times each served size's own residual) times a tail
-  ratio, the `tail_quantile` of service/mean over recent batches. It answers the admission
-  and dispatch questions: how long a batch of k takes at the tail, and the smallest batch
-  that sustains a rate.
-- `FunctionLatency`: per function, the time its requests spend outside queue and batch
-  (reading, decoding, encoding, writing: a tail quantile over recent requests), the latency
-  of recent answers per second (the autoscaler's p99 feedback), and the budget a new request
-  gets: the SLO less that overhead, scaled by a factor that shrinks while the recent p99
-  runs above `target` × SLO and grows below `relax` × SLO (up to `BUDGET_CEILING`: the
-  predictions are at the tail, and what the answers show decides) — what no model foresaw
-  (cores taken by other processes, a loaded client) is corrected by what was measured. The
-  overhead measured lasts as long as answers keep coming: with none for a second (every
-  request refused), it halves every second, so a burst of slow answers cannot lock a
-  function out.
+- `ExecModel`: one instance's batch service time per batch size, as the gateway sees it
+  (dispatch to result). The mean is the warm-up's shape over batch sizes, times the host's
+  level now, times each served size's own residual. The level is an EWMA of every served
+  batch against that shape, so sizes not served lately follow a host that slowed down or
+  sped up. The tail is the mean times a tail ratio: the `tail_quantile` of service/mean
+  over recent batches. It answers the admission and dispatch questions: how long a batch of
+  k takes at the tail, and the smallest batch that sustains a rate.
+- `FunctionLatency`: per function, three things. The time its requests spend outside queue
+  and batch (reading, decoding, encoding, writing: a tail quantile over recent requests).
+  The latency of recent answers, per second (the autoscaler's p99 feedback). And the budget
+  a new request gets: the SLO less that overhead, scaled by a factor. The factor shrinks
+  while the recent p99 runs above `target` × SLO and grows below `relax` × SLO, up to
+  `BUDGET_CEILING`. So what no model foresaw (cores taken by other processes, a loaded
+  client) is corrected by what was measured. The overhead lasts as long as answers keep
+  coming: with none for a second (every request refused), it halves every second, so a
+  burst of slow answers cannot lock a function out.
 - `LoopLag`: how late the event loop runs timers (a request waits that long before the
   gateway even reads it).
 

@@ -219,6 +219,12 @@ def instance_settings(
     the planner's fixed b), with the configured slack and dispatch mode."""
     slack_ms = batching.slack_ms + batching.slack_fraction * slo_ms
     return settle(
-        exec_ms_by_batch, slo_ms, max_batch, slack_ms, batching.queue_capacity_batches,
-        mode=batching.dispatch, batch_size=fixed_batch, utilization=batching.target_utilization,
-    )  # fmt: skip
+        exec_ms_by_batch,
+        slo_ms,
+        max_batch,
+        slack_ms,
+        batching.queue_capacity_batches,
+        mode=batching.dispatch,
+        batch_size=fixed_batch,
+        utilization=batching.target_utilization,
+    )

@@ -1,14 +1,17 @@
 """BatchQueue: one instance's bounded queue, releasing a batch when it is due.
 
-When a batch leaves is `release.release_at_s` (pure, shared with the simulator): in "slo"
-dispatch (the default) every request carries its deadline, and a batch leaves when the
-smallest batch that sustains the recent arrival rate waits (`release.next_target`), or when
-the oldest request's deadline minus the batch's tail service time comes, or sooner when the
-batch cannot fill by then (the service times come from the instance's `ExecModel`); the
-other modes (INFless's "deadline", "adaptive", "eager") use the fixed batch timeout. A batch
-takes what waits, up to b. Only the
-instance's runner calls `next_batch`, and only when its worker is free, so at most one
-batch is in flight per instance. Time comes from the injected Clock.
+When a batch leaves is `release.release_at_s` (pure, shared with the simulator):
+
+- in "slo" dispatch (the default) every request carries its deadline. A batch leaves when
+  the smallest batch that sustains the recent arrival rate waits (`release.next_target`),
+  or when the oldest request's deadline minus the batch's tail service time comes, or
+  sooner when the batch cannot fill by then. Service times come from the instance's
+  `ExecModel`.
+- the other modes (INFless's "deadline", "adaptive", "eager") use the fixed batch timeout.
+
+A batch takes what waits, up to b. Only the instance's runner calls `next_batch`, and only
+when its worker is free, so at most one batch is in flight per instance. Time comes from
+the injected Clock.
 """
 
 from __future__ import annotations
@@ -91,9 +94,12 @@ class BatchQueue:
         self._arrivals += 1
         if self._model is not None:
             self.target = next_target(
-                self._model, self._arrivals, self.interarrival_s,
-                self._settings.utilization, self.target,
-            )  # fmt: skip
+                self._model,
+                self._arrivals,
+                self.interarrival_s,
+                self._settings.utilization,
+                self.target,
+            )
         # Wake the runner only when its decision can change.
         if wakes(len(self._items), self.target, self._settings.batch_size):
             self._wake()
@@ -111,9 +117,15 @@ class BatchQueue:
             if items:
                 head = items[0]
                 due_s = release_at_s(
-                    settings, self._model, len(items), head.arrival_s, head.deadline_s,
-                    self.interarrival_s, self.target, self._closed,
-                )  # fmt: skip
+                    settings,
+                    self._model,
+                    len(items),
+                    head.arrival_s,
+                    head.deadline_s,
+                    self.interarrival_s,
+                    self.target,
+                    self._closed,
+                )
                 if self._clock.now() >= due_s - _TIMER_RESOLUTION_S:
                     count = min(len(items), settings.batch_size)
                     return [items.popleft() for _ in range(count)]

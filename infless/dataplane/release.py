@@ -1,10 +1,12 @@
-"""Batch release: when an instance's waiting requests leave as a batch — pure functions that
-the gateway's `BatchQueue` and the simulator (`sim.engine`, `sim.fluid`) both call.
+"""Batch release: when an instance's waiting requests leave as a batch.
+
+Pure functions that the gateway's `BatchQueue` and the simulator (`sim.engine`,
+`sim.fluid`) both call.
 
 - `release_at_s`: when a free worker should take the waiting batch. In "slo" dispatch (the
-  default) when the smallest batch that sustains the recent arrival rate waits (`target`),
+  default): when the smallest batch that sustains the recent arrival rate waits (`target`),
   or when the oldest request's deadline less the batch's tail service time comes, or sooner
-  when the batch cannot fill by then (`policy.slo_dispatch_at`); a request without a
+  when the batch cannot fill by then (`policy.slo_dispatch_at`). A request without a
   deadline gets the fixed timeout's. The other modes (INFless's "deadline", "adaptive",
   "eager") use the fixed batch timeout (`policy.dispatch_at`). A closing queue flushes now.
 - `next_target`: the smallest sustaining batch, re-derived every `TARGET_EVERY` arrivals

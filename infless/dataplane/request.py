@@ -1,5 +1,8 @@
-"""A request waiting for inference, and what it gets back. Plain data shared by the batching
-queue, the dispatcher and the gateway routes; no behaviour beyond resolving its future."""
+"""A request waiting for inference, and what it gets back.
+
+Plain data shared by the batch queue, the dispatcher and the gateway routes. No behaviour
+beyond resolving its future.
+"""
 
 from __future__ import annotations
 

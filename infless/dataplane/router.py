@@ -1,17 +1,22 @@
 """FunctionRouter: everything between an accepted request of one function and an instance queue.
 
-Admission by deadline: a request carries the time by which its batch must be served (its
-arrival plus a budget, see `control.frontend`). The rate-share dispatcher proposes an
-instance, and `admission.candidates` (pure, shared with the simulator) says which instances
-it may join, in order: the proposed one when its predicted finish meets the deadline (or it
-is idle), else the one that would finish it first if that one does; else it waits for an
-instance that is starting (a dead worker's replacement, a scale-out), if that one, ready
-when the function's measured starts say, would serve it by its deadline
-(`dataplane.starting`); else it is refused at once (429) with a Retry-After from the
-predicted drain — work that cannot finish in time is never queued. The router holds
-requests in a bounded waiting room while the function has no ready instance (a cold start,
-which it asks the pool to begin) or they wait for a starting one, and retries requests
-orphaned by a dead worker once, then answers 503. Gateway side: no torch, no I/O.
+Admission is by deadline. A request carries the time by which its batch must be served:
+its arrival plus a budget (`dataplane.frontdoor`). The rate-share dispatcher proposes an
+instance, and `admission.candidates` (pure, shared with the simulator) says which
+instances it may join, in order:
+
+1. the proposed one, when its predicted finish meets the deadline (or it is idle);
+2. else the one that would finish it first, if that one does;
+3. else it waits for an instance that is starting (a dead worker's replacement, a scale
+   out), if that one, ready when the function's measured starts say, would serve it by its
+   deadline (`dataplane.starting`);
+4. else it is refused at once (429), with a Retry-After from the predicted drain. Work
+   that cannot finish in time is never queued.
+
+While the function has no ready instance (a cold start), requests wait in a bounded
+waiting room and the router posts `WakeRequested`: the control loop starts one. Requests
+orphaned by a dead worker are retried once, then answered 503.
+Gateway side: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import Callable
 
 from infless.clock import Clock
 from infless.dataplane import admission
 from infless.dataplane.dispatcher import RateShareDispatcher
+from infless.dataplane.events import WakeRequested, WakeSink
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.latency import ExecModel
 from infless.dataplane.queue import QueueClosed, QueueFull
@@ -42,7 +47,7 @@ class FunctionRouter:
         name: str,
         clock: Clock,
         waiting_capacity: int,
-        request_cold_start: Callable[[str], None],
+        events: WakeSink,
     ) -> None:
         self.name = name
         self.instances: list[Instance] = []
@@ -50,7 +55,7 @@ class FunctionRouter:
         self._dispatcher = RateShareDispatcher()
         self._waiting: deque[Pending] = deque()
         self._waiting_capacity = waiting_capacity
-        self._request_cold_start = request_cold_start
+        self._events = events
         self.cold_starts = 0
         self.retries = 0
         self.arrivals = 0  # samples submitted ever, admitted or not: the demand (only grows)
@@ -160,7 +165,7 @@ class FunctionRouter:
             )
         starting = any(i.state is InstanceState.STARTING for i in self.instances)
         if self.start_error is not None and not starting and not admitted:
-            self._request_cold_start(self.name)  # the pool tries again after its backoff
+            self._events.post(WakeRequested(self.name))  # tried again after its backoff
             raise WorkerUnavailable(
                 f"function {self.name!r} could not start an instance: {self.start_error}",
                 retry_after_s=5.0,
@@ -171,7 +176,7 @@ class FunctionRouter:
             self.cold_starts += 1
         self._waiting.append(pending)
         if not starting:
-            self._request_cold_start(self.name)
+            self._events.post(WakeRequested(self.name))
 
     def forget_waiting(self, pending: Pending) -> None:
         """A waiting request gave up (timeout, client gone)."""

@@ -1,14 +1,15 @@
-"""Admission counting an instance that is starting: when a request that waits for it would
-have its batch served.
+"""Admission counting an instance that is starting.
 
 A starting instance (a replacement for a worker that died, or one the autoscaler added)
-serves nothing yet, but it is not capacity lost: the function's recent starts measured how
+serves nothing yet, but it is not capacity lost. The function's recent starts measured how
 long a start takes (`control.functions.StartHealth`), and an instance of the same shape
-measured the service times (`ExecModel`). So a request no ready instance can serve by its
-deadline may wait for the starting one when, ready at its expected time, it would serve the
-requests already waiting for it and then this one's batch by that deadline — instead of a
-429. What cannot be predicted is not counted: no start measured yet, no service times of
-that shape, or a start already later than expected (its prediction failed).
+measured the service times (`ExecModel`). So a request that no ready instance can serve by
+its deadline may wait for the starting one, instead of a 429. It does when that instance,
+ready at its expected time, would serve the requests already waiting for it and then this
+one's batch by the deadline.
+
+What cannot be predicted is not counted: no start measured yet, no service times of that
+shape, or a start already later than expected (its prediction failed).
 
 Pure: no I/O, no clock (times are arguments), never imports torch.
 """

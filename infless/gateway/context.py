@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from infless.clock import Clock, RealClock
 from infless.config import Config
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.modelless import ModellessService
 from infless.control.prewarm import PrewarmManager
 from infless.control.readiness import Readiness
@@ -31,7 +31,7 @@ class GatewayContext:
     """The services and read-only views the routes use (see the module docstring)."""
 
     config: Config
-    frontend: FunctionFrontend  # the request path: /function and /v2/.../infer
+    frontend: FunctionFrontDoor  # the request path: /function and /v2/.../infer
     functions: FunctionService  # deploy, update, scale, remove
     deployed: FunctionsView  # read-only: the functions and their status views
     instances: InstancesView  # read-only: instances, kept workers, templates

@@ -8,7 +8,7 @@ Otherwise the body's `Content-Type` picks the format. `application/msgpack` and
 else is JSON (`codec`). The answer comes back in the request's format.
 
 Everything between (lookup, admission, counting, activity, timeout, metrics) is the
-function frontend's (`control.frontend`). This module only turns a request into an
+front door's (`dataplane.frontdoor`). This module only turns a request into an
 `Answer` (`Invoker`), which the fast path (`gateway.fastpath`) or aiohttp's route
 (`InvokeHandler`) writes. Errors become JSON with their status.
 """
@@ -25,8 +25,7 @@ import orjson
 from aiohttp import web
 
 from infless.clock import wall_ns
-from infless.control.frontend import Call, FunctionFrontend
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionCall, FunctionFrontDoor
 from infless.dataplane.request import Array, Outcome, Pending, Sample
 from infless.errors import GatewayTimeout, InflessError, PayloadTooLarge
 from infless.gateway import compact
@@ -114,7 +113,7 @@ def outputs_answer(outputs: Mapping[str, Array], fmt: str) -> Answer:
 class Started:
     """An invoke admitted and on its way (`Invoker.start`): what finishing it needs."""
 
-    call: Call
+    call: FunctionCall
     pending: Pending
     fmt: str
     call_id: str
@@ -126,12 +125,12 @@ class Invoker:
     awaited (`invoke`), or started and finished from the sample's done callback (`start`,
     `finish`: no task, no coroutine per request)."""
 
-    def __init__(self, frontend: FunctionFrontend) -> None:
+    def __init__(self, frontend: FunctionFrontDoor) -> None:
         self.frontend = frontend
         self._call_ids = CallIds()
 
     def _admit(
-        self, call: Call, content_length: int | None, headers: Mapping[str, str]
+        self, call: FunctionCall, content_length: int | None, headers: Mapping[str, str]
     ) -> DeployedFunction:
         """The call's function, the call counted, its body length checked, and refused
         (429) at once when no instance could answer it in time."""
@@ -203,7 +202,7 @@ class Invoker:
         self.frontend.abandoned(started.call, started.pending)
         self.frontend.close(started.call, 499)
 
-    def _close(self, call: Call, answer: Answer, call_id: str, start_ns: int) -> Answer:
+    def _close(self, call: FunctionCall, answer: Answer, call_id: str, start_ns: int) -> Answer:
         duration_s = self.frontend.close(call, answer.status)
         answer.headers["X-Call-Id"] = call_id
         answer.headers["X-Start-Time"] = str(start_ns)
@@ -238,7 +237,7 @@ def _outcome_answer(outcome: Outcome, fmt: str, variant: str | None) -> Answer:
 class InvokeHandler:
     """The aiohttp route around `Invoker` (requests the fast path passes on)."""
 
-    def __init__(self, frontend: FunctionFrontend) -> None:
+    def __init__(self, frontend: FunctionFrontDoor) -> None:
         self._invoker = Invoker(frontend)
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:

@@ -1,5 +1,5 @@
 """A stand-in for the gateway's metrics in front-door tests: counts what the function
-frontend reports (`control.frontend.CallObserver`)."""
+front door reports (`dataplane.frontdoor.CallObserver`)."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
     logs = ctx.logs.entries(name)[-LOG_LINES:]
     return {
         "function": status,
-        "admission": ctx.frontend.describe(function),
+        "admission": msgspec.to_builtins(ctx.frontend.describe(function)),
         "planner": msgspec.to_builtins(ctx.deployed.planner(function)),
         "coldStartPolicy": ctx.prewarm.describe(name),
         "instances": [

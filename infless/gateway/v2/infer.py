@@ -4,7 +4,7 @@ The batch dimension is split into samples, each admitted by the function fronten
 `/function/{name}` request, so V2 rows join the same per-instance batch queues; the
 samples' outputs are stacked back in order. A function with a handler takes one BYTES input
 instead, a request body per row (`byte_inputs`). Lookup, admission, activity, timeout and
-metrics are the frontend's (`control.frontend`). Gateway side: numpy only, never torch.
+metrics are the frontend's (`dataplane.frontdoor`). Gateway side: numpy only, never torch.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from infless.control.frontend import Call, FunctionFrontend
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionCall, FunctionFrontDoor
 from infless.dataplane.request import Array, Outcome, Sample
 from infless.errors import (
     FunctionNotFound,
@@ -50,7 +49,7 @@ def check_version(request: web.Request) -> None:
         )
 
 
-def find_model(frontend: FunctionFrontend, request: web.Request) -> DeployedFunction:
+def find_model(frontend: FunctionFrontDoor, request: web.Request) -> DeployedFunction:
     """The function a `/v2/models/{name}[/versions/{version}]` path names, or 404."""
     function = frontend.find(request.match_info["name"])
     check_version(request)
@@ -82,7 +81,7 @@ def answer_message(body: bytes) -> str:
 
 
 class V2InferHandler:
-    def __init__(self, frontend: FunctionFrontend) -> None:
+    def __init__(self, frontend: FunctionFrontDoor) -> None:
         self._frontend = frontend
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
@@ -104,7 +103,7 @@ class V2InferHandler:
         return response
 
     async def _infer(
-        self, call: Call, function: DeployedFunction, request: web.Request
+        self, call: FunctionCall, function: DeployedFunction, request: web.Request
     ) -> web.Response:
         body = await request.read()
         parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))

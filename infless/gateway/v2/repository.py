@@ -22,8 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from infless.control.frontend import FunctionFrontend
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionFrontDoor
 from infless.control.service import FunctionService
 from infless.control.status import FunctionsView
 from infless.dataplane.instance import InstanceState
@@ -118,7 +117,7 @@ def load_deployment(name: str, parameters: dict[str, Any], image: str = "") -> d
 class RepositoryRoutes:
     def __init__(
         self,
-        frontend: FunctionFrontend,
+        frontend: FunctionFrontDoor,
         deployed: FunctionsView,
         functions: FunctionService,
         packages: PackageStore,

@@ -14,8 +14,7 @@ import orjson
 from aiohttp import web
 
 from infless import __version__
-from infless.control.frontend import FunctionFrontend
-from infless.control.functions import DeployedFunction
+from infless.control.functions import DeployedFunction, FunctionFrontDoor
 from infless.control.readiness import Readiness
 from infless.errors import WorkerUnavailable
 from infless.gateway.system import readiness_answer
@@ -87,7 +86,7 @@ def is_ready(function: DeployedFunction) -> bool:
 
 
 class V2Routes:
-    def __init__(self, frontend: FunctionFrontend, readiness: Readiness | None = None) -> None:
+    def __init__(self, frontend: FunctionFrontDoor, readiness: Readiness | None = None) -> None:
         self._frontend = frontend
         self._readiness = readiness
 

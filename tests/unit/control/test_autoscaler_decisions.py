@@ -36,11 +36,14 @@ class Target:
         arrivals = round(self.rate_rps * self.now_s)
         functions = tuple(
             FunctionState(
-                FunctionView(name, "m", 100.0, 8), self.owner, arrivals, None,
+                FunctionView(name, "m", 100.0, 8),
+                self.owner,
+                arrivals,
+                None,
                 measured=self.measured,
             )
             for name in self.names
-        )  # fmt: skip
+        )
         server = ServerView("g", 8, 8, (100, 100), (100, 100))
         return Snapshot((server,), functions, self.now_s)
 
@@ -85,8 +88,11 @@ def test_the_last_decision_is_kept_and_an_unpriced_reason_is_said_once(
 def test_with_a_gpu_profile_nothing_is_unpriced_and_a_share_is_planned() -> None:
     target = Target(("f",), rate_rps=2000.0)
     target.measured = (Measured(1, {1: 40.0, 4: 160.0}),)  # on a core b = 8 cannot fit 50 ms
-    rows = [GpuLatencyRow(H100, "m", b, g, 1, 1.0 + b * 30.0 / g) for g in (10, 100)
-            for b in (1, 2, 4, 8)]  # fmt: skip
+    rows = [
+        GpuLatencyRow(H100, "m", b, g, 1, 1.0 + b * 30.0 / g)
+        for g in (10, 100)
+        for b in (1, 2, 4, 8)
+    ]
     scaler = autoscaler(target, rows)
     ticks(scaler, target, 4)
     decision = scaler.decision("f")

@@ -20,7 +20,7 @@ from infless.coldstart.policies import build_policy
 from infless.control import desired
 from infless.control.autoscaler import Autoscaler
 from infless.control.desired import Owner
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.prewarm import PrewarmManager
 from infless.control.servers import LOCAL_SERVER, Server
@@ -44,9 +44,14 @@ MANIFEST = PackageManifest(
     outputs=[TensorSignature("y", "float32", [2])],
 )
 SPEC = FunctionSpec(
-    name="f", image="m", slo_ms=SLO_MS, max_batch=16, min_instances=1, max_instances=8,
+    name="f",
+    image="m",
+    slo_ms=SLO_MS,
+    max_batch=16,
+    min_instances=1,
+    max_instances=8,
     instances=1,
-)  # fmt: skip
+)
 
 
 def latency_ms(batch_size: int, cpus: int) -> float:
@@ -68,13 +73,19 @@ class Harness:
             demand=DemandConfig(long_window_s=4.0, decay_tau_s=2.0),
         )
         self.pool = WorkerPool(
-            clock, [Server(LOCAL_SERVER, self.starter, CpuAllocator((0, 1, 2, 3)), 8)],
-            BatchingConfig(), autoscaled=autoscaled,
-        )  # fmt: skip
+            clock,
+            [Server(LOCAL_SERVER, self.starter, CpuAllocator((0, 1, 2, 3)), 8)],
+            BatchingConfig(),
+            autoscaled=autoscaled,
+        )
         self.autoscaler = Autoscaler(self.pool, scaling)
         self.recorder = Recorder()
-        self.frontend = FunctionFrontend(
-            self.pool.functions, clock, self.recorder, timeout_s=5.0, max_body_bytes=1 << 20
+        self.frontend = FunctionFrontDoor(
+            functions=self.pool.functions,
+            clock=clock,
+            observer=self.recorder,
+            timeout_s=5.0,
+            max_body_bytes=1 << 20,
         )
         self.calls: list[asyncio.Task[list[Outcome]]] = []
         self.most_instances = 0
@@ -209,7 +220,15 @@ async def test_the_snapshot_counts_every_wanted_instance_against_cores_and_gpus(
     pool = WorkerPool(clock, [server], BatchingConfig(), autoscaled=True)
     pool.deploy(SPEC, Path("/nonexistent/m"), MANIFEST)  # one uniform instance, 1 core
     gpu_start = StartInstance(
-        "f", InstanceConfig(4, 2, gpu_pct=30), "local", 1, 5.0, 10.0, 200.0, 0.0, 1.0
+        function="f",
+        config=InstanceConfig(4, 2, gpu_pct=30),
+        server_id="local",
+        gpu_index=1,
+        exec_ms=5.0,
+        r_low_rps=10.0,
+        r_up_rps=200.0,
+        batch_timeout_ms=0.0,
+        efficiency=1.0,
     )
     pool.apply(ScalingPlan((gpu_start,)))
     (view,) = pool.snapshot().servers

@@ -36,7 +36,17 @@ class Mint:
 
 
 def start(b: int, c: int) -> StartInstance:
-    return StartInstance("f", InstanceConfig(b, c), "s1", None, 10.0, 50.0, 400.0, 40.0, 1.0)
+    return StartInstance(
+        function="f",
+        config=InstanceConfig(b, c),
+        server_id="s1",
+        gpu_index=None,
+        exec_ms=10.0,
+        r_low_rps=50.0,
+        r_up_rps=400.0,
+        batch_timeout_ms=40.0,
+        efficiency=1.0,
+    )
 
 
 def test_a_new_function_gets_uniform_instances_for_its_owner() -> None:

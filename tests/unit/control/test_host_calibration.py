@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infless.cluster.cpus import CpuAllocator
 from infless.control.autoscaler import Autoscaler
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
@@ -31,9 +31,14 @@ SLO_MS = 100.0
 SLOW_SLO_MS = 400.0
 STEP_MS = 1.0  # the fake clock moves in steps this long: a timer may fire that late
 SPEC = FunctionSpec(
-    name="f", image="m", slo_ms=SLO_MS, max_batch=16, min_instances=1, max_instances=8,
+    name="f",
+    image="m",
+    slo_ms=SLO_MS,
+    max_batch=16,
+    min_instances=1,
+    max_instances=8,
     instances=1,
-)  # fmt: skip
+)
 
 
 class Host:
@@ -64,11 +69,17 @@ def make_harness(clock: FakeClock, host: Host, cores: tuple[int, ...] = (0,)) ->
         clock, lambda order: InProcessModel(latency_ms=host.latency())
     )
     harness.pool = WorkerPool(
-        clock, [Server(LOCAL_SERVER, harness.starter, CpuAllocator(cores), len(cores))],
-        BatchingConfig(), autoscaled=False,
-    )  # fmt: skip
-    harness.frontend = FunctionFrontend(
-        harness.pool.functions, clock, Recorder(), timeout_s=5.0, max_body_bytes=1 << 20
+        clock,
+        [Server(LOCAL_SERVER, harness.starter, CpuAllocator(cores), len(cores))],
+        BatchingConfig(),
+        autoscaled=False,
+    )
+    harness.frontend = FunctionFrontDoor(
+        functions=harness.pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
     )
     return harness
 
@@ -80,8 +91,9 @@ def answered_in_ms(result: list[Outcome] | BaseException) -> float | None:
     return outcome.queue_ms + outcome.service_ms
 
 
-async def test_a_host_that_slows_five_times_shows_a_fifth_of_the_capacity_and_keeps_the_slo(
-) -> None:  # fmt: skip
+async def test_a_host_that_slows_five_times_shows_a_fifth_of_the_capacity_and_keeps_the_slo() -> (
+    None
+):
     clock, host = FakeClock(), Host()
     harness = make_harness(clock, host)
     # an SLO that full batches still fit five times slower: the capacity scales with speed
@@ -143,11 +155,17 @@ async def test_planned_instances_never_share_a_core() -> None:
     clock, host = FakeClock(), Host(per_item_ms=4.0)
     harness = make_harness(clock, host, cores=(0, 1))
     harness.pool = WorkerPool(
-        clock, [Server(LOCAL_SERVER, harness.starter, CpuAllocator((0, 1)), 2)],
-        BatchingConfig(), autoscaled=True,
-    )  # fmt: skip
-    harness.frontend = FunctionFrontend(
-        harness.pool.functions, clock, Recorder(), timeout_s=5.0, max_body_bytes=1 << 20
+        clock,
+        [Server(LOCAL_SERVER, harness.starter, CpuAllocator((0, 1)), 2)],
+        BatchingConfig(),
+        autoscaled=True,
+    )
+    harness.frontend = FunctionFrontDoor(
+        functions=harness.pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
     )
     scaling = ScalingConfig(tick_s=0.5, cpu_options=(1, 2), demand=DemandConfig(long_window_s=2.0))
     harness.autoscaler = Autoscaler(harness.pool, scaling)
@@ -157,9 +175,10 @@ async def test_planned_instances_never_share_a_core() -> None:
         await harness.drive(step_s=STEP_MS / 1000.0, rate_rps=4000.0, seconds=0.5)
         harness.autoscaler.tick()
         live = [
-            i for i in harness.pool.get("f").router.instances
+            i
+            for i in harness.pool.get("f").router.instances
             if i.state in (InstanceState.STARTING, InstanceState.READY)
-        ]  # fmt: skip
+        ]
         cores = [core for i in live for core in i.cpu_ids]
         assert len(cores) == len(set(cores)), f"instances share a core: {cores}"
         most_cores = max(most_cores, len(cores))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from infless.cluster.cpus import CpuAllocator
-from infless.control.frontend import Call, FunctionFrontend
+from infless.control.functions import FunctionCall, FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
@@ -32,7 +32,7 @@ EXEC_MS = {"fp32": 20.0, "int8": 2.0}  # a batch of up to 4, whatever its size
 
 async def serving(
     overflow_running: bool, exec_ms: dict[str, float] = EXEC_MS
-) -> tuple[FunctionFrontend, FakeClock, WorkerPool, ModelEntry]:
+) -> tuple[FunctionFrontDoor, FakeClock, WorkerPool, ModelEntry]:
     """fp32 (the target) and int8 serving, one instance each, at `exec_ms` a batch (the
     profiles say 20 and 2 ms)."""
 
@@ -68,16 +68,23 @@ async def serving(
         target="fp32",
     )
     catalog.publish(entry)
-    frontend = FunctionFrontend(pool.functions, clock, Recorder(), 5.0, 1 << 20, catalog)
+    frontend = FunctionFrontDoor(
+        functions=pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
+        catalog=catalog,
+    )
     return frontend, clock, pool, entry
 
 
-async def burst(frontend: FunctionFrontend, clock: FakeClock, count: int) -> tuple[list[str], int]:
+async def burst(frontend: FunctionFrontDoor, clock: FakeClock, count: int) -> tuple[list[str], int]:
     """`count` queries for the model at one instant, each admitted as the gateway's fast
     path does (bind, room test, admit): the variant each went to, and the refusals."""
     variants: list[str] = []
     refused = 0
-    admitted: list[tuple[Call, Pending]] = []
+    admitted: list[tuple[FunctionCall, Pending]] = []
     for k in range(count):
         call = frontend.open("m")
         frontend.bind(call, None)

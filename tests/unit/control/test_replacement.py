@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from infless.cluster.cpus import CpuAllocator
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
@@ -34,9 +34,14 @@ MANIFEST = PackageManifest(
     outputs=[TensorSignature("y", "float32", [2])],
 )
 SPEC = FunctionSpec(
-    name="f", image="m", slo_ms=200.0, max_batch=1, min_instances=1, max_instances=4,
+    name="f",
+    image="m",
+    slo_ms=200.0,
+    max_batch=1,
+    min_instances=1,
+    max_instances=4,
     instances=2,
-)  # fmt: skip
+)
 
 
 class Harness:
@@ -47,8 +52,12 @@ class Harness:
         )
         server = Server(LOCAL_SERVER, self.starter, CpuAllocator((0, 1, 2, 3)), 4)
         self.pool = WorkerPool(clock, [server], BatchingConfig())
-        self.frontend = FunctionFrontend(
-            self.pool.functions, clock, Recorder(), timeout_s=30.0, max_body_bytes=1 << 20
+        self.frontend = FunctionFrontDoor(
+            functions=self.pool.functions,
+            clock=clock,
+            observer=Recorder(),
+            timeout_s=30.0,
+            max_body_bytes=1 << 20,
         )
         self.calls: list[asyncio.Task[list[Outcome]]] = []
 

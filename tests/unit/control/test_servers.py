@@ -10,7 +10,7 @@ import numpy as np
 
 from infless.cluster.cpus import CpuAllocator
 from infless.control import desired
-from infless.control.frontend import FunctionFrontend
+from infless.control.functions import FunctionFrontDoor
 from infless.control.pool import WorkerPool
 from infless.control.servers import Server, choose_server
 from infless.dataplane.config import BatchingConfig
@@ -77,7 +77,13 @@ async def test_a_server_that_leaves_loses_no_request_and_its_instances_come_back
 ):
     clock = FakeClock()
     pool = three_servers(clock)
-    frontend = FunctionFrontend(pool.functions, clock, Recorder(), 5.0, 1 << 20)
+    frontend = FunctionFrontDoor(
+        functions=pool.functions,
+        clock=clock,
+        observer=Recorder(),
+        timeout_s=5.0,
+        max_body_bytes=1 << 20,
+    )
     pool.deploy(SPEC, Path("/nonexistent/m"), MANIFEST)
     pool.change("f", lambda state, mint: desired.scaled(state, mint, count=3))
     await settle(clock)
@@ -109,9 +115,13 @@ async def test_a_server_that_leaves_loses_no_request_and_its_instances_come_back
 
 def _gpu_server(clock: FakeClock, server_id: str, gpus: tuple[int, ...], default: int) -> Server:
     return Server(
-        server_id, InProcessStarter(clock), CpuAllocator((0, 1)), 4, gpu_pct=gpus,
+        server_id,
+        InProcessStarter(clock),
+        CpuAllocator((0, 1)),
+        4,
+        gpu_pct=gpus,
         default_gpu_pct=default,
-    )  # fmt: skip
+    )
 
 
 async def test_an_unplanned_instance_takes_the_default_share_on_the_freest_gpu() -> None:

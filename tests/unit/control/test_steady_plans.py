@@ -72,11 +72,16 @@ class SwingingTarget:
         wanted = self.desired.instances
         instances = tuple(
             InstanceView(
-                w.instance_id, "f", "s", w.config, InstanceState.READY,
-                service_ms(w.config.batch_size, w.config.cpus) * f, self._started[w.instance_id],
+                w.instance_id,
+                "f",
+                "s",
+                w.config,
+                InstanceState.READY,
+                service_ms(w.config.batch_size, w.config.cpus) * f,
+                self._started[w.instance_id],
             )
             for w in wanted
-        )  # fmt: skip
+        )
         measured = tuple(
             Measured(w.config.cpus, {b: service_ms(b, w.config.cpus) * f for b in (1, 4, 16)})
             for w in wanted

@@ -16,6 +16,7 @@ from infless.errors import Overloaded
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from tests.support.clock import FakeClock
+from tests.support.events import EventLog
 from tests.support.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 
 SPECS = (TensorSpec("x", "float32", (2,)),)
@@ -25,14 +26,20 @@ EXEC_MS = 10.0  # every batch, whatever its size: easy arithmetic
 class Harness:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.router = FunctionRouter("f", clock, waiting_capacity=4, request_cold_start=print)
+        self.events = EventLog()
+        self.router = FunctionRouter("f", clock, waiting_capacity=4, events=self.events)
         self.handles: list[InProcessWorkerHandle] = []
 
     def add(self, batch_size: int = 2, mode: str = "slo") -> Instance:
         instance = Instance(
-            f"f-{len(self.handles)}", "f", InstanceConfig(batch_size, 1), (0,), self.clock, SPECS,
-            on_orphans=lambda *_: None,
-        )  # fmt: skip
+            instance_id=f"f-{len(self.handles)}",
+            function_name="f",
+            config=InstanceConfig(batch_size, 1),
+            cpu_ids=(0,),
+            clock=self.clock,
+            input_specs=SPECS,
+            events=self.events,
+        )
         self.router.add(instance)
         handle = InProcessWorkerHandle(InProcessModel(latency_ms=constant_ms(EXEC_MS)), self.clock)
         ready = p.Ready(pid=0, exec_ms={1: EXEC_MS, batch_size: EXEC_MS}, start=p.StartBreakdown())

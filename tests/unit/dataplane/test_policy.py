@@ -53,9 +53,13 @@ def test_settle_combines_size_timeout_and_capacity() -> None:
 
 def test_settle_keeps_a_fixed_batch_size_even_when_a_larger_one_is_feasible() -> None:
     settings = settle(
-        {1: 2.0, 2: 3.0, 4: 5.0}, slo_ms=50.0, max_batch=4, slack_ms=1.0, capacity_batches=3,
+        {1: 2.0, 2: 3.0, 4: 5.0},
+        slo_ms=50.0,
+        max_batch=4,
+        slack_ms=1.0,
+        capacity_batches=3,
         batch_size=2,
-    )  # fmt: skip
+    )
     assert settings.batch_size == 2
     assert settings.exec_ms == 3.0
     assert abs(settings.timeout_s - 0.046) < 1e-12

@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from infless.dataplane.events import DataPlaneEvent, InstanceLost, RetuneDue
 from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from infless.dataplane.policy import BatchSettings
 from infless.dataplane.request import Pending
@@ -16,6 +17,7 @@ from infless.handlers import HandlerError, Request, Response
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from tests.support.clock import FakeClock
+from tests.support.events import EventLog
 from tests.support.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 
 SPECS = (TensorSpec("x", "float32", (2,)),)
@@ -24,10 +26,8 @@ SPECS = (TensorSpec("x", "float32", (2,)),)
 class Harness:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.cold_start_requests: list[str] = []
-        self.router = FunctionRouter(
-            "f", clock, waiting_capacity=4, request_cold_start=self.cold_start_requests.append
-        )
+        self.events = EventLog(then=self._loop)
+        self.router = FunctionRouter("f", clock, waiting_capacity=4, events=self.events)
         self.count = 0
 
     def add_instance(
@@ -45,7 +45,7 @@ class Harness:
             (0,),
             self.clock,
             SPECS,
-            on_orphans=self._orphans,
+            events=self.events,
         )
         self.router.add(instance)
         handle = InProcessWorkerHandle(model)
@@ -54,9 +54,11 @@ class Harness:
         self.router.instance_ready(instance)
         return instance, handle
 
-    def _orphans(self, instance: Instance, orphans: list[Pending]) -> None:
-        self.router.remove(instance)
-        self.router.adopt_orphans(orphans)
+    def _loop(self, event: DataPlaneEvent) -> None:
+        """What the control loop does with a lost instance: its requests go elsewhere."""
+        if isinstance(event, InstanceLost):
+            self.router.remove(event.instance)
+            self.router.adopt_orphans(event.orphans)
 
     def submit(self, value: float) -> asyncio.Future[object]:
         return self.router.submit({"x": np.array([value, value], dtype=np.float32)}).future  # type: ignore[return-value]
@@ -140,7 +142,7 @@ async def test_no_instance_means_cold_start_then_served_when_one_is_ready() -> N
     clock = FakeClock()
     harness = Harness(clock)
     future = harness.submit(3.0)
-    assert harness.cold_start_requests == ["f"]
+    assert harness.events.wakes == ["f"]
     assert harness.router.waiting == 1
     await clock.advance(1.5)
     harness.add_instance(batch_size=1, timeout_s=0.0)
@@ -167,7 +169,7 @@ async def test_while_starts_fail_new_requests_get_503_at_once_until_one_is_ready
         await first
     with pytest.raises(WorkerUnavailable, match="could not start an instance: import error"):
         harness.submit(2.0)  # refused now, not left waiting for the gateway's timeout
-    assert harness.cold_start_requests == ["f", "f"]  # the pool may try again (its backoff)
+    assert harness.events.wakes == ["f", "f"]  # the pool may try again (its backoff)
     harness.add_instance(batch_size=1, timeout_s=0.0)
     outcome = await asyncio.wait_for(harness.submit(3.0), 1.0)
     assert outcome.outputs["y"].tolist() == [6.0, 6.0]  # type: ignore[attr-defined]
@@ -175,16 +177,11 @@ async def test_while_starts_fail_new_requests_get_503_at_once_until_one_is_ready
 
 async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
     clock = FakeClock()
-    instance = Instance("f-1", "f", InstanceConfig(2, 1), (0,), clock, SPECS, lambda *_: None)
+    events = EventLog()
+    instance = Instance("f-1", "f", InstanceConfig(2, 1), (0,), clock, SPECS, events)
     handle = InProcessWorkerHandle(InProcessModel(latency_ms=constant_ms(20.0)))
     ready = p.Ready(pid=0, exec_ms={1: 4.0, 2: 5.0}, start=p.StartBreakdown())
-    retuned: list[dict[int, float]] = []
-
-    def retune(exec_ms: dict[int, float]) -> BatchSettings:
-        retuned.append(dict(exec_ms))
-        return BatchSettings(2, 0.001, 2, exec_ms[2])
-
-    instance.become_ready(handle, BatchSettings(2, 0.04, 8, 5.0), ready, retune=retune)
+    instance.become_ready(handle, BatchSettings(2, 0.04, 8, 5.0), ready)
     queue = instance.queue
     assert queue is not None
     loop = asyncio.get_running_loop()
@@ -201,7 +198,12 @@ async def test_served_batches_update_exec_times_and_retune_the_queue() -> None:
     assert instance.exec_ms_by_batch[1] / 4.0 == pytest.approx(
         instance.exec_ms_by_batch[2] / 5.0, rel=1e-6
     )
-    assert len(retuned) == 1
+    (due,) = events.events  # the instance asks once; the control loop decides
+    assert isinstance(due, RetuneDue)
+    assert due.instance is instance
+    assert due.exec_ms == instance.exec_ms_by_batch
+    assert queue.settings.capacity == 8  # unchanged until the loop answers
+    instance.retune(BatchSettings(2, 0.001, 2, due.exec_ms[2]))
     assert queue.settings.capacity == 2
     assert queue.settings.exec_ms == instance.exec_ms_by_batch[2]
     await instance.drain(1.0)

@@ -21,6 +21,7 @@ from infless.errors import Overloaded
 from infless.types import InstanceConfig, TensorSpec
 from infless.workers import protocol as p
 from tests.support.clock import FakeClock
+from tests.support.events import EventLog
 from tests.support.inprocess import InProcessModel, InProcessWorkerHandle, constant_ms
 
 SPECS = (TensorSpec("x", "float32", (2,)),)
@@ -34,16 +35,22 @@ class Harness:
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.cold_starts: list[str] = []
-        self.router = FunctionRouter("f", clock, 16, self.cold_starts.append)
+        self.events = EventLog()
+        self.router = FunctionRouter("f", clock, 16, self.events)
         self.count = 0
 
     def instance(self, instance_id: str | None = None) -> Instance:
         self.count += 1
         instance = Instance(
-            instance_id or f"f-{self.count}", "f", InstanceConfig(1, 1), (0,), self.clock,
-            SPECS, on_orphans=lambda *_: None, worker_id=f"w-{self.count}",
-        )  # fmt: skip
+            instance_id=instance_id or f"f-{self.count}",
+            function_name="f",
+            config=InstanceConfig(1, 1),
+            cpu_ids=(0,),
+            clock=self.clock,
+            input_specs=SPECS,
+            events=self.events,
+            worker_id=f"w-{self.count}",
+        )
         self.router.add(instance)
         return instance
 
@@ -162,7 +169,7 @@ async def test_a_start_without_service_times_of_its_shape_is_not_counted() -> No
     harness.make_ready(survivor)
     harness.fill(survivor)
     other = Instance(
-        "f-other", "f", InstanceConfig(1, 2), (0, 1), clock, SPECS, on_orphans=lambda *_: None
+        "f-other", "f", InstanceConfig(1, 2), (0, 1), clock, SPECS, events=EventLog()
     )  # two cores: the survivor's times say nothing of it
     harness.router.add(other)
     other.expected_ready_s = clock.now() + START_S

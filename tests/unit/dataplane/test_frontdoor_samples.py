@@ -1,4 +1,4 @@
-"""The frontend's fan-out of a multi-sample (V2) request: samples go into the router one by
+"""The front door's fan-out of a multi-sample (V2) request: samples go into the router one by
 one, wait when every queue is full, come back in order; a failed sample fails the request
 and leaves no unretrieved exception behind."""
 
@@ -12,7 +12,7 @@ from typing import cast
 import numpy as np
 import pytest
 
-from infless.control.frontend import run_samples
+from infless.dataplane.calls import run_samples
 from infless.dataplane.request import Array, Outcome, Pending
 from infless.dataplane.router import FunctionRouter
 from infless.errors import GatewayTimeout, InferenceFailed, Overloaded
