@@ -234,8 +234,10 @@ class Reconciler:
     def _died(self, function: DeployedFunction, instance: Instance) -> None:
         """The starter saw the worker exit. A serving instance hands its requests back
         (`InstanceLost`, next); a start that fails is the boot's to report, and a drain's
-        runner sees its own worker die."""
-        if instance.state is not InstanceState.READY:
+        runner sees its own worker die. The instance's serving loop may have seen the exit
+        first (a batch's socket closed, `worker_lost`): the cause is still recorded here,
+        where the starter can say it (killed for memory)."""
+        if instance.state is not InstanceState.READY and not instance.worker_lost:
             return
         code = getattr(instance.handle, "exit_code", None)
         server = self._servers.get(instance.server_id)

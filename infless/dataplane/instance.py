@@ -130,6 +130,7 @@ class Instance:
         self.ready_at_s: float | None = None
         self.last_active_s = self.started_at_s  # when it last finished a batch
         self.error: str | None = None
+        self.worker_lost = False  # its worker went while it served (mark_dead)
         self._clock = clock
         self._tail_quantile = tail_quantile
         self._input_specs = tuple(input_specs)
@@ -303,6 +304,7 @@ class Instance:
             return
         self.state = InstanceState.DEAD
         self.error = reason
+        self.worker_lost = True
         orphans, self._in_flight = self._in_flight, []
         if self.queue is not None:
             orphans.extend(self.queue.take_all())

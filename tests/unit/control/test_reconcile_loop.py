@@ -18,6 +18,7 @@ import numpy as np
 
 from infless.cluster.cpus import CpuAllocator
 from infless.control import desired
+from infless.control import events as ev
 from infless.control.instances import batch_settings
 from infless.control.pool import WorkerPool
 from infless.control.servers import LOCAL_SERVER, Server
@@ -114,6 +115,38 @@ async def test_a_dead_workers_queued_requests_go_to_another_instance() -> None:
     assert [o.outputs["y"][0] for o in outcomes] == [2.0 * v for v in range(6)]
     moved = [o for o in outcomes if o.instance_id == second.instance_id]
     assert len(moved) >= stuck  # every request the dead worker held was served elsewhere
+    await harness.pool.stop()
+
+
+async def test_a_death_the_serving_loop_saw_first_still_records_the_starters_cause() -> None:
+    """A batch's socket usually closes before the process watcher reports the exit: the
+    instance is already dead (its requests rerouted) when the loop takes `WorkerExited`,
+    and the cause only the starter knows (killed for memory) still becomes the function's
+    last error."""
+    harness = Harness(FakeClock())
+    harness.deploy(instances=1)
+    (first,) = await harness.ready(1)
+    handle = harness.starter.handles[first.worker_id]
+    exits: list[bool] = []
+    handle.rebind_death(lambda: exits.append(True))  # the watcher's report, held back
+    handle.gate.clear()
+    pending = harness.submit(1.0)
+    await harness.clock.advance(0.001)
+    assert first.in_flight == 1
+
+    cause = "killed: out of memory (limit 64 MiB)"
+    harness.starter.death_causes[first.worker_id] = cause
+    handle.die()
+    await harness.advance(0.01)  # the serving loop saw it: dead, its request handed back
+    assert state(first) is InstanceState.DEAD
+    assert exits == [True]
+    assert harness.pool.get("f").health.last_error is None
+
+    harness.pool.post(ev.WorkerExited(function=harness.pool.get("f"), instance=first))
+    await harness.pool.settled()
+    assert harness.pool.get("f").health.last_error == f"instance {first.instance_id}: {cause}"
+    await harness.advance(0.5)
+    assert pending.future.result().outputs["y"][0] == 2.0  # served by the replacement
     await harness.pool.stop()
 
 
