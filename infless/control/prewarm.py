@@ -22,6 +22,7 @@ from typing import Any
 
 from infless.coldstart.lifecycle import LifecycleAction, decide_lifecycle
 from infless.coldstart.policies import ColdStartPolicy, Windows
+from infless.coldstart.views import ColdStartView
 from infless.control.desired import Owner
 from infless.control.port import FunctionState, ScalingTarget
 from infless.scaling.view import Action, Prewarm, ReleaseToZero, ScalingPlan
@@ -55,18 +56,18 @@ class PrewarmManager:
         self._zero_default = scale_to_zero_default
         self._tracked: dict[str, _Tracked] = {}
 
-    def describe(self, name: str) -> dict[str, object] | None:
+    def describe(self, name: str) -> ColdStartView | None:
         """The function's current windows and what the manager did, for /system/function."""
         tracked = self._tracked.get(name)
         if tracked is None:
             return None
-        return {
-            "policy": self._policy.name,
-            "prewarmS": round(tracked.windows.prewarm_s, 3),
-            "keepaliveS": round(tracked.windows.keepalive_s, 3),
-            "releases": tracked.releases,
-            "prewarms": tracked.prewarms,
-        }
+        return ColdStartView(
+            policy=self._policy.name,
+            prewarm_s=round(tracked.windows.prewarm_s, 3),
+            keepalive_s=round(tracked.windows.keepalive_s, 3),
+            releases=tracked.releases,
+            prewarms=tracked.prewarms,
+        )
 
     def tick(self) -> ScalingPlan:
         snapshot = self._target.snapshot()

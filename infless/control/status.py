@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 from msgspec import UNSET
 
+from infless.coldstart.views import ColdStartView
 from infless.control.desired import Owner
 from infless.control.failed import FailedDeployment
 from infless.control.functions import DeployedFunction
@@ -33,6 +34,7 @@ from infless.control.views import (
     TensorView,
 )
 from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.views import AdmissionView
 from infless.workers.status import KeptWorkerView, TemplateView, WorkerView
 
 if TYPE_CHECKING:
@@ -61,8 +63,8 @@ class FunctionsView(Protocol):
         self,
         function: DeployedFunction,
         *,
-        cold_start_policy: dict[str, object] | None,
-        admission: dict[str, object],
+        cold_start_policy: ColdStartView | None,
+        admission: AdmissionView,
     ) -> FunctionStatusView:
         """A function's status with its detail (`/system/function/NAME`)."""
         ...
@@ -139,8 +141,8 @@ class PoolStatus:
         self,
         function: DeployedFunction,
         *,
-        cold_start_policy: dict[str, object] | None,
-        admission: dict[str, object],
+        cold_start_policy: ColdStartView | None,
+        admission: AdmissionView,
     ) -> FunctionStatusView:
         package = self._pool.servers.describe_function(function.package_dir)
         planner = self.planner(function)

@@ -18,6 +18,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from infless.coldstart.views import ColdStartView
+from infless.dataplane.views import AdmissionView
 from infless.workers.status import (  # (plain data another owner keeps)
     Facts,
     GpuWorkerView,
@@ -79,8 +81,8 @@ class FunctionStatusView(msgspec.Struct, frozen=True, kw_only=True, rename="came
     owner: str | UnsetType = UNSET
     signature: SignatureView
     # the detail (`/system/function/NAME`) only
-    cold_start_policy: Facts | UnsetType | None = UNSET
-    admission: Facts | UnsetType = UNSET
+    cold_start_policy: ColdStartView | UnsetType | None = UNSET
+    admission: AdmissionView | UnsetType = UNSET
     structure: StructureView | UnsetType = UNSET  # what the starters know of its package
     planner: PlannerView | UnsetType = UNSET
 

@@ -99,7 +99,7 @@ class SystemRoutes:
         detail = self._ctx.deployed.detail(
             function,
             cold_start_policy=self._ctx.prewarm.describe(function.name),
-            admission=msgspec.to_builtins(self._ctx.frontend.describe(function)),
+            admission=self._ctx.frontend.describe(function),
         )
         return _json(detail)
 

@@ -65,7 +65,7 @@ def function_detail(ctx: GatewayContext, name: str) -> dict[str, object]:
         "function": status,
         "admission": msgspec.to_builtins(ctx.frontend.describe(function)),
         "planner": msgspec.to_builtins(ctx.deployed.planner(function)),
-        "coldStartPolicy": ctx.prewarm.describe(name),
+        "coldStartPolicy": msgspec.to_builtins(ctx.prewarm.describe(name)),
         "instances": [
             instance_batches(i)
             for i in function.router.instances
