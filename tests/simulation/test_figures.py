@@ -68,9 +68,15 @@ def test_markdown_lists_every_row_under_its_columns() -> None:
 
 def test_dts_holds_less_memory_per_request_than_infless() -> None:
     rows = figures.build("dts", small=True)
-    memory = {str(r["approach"]): float(r["mib_per_100_rps"]) for r in rows.rows}
-    assert set(memory) == {a.name for a in dts.APPROACHES}
-    assert memory["dts"] < memory["infless"]
-    assert memory["dts alpha=0"] == min(memory.values())  # memory alone: the least of it
-    served = rows.values("served_rps")
-    assert min(served) > 0.9 * max(served)  # the same load served: per-request figures compare
+    assert {r["feedback"] for r in rows.rows} == {"on", "off"}
+    for feedback in ("on", "off"):
+        memory = {
+            str(r["approach"]): float(r["mib_per_100_rps"])
+            for r in rows.rows
+            if r["feedback"] == feedback
+        }
+        assert set(memory) == {a.name for a in dts.APPROACHES}
+        assert memory["dts"] < memory["infless"]
+        assert memory["dts alpha=0"] == min(memory.values())  # memory alone: the least of it
+        served = rows.values("served_rps", feedback=feedback)
+        assert min(served) > 0.9 * max(served)  # the same load served: per request compares

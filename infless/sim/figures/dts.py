@@ -9,7 +9,11 @@ Four approaches on the same mix of functions, servers and seeds:
 - `dts`: the DTS policy (`scaling.dts`) at the default alpha, with the store's affinity;
 - `dts alpha=0`: the same with cores free, as Tetris shipped.
 
-Memory is sampled at every tick with the store's sharing counted (`sim.usage`); "per served
+Each runs with the autoscaler's feedback (the server's default) and without it: the feedback
+adds capacity on a high p99 or refusals, and on a cluster it fills, who holds the cores
+when a burst comes decides most violations.
+
+Memory is sampled at every tick with the store's sharing counted (`sim.usage`). "Per served
 request" is MiB held per 100 requests answered each second. Pure: the runs are simulations.
 """
 
@@ -44,9 +48,13 @@ class Approach:
     affinity_weight: float = 0.0
     dts_alpha_mib_per_core: float | None = None  # None: the config's default
 
-    def configure(self, cfg: SimConfig, seed: int) -> SimConfig:
-        """`cfg` with this approach's knobs and `seed`."""
-        scaling = msgspec.structs.replace(cfg.scaling, affinity_weight=self.affinity_weight)
+    def configure(self, cfg: SimConfig, seed: int, feedback: bool = True) -> SimConfig:
+        """`cfg` with this approach's knobs, `seed`, and the autoscaler's feedback on or off."""
+        scaling = msgspec.structs.replace(
+            cfg.scaling,
+            affinity_weight=self.affinity_weight,
+            feedback=msgspec.structs.replace(cfg.scaling.feedback, enabled=feedback),
+        )
         if self.dts_alpha_mib_per_core is not None:
             alpha = self.dts_alpha_mib_per_core
             scaling = msgspec.structs.replace(scaling, dts_alpha_mib_per_core=alpha)
@@ -63,7 +71,7 @@ APPROACHES = (
 )
 
 
-def _row(approach: Approach, results: Sequence[SimResult]) -> dict[str, Cell]:
+def _row(approach: Approach, feedback: bool, results: Sequence[SimResult]) -> dict[str, Cell]:
     """One approach's means over its seeds, with the violations' range."""
 
     def mean(values: Sequence[float]) -> float:
@@ -74,6 +82,7 @@ def _row(approach: Approach, results: Sequence[SimResult]) -> dict[str, Cell]:
     violations = [r.violation_rate for r in results]
     return {
         "approach": approach.name,
+        "feedback": "on" if feedback else "off",
         "mib_per_100_rps": round(mean(per_100), 2),
         "memory_mean_mib": round(mean(memory), 0),
         "memory_peak_mib": round(mean([r.usage.memory_peak_mib for r in results]), 0),
@@ -93,10 +102,13 @@ def compare(
     instances: int,
     functions: int = 40,
     seeds: Sequence[int] = (1,),
+    feedback: Sequence[bool] = (True, False),
     approaches: Sequence[Approach] = APPROACHES,
 ) -> Rows:
     """Rows of each approach's memory, cores and violations on the mix of `functions`
-    functions of `models` sized for about `instances` INFless instances at its peaks."""
+    functions of `models` sized for about `instances` INFless instances at its peaks, with
+    the autoscaler's feedback (`scaling.feedback`: measured p99 and refusals add capacity)
+    on and off."""
     mix = mixes.sized(
         mixes.scale_mix(functions, 1000.0, cfg.duration_s, mixes.SHAPES, models),
         instances,
@@ -105,18 +117,19 @@ def compare(
         cfg.scaling,
     )
     rows: list[dict[str, Cell]] = []
-    for approach in approaches:
-        results = [
-            simulate_policy(mix, approach.configure(cfg, seed), approach.policy)[1]
-            for seed in seeds
-        ]
-        rows.append(_row(approach, results))
+    for enabled in feedback:
+        for approach in approaches:
+            results = [
+                simulate_policy(mix, approach.configure(cfg, seed, enabled), approach.policy)[1]
+                for seed in seeds
+            ]
+            rows.append(_row(approach, enabled, results))
     title = f"Tetris DTS vs INFless: memory and cores per served request, {cfg.servers} servers"
     return Rows("dts", title, tuple(rows[0]), tuple(rows), _plot)
 
 
 def _plot(rows: Rows, figure: PlotFigure) -> None:
-    labels = [str(r["approach"]) for r in rows.rows]
+    labels = [f"{r['approach']}, fb {r['feedback']}" for r in rows.rows]
     memory = rows.values("mib_per_100_rps")
     bars(figure, 1, labels, memory, "MiB held per 100 RPS", columns=3)
     bars(figure, 2, labels, rows.values("cores_per_100_rps"), "cores per 100 RPS", columns=3)
