@@ -68,9 +68,9 @@ def held_weights(view: PoolView) -> dict[str, dict[int, float]]:
                 shares[pos] = max(shares.get(pos, 0.0), min(1.0, affinity))
     for function in view.functions:
         for instance in function.instances:
-            pos = position.get(instance.server_id)
-            if pos is not None:
-                held.setdefault(function.model_key, {})[pos] = 1.0
+            where = position.get(instance.server_id)
+            if where is not None:
+                held.setdefault(function.model_key, {})[where] = 1.0
     return held
 
 

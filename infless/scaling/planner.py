@@ -40,6 +40,9 @@ Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zer
   fit and every fitting server with a nonzero affinity for F (`placement.pick`; it lives in
   `infless.scaling.placement` with `Candidate` and `efficiency`).
 
+`plan_with` takes the placement choice as a `placement.Chooser`: Equation 10 by default,
+memory per request for the DTS policy (`scaling.dts`).
+
 Pure: no I/O, no clock (time comes in the view). Starting instances count towards cover for
 scale-out but not for release, so nothing is released before its replacement serves.
 """

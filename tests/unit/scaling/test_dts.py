@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from infless.config import ConfigError, parse_config
+from infless.config import parse_config
 from infless.dataplane.policy import powers_of_two_up_to
+from infless.errors import ConfigError
 from infless.scaling.baselines import get_policy
 from infless.scaling.bounds import rate_bounds
 from infless.scaling.capacity import CapacityIndex
