@@ -40,6 +40,7 @@ figures is priced as a bare runtime (`memory.UNKNOWN_MODEL`). Pure: no I/O, no c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import ScalingConfig
@@ -74,10 +75,41 @@ def held_weights(view: PoolView) -> dict[str, dict[int, float]]:
     return held
 
 
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    """One candidate's cost, computed once per plan: on a server holding all the weights,
+    and what the weights add where none are held."""
+
+    cand: Candidate
+    held_mib: float
+    weights_mib: float
+    best_cost_mib: float  # cost_mib(1.0)
+
+    def cost_mib(self, held_share: float) -> float:
+        missing = self.weights_mib * max(0.0, 1.0 - held_share)
+        return max(self.held_mib + missing, _MIN_COST_MIB)
+
+
+_Ranked = tuple[float, float, _Priced]  # (best-case score, served rate, the candidate)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prices:
+    """One function's candidates priced, and ranked for a residual they are all under."""
+
+    cands: Sequence[Candidate]
+    priced: list[_Priced]
+    full: list[_Ranked]  # rate = r_up, highest score first
+    top_rps: float  # the largest r_up: from this residual up, `full` is the ranking
+
+
 class DtsChooser:
     """The placement choice of one plan: best throughput per MiB of cost (module docstring).
 
-    Keeps which servers hold which model's weights, and adds each placement of this plan."""
+    Keeps which servers hold which model's weights, and adds each placement of this plan.
+    Per plan it remembers each candidate's cost and, per model and shape, the held server it
+    last chose: kept while it fits (it only gets tighter), so a plan of thousands of
+    instances does not scan every held server for each."""
 
     def __init__(
         self,
@@ -92,16 +124,53 @@ class DtsChooser:
         self._served = served
         self._before: dict[tuple[str, int], float | None] = {}  # what a placement overwrote
         self._placed: dict[tuple[str, int], int] = {}  # instances this plan put there
+        self._priced: dict[str, _Prices] = {}
+        self._sticky: dict[tuple[str, int, int], int] = {}  # (model, c, g) → held position
+        # per model, the held servers that may still fit something (no core left: dropped)
+        self._open: dict[str, set[int]] = {model: set(shares) for model, shares in held.items()}
+
+    def _price(self, function: FunctionView, cand: Candidate) -> _Priced:
+        memory = function.memory or UNKNOWN_MODEL
+        config = cand.config
+        cores = config.cpus + config.gpu_pct / self._beta
+        held_mib = memory.private_bytes(config.batch_size) / MIB + self._alpha * cores
+        weights_mib = memory.weight_bytes / MIB
+        best_cost_mib = max(held_mib, _MIN_COST_MIB)
+        return _Priced(cand, held_mib, weights_mib, best_cost_mib)
 
     def cost_mib(self, function: FunctionView, cand: Candidate, held_share: float) -> float:
         """The cost of one instance with `cand`'s config on a server holding `held_share`
         of the model's weights: private memory, missing weights, cores × alpha."""
-        memory = function.memory or UNKNOWN_MODEL
-        config = cand.config
-        weights = memory.weight_bytes * max(0.0, 1.0 - held_share)
-        private = memory.private_bytes(config.batch_size)
-        cores = config.cpus + config.gpu_pct / self._beta
-        return max((private + weights) / MIB + self._alpha * cores, _MIN_COST_MIB)
+        return self._price(function, cand).cost_mib(held_share)
+
+    def _prices(self, function: FunctionView, cands: Sequence[Candidate]) -> _Prices:
+        cached = self._priced.get(function.name)
+        if cached is None or cached.cands is not cands:
+            priced = [self._price(function, cand) for cand in cands]
+            full = [
+                (p.cand.bounds.r_up_rps / p.best_cost_mib, p.cand.bounds.r_up_rps, p)
+                for p in priced
+            ]
+            full.sort(key=lambda r: -r[0])  # stable: equal scores keep the candidates' order
+            top_rps = max((p.cand.bounds.r_up_rps for p in priced), default=0.0)
+            cached = _Prices(cands, priced, full, top_rps)
+            self._priced[function.name] = cached
+        return cached
+
+    def _ranked(self, prices: _Prices, residual_rps: float) -> list[_Ranked]:
+        """The candidates by their best-case score, highest first, at this residual."""
+        if residual_rps >= prices.top_rps:  # every r_up is served whole, every r_low met
+            return prices.full
+        floor_rps = max(residual_rps, 1.0)
+        ranked: list[_Ranked] = []
+        for priced in prices.priced:
+            bounds = priced.cand.bounds
+            if priced.cand.config.batch_size > 1 and residual_rps + _EPS < bounds.r_low_rps:
+                continue
+            rate_rps = min(bounds.r_up_rps, floor_rps) if self._served else bounds.r_up_rps
+            ranked.append((rate_rps / priced.best_cost_mib, rate_rps, priced))
+        ranked.sort(key=lambda r: -r[0])  # stable: equal scores keep the candidates' order
+        return ranked
 
     def pick(
         self,
@@ -113,52 +182,77 @@ class DtsChooser:
     ) -> Choice | None:
         """The (candidate, server) of highest served qps per MiB of cost; None if none fits.
 
-        Candidates are tried by their best case (on a server holding all the weights); the
-        search stops once that cannot beat the best found. Ties: candidate order (larger b
-        first), then a server holding more of the weights, then the tighter fit."""
-        held = self._held.get(function.model_key, {})
-        floor_rps = max(residual_rps, 1.0)
-        ranked: list[tuple[float, float, Candidate]] = []
-        for cand in cands:
-            bounds = cand.bounds
-            if cand.config.batch_size > 1 and residual_rps + _EPS < bounds.r_low_rps:
-                continue
-            rate_rps = min(bounds.r_up_rps, floor_rps) if self._served else bounds.r_up_rps
-            ranked.append((rate_rps / self.cost_mib(function, cand, 1.0), rate_rps, cand))
-        ranked.sort(key=lambda r: -r[0])  # stable: equal scores keep the candidates' order
+        Candidates are tried by their best case (on a server holding all the weights),
+        highest first; the search stops once that cannot beat the best found. Ties:
+        candidate order (larger b first), then a server holding more of the weights, then
+        the tighter fit."""
+        ranked = self._ranked(self._prices(function, cands), residual_rps)
         best: tuple[float, Candidate, int] | None = None
-        for bound, rate_rps, cand in ranked:
-            if best is not None and bound <= best[0]:
+        for entry in ranked:
+            if best is not None and entry[0] <= best[0]:
                 break
-            for pos, share in self._servers(held, cand, index):
-                score = rate_rps / self.cost_mib(function, cand, share)
-                if best is None or score > best[0] + _EPS:
-                    best = (score, cand, pos)
+            best = self._weigh(function.model_key, entry, index, best)
         if best is None:
             return None
         score, cand, pos = best
         self._mark(function.model_key, pos)
         return cand, pos, score
 
+    def _weigh(
+        self,
+        model: str,
+        entry: _Ranked,
+        index: CapacityIndex,
+        best: tuple[float, Candidate, int] | None,
+    ) -> tuple[float, Candidate, int] | None:
+        """`best`, or `entry` on one of its servers where that scores higher."""
+        _, rate_rps, priced = entry
+        for pos, share in self._servers(model, priced.cand, index):
+            score = rate_rps / priced.cost_mib(share)
+            if best is None or score > best[0] + _EPS:
+                best = (score, priced.cand, pos)
+        return best
+
     def _servers(
-        self, held: dict[int, float], cand: Candidate, index: CapacityIndex
+        self, model: str, cand: Candidate, index: CapacityIndex
     ) -> list[tuple[int, float]]:
         """The servers worth weighing: the fitting one holding the most of the weights
-        (ties: the smallest free score), then the best fit, each with its held share."""
+        (ties: the smallest free score; then kept while it fits), then the best fit, each
+        with its held share."""
+        held = self._held.get(model, {})
         cpus, gpu_pct = cand.config.cpus, cand.config.gpu_pct
+        shape = (model, cpus, gpu_pct)
+        chosen = self._sticky.get(shape)
+        if chosen is None or held.get(chosen) != 1.0 or not index.fits(chosen, cpus, gpu_pct):
+            chosen = self._scan(model, cpus, gpu_pct, index)
+            if chosen is None:
+                self._sticky.pop(shape, None)
+            else:
+                self._sticky[shape] = chosen
         found: list[tuple[int, float]] = []
+        if chosen is not None:
+            found.append((chosen, held[chosen]))
+        fit = index.best_fit(cpus, gpu_pct)
+        if fit is not None and fit != chosen:
+            found.append((fit, held.get(fit, 0.0)))
+        return found
+
+    def _scan(self, model: str, cpus: int, gpu_pct: int, index: CapacityIndex) -> int | None:
+        """The fitting held server with the most of the weights, then the tightest; the
+        full ones (no core left) leave the model's open set on the way."""
+        held = self._held.get(model, {})
+        open_set = self._open.get(model, set())
         top: tuple[float, float, int] | None = None  # (-share, free score, position)
-        for pos, share in held.items():
-            if index.fits(pos, cpus, gpu_pct):
+        for pos in list(open_set):  # the key below orders them: no sort needed
+            if index.free_cpus[pos] < 1:  # every instance needs a core
+                open_set.discard(pos)
+                continue
+            share = held.get(pos, 0.0)
+            if share > 0 and index.fits(pos, cpus, gpu_pct):
                 key = (-share, index.score(pos), pos)
                 if top is None or key < top:
                     top = key
-        if top is not None:
-            found.append((top[2], -top[0]))
-        fit = index.best_fit(cpus, gpu_pct)
-        if fit is not None and (top is None or fit != top[2]):
-            found.append((fit, held.get(fit, 0.0)))
-        return found
+        return None if top is None else top[2]
 
     def _mark(self, model: str, pos: int) -> None:
         held = self._held.setdefault(model, {})
@@ -167,6 +261,7 @@ class DtsChooser:
             self._before[key] = held.get(pos)
         self._placed[key] = self._placed.get(key, 0) + 1
         held[pos] = 1.0
+        self._open.setdefault(model, set()).add(pos)
 
     def unplaced(self, function: FunctionView, pos: int) -> None:
         """Undo `_mark` for one instance: the last one taken back restores the old share."""
