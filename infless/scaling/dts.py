@@ -23,13 +23,14 @@ Here, for every instance the planner's loop starts (`planner.plan_with`, with th
   when this plan placed one there, or as far as its store affinity for the function says
   (`ServerView.affinity`: the share of its tensors stored). So the second instance of a
   model on a server is cheaper than the first, and placement prefers servers that hold the
-  weights (ties: the tightest fit);
+  weights (the tightest such server, kept while it fits: it only gets tighter);
 - Tetris's "concurrency" (several requests in one runtime, one copy of the weights) is
   what co-located instances of one model are here: each its own runtime, the weights once.
 
-alpha (`scaling.dts_alpha_mib_per_core`, default 64): with 0, as Tetris shipped, cores are
-free, so every function takes its widest feasible instance (16 cores) whatever the load;
-at a cloud's price ratio (one core ≈ 4–8 GiB) memory never changes a choice for models
+alpha (`scaling.dts_alpha_mib_per_core`, default 64): with 0, as Tetris shipped, cores and
+GPU shares are free, so the widest feasible instance wins wherever the residual fills it
+(in the simulator, GPU shares for most functions: docs/reproduction.md); at a cloud's
+price ratio (one core ≈ 4–8 GiB) memory never changes a choice for models
 whose instances hold 50–70 MiB. 64 MiB per core makes one core weigh about one instance's
 runtime (48 MiB assumed) on the models measured here, so both terms decide.
 
