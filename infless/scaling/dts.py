@@ -287,10 +287,6 @@ def plan_dts(
     if cfg.prediction_factor != 1.0:
         predictor = ScaledPredictor(predictor, cfg.prediction_factor)
     knobs = knobs_from(cfg)
-    held = held_weights(view)
-
-    def chooser(index: CapacityIndex) -> DtsChooser:
-        served = knobs.efficiency == "served"
-        return DtsChooser(held, cfg.dts_alpha_mib_per_core, knobs.beta, served)
-
+    served = knobs.efficiency == "served"
+    chooser = DtsChooser(held_weights(view), cfg.dts_alpha_mib_per_core, knobs.beta, served)
     return plan_with(view, demand, predictor, knobs, chooser)

@@ -50,7 +50,7 @@ scale-out but not for release, so nothing is released before its replacement ser
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -370,12 +370,12 @@ def plan_with(
     demand: Demand,
     predictor: LatencyPredictor,
     knobs: Knobs,
-    chooser: Callable[[CapacityIndex], Chooser] | None = None,
+    chooser: Chooser | None = None,
 ) -> ScalingPlan:
-    """Every function of `view`, sharing one capacity index; `chooser` makes the placement
-    choice for that index (default: Equation 10)."""
+    """Every function of `view`, sharing one capacity index; `chooser` makes every placement
+    choice of this plan (default: Equation 10)."""
     index = CapacityIndex(view.servers, knobs.beta, knobs.gpu_core_reserve)
-    choose = equation10(knobs) if chooser is None else chooser(index)
+    choose = equation10(knobs) if chooser is None else chooser
     actions: list[Action] = []
     decisions: list[FunctionDecision] = []
     for function in sorted(view.functions, key=lambda f: f.name):

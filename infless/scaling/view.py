@@ -94,7 +94,7 @@ class StartInstance:
     r_low_rps: float
     r_up_rps: float
     batch_timeout_ms: float  # t_slo − t_exec (0 for b = 1); subtract the IPC slack on top
-    efficiency: float  # Equation 10's e_ij when it was chosen (0 for baselines)
+    efficiency: float  # its score when chosen: Equation 10's e_ij (dts: RPS per MiB; baselines: 0)
     kind: Literal["start"] = "start"
 
 
