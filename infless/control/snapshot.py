@@ -1,8 +1,9 @@
 """The scaling port's snapshot of the pool (`WorkerPool.snapshot`).
 
-It holds each server's free capacity and, per function, the planner's view, its owner,
-demand, activity and measurements. It reads them from the desired states and the data
-plane. Read-only: it changes nothing. Gateway side: never imports torch.
+It holds each server's free capacity and, per function, the planner's view (with its
+model's memory figures), its owner, demand, activity and measurements. It reads them from
+the desired states and the data plane. Read-only: it changes nothing. Gateway side: never
+imports torch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from infless.control.functions import DeployedFunction
 from infless.control.port import ActivityView, FunctionState, Measured, Serving
 from infless.dataplane.instance import Instance, InstanceState
+from infless.scaling.memory import ModelMemory
 from infless.scaling.view import FunctionView, InstanceView, ServerView
 from infless.scaling.view import InstanceState as ViewState
 
@@ -67,6 +69,7 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
         min_instances=max(spec.min_instances, 0),
         max_instances=spec.max_instances,
         instances=instance_views(function, now),
+        memory=model_memory(function),
     )
     ready = [i for i in function.router.instances if i.state is InstanceState.READY]
     return FunctionState(
@@ -89,6 +92,13 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
         refused=function.router.rejected,
         serving=serving(ready),
     )
+
+
+def model_memory(function: DeployedFunction) -> ModelMemory:
+    """What one instance of the function holds, as far as this server knows: the package's
+    weights (its manifest) and the assumed worker runtime. Activations are not measured
+    here yet (0), so the DTS policy prices a batch by its rate alone on a real server."""
+    return ModelMemory(weight_bytes=function.manifest.weights_bytes, activation_bytes_per_sample=0)
 
 
 def serving(ready: list[Instance]) -> Serving:

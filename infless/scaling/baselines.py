@@ -16,6 +16,9 @@ so the shell, the simulator and the benchmarks run them through the same machine
 - `infless-nobatch`: INFless with b = 1 only. `infless-nors`: no resource scheduling — for each
   batch size only the maximum-throughput <c, g>. `infless-x1.5`, `infless-x2`: INFless with
   every prediction inflated.
+- `dts`: Tetris's DTS — the planner's loop with each instance's <b, c, g> and server chosen
+  by served rate per MiB of cost, memory (the store's sharing counted) plus cores × alpha
+  (`scaling.dts`).
 
 The pool starts a function's first instance itself, INFless-style: it measures every batch
 size and batches with the largest feasible one, on `cpus_per_instance` cores. A policy whose
@@ -39,6 +42,7 @@ from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import POLICY_NAMES, ScalingConfig
 from infless.scaling.demand import Demand
+from infless.scaling.dts import plan_dts
 from infless.scaling.placement import Candidate, pick
 from infless.scaling.planner import knobs_from, plan, plan_with
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
@@ -355,6 +359,7 @@ POLICIES: dict[str, ScalingPolicy] = {
     "infless-nors": _ablation(max_throughput_only=True),
     "infless-x1.5": _ablation(1.5),
     "infless-x2": _ablation(2.0),
+    "dts": plan_dts,
 }
 assert tuple(POLICIES) == POLICY_NAMES
 

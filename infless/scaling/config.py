@@ -23,6 +23,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "infless-nors",
     "infless-x1.5",
     "infless-x2",
+    "dts",
 )
 
 
@@ -99,6 +100,9 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     baseline_cpus: int = 2  # openfaas+ / batch: the fixed cores of every instance
     baseline_gpu_pct: int = 0  # openfaas+ / batch: the fixed GPU share of every instance
     batch_baseline_size: int = 0  # batch: the offline batch size (0 = largest feasible)
+    # dts: what one core costs against memory, in MiB (cost = memory + this × cores); see
+    # `scaling.dts` for the choice of 64 (Tetris shipped 0: memory alone)
+    dts_alpha_mib_per_core: float = 64.0
     cpu_overcommit: float = 1.0  # the server offers cores × this to instances (small hosts)
     demand: DemandConfig = DemandConfig()
     feedback: FeedbackConfig = FeedbackConfig()  # measured p99 and refusals add capacity
@@ -202,6 +206,11 @@ def _check_baselines(cfg: ScalingConfig, section: str) -> list[str]:
         problems.append(
             f"{section}.baseline_cpus = {cfg.baseline_cpus}, baseline_gpu_pct = "
             f"{cfg.baseline_gpu_pct}: need cpus >= 1 and a GPU share in 0..100"
+        )
+    if not 0 <= cfg.dts_alpha_mib_per_core < math.inf:
+        problems.append(
+            f"{section}.dts_alpha_mib_per_core = {cfg.dts_alpha_mib_per_core}: must be a "
+            "finite number >= 0 (0: memory alone, as Tetris shipped; default 64)"
         )
     if cfg.batch_baseline_size < 0:
         problems.append(

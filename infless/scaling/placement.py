@@ -13,6 +13,9 @@ function's stored tensors (or an idle instance cheaply transformed into it) wins
 otherwise better fit. With affinity_weight = 0, or no affinity anywhere, the choice is exactly
 the plain best-fit one.
 
+The planner's loop asks a `Chooser` for each placement: `Equation10` (this module's `pick`)
+for INFless, `scaling.dts.DtsChooser` for the memory-aware policy.
+
 Pure: no I/O, no clock.
 """
 
@@ -20,9 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from infless.scaling.bounds import Bounds
 from infless.scaling.capacity import CapacityIndex
+from infless.scaling.view import FunctionView
 from infless.types import InstanceConfig
 
 _EPS = 1e-9
@@ -116,3 +121,56 @@ def pick(
             if best is None or e_ij > best[0]:
                 best = (e_ij, cand, pos)
     return None if best is None else (best[1], best[2], best[0])
+
+
+Choice = tuple[Candidate, int, float]  # the candidate, the server's position, its score
+
+
+class Chooser(Protocol):
+    """How the planner's loop picks one placement (a configuration and a server)."""
+
+    def pick(
+        self,
+        function: FunctionView,
+        cands: Sequence[Candidate],
+        residual_rps: float,
+        index: CapacityIndex,
+        best_rate: float,
+    ) -> Choice | None:
+        """The next instance of `function`; the planner places it on `index` right after."""
+        ...
+
+    def unplaced(self, function: FunctionView, pos: int) -> None:
+        """The planner took back an instance of `function` it had placed at `pos`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Equation10:
+    """INFless's choice: `pick` with the planner's knobs. Keeps no state."""
+
+    served: bool
+    min_fragment: float
+    affinity_weight: float
+
+    def pick(
+        self,
+        function: FunctionView,
+        cands: Sequence[Candidate],
+        residual_rps: float,
+        index: CapacityIndex,
+        best_rate: float,
+    ) -> Choice | None:
+        return pick(
+            cands,
+            residual_rps,
+            index,
+            best_rate,
+            function=function.name,
+            served=self.served,
+            min_fragment=self.min_fragment,
+            affinity_weight=self.affinity_weight,
+        )
+
+    def unplaced(self, function: FunctionView, pos: int) -> None:
+        return None

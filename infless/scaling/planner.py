@@ -40,6 +40,9 @@ Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zer
   fit and every fitting server with a nonzero affinity for F (`placement.pick`; it lives in
   `infless.scaling.placement` with `Candidate` and `efficiency`).
 
+`plan_with` takes the placement choice as a `placement.Chooser`: Equation 10 by default,
+memory per request for the DTS policy (`scaling.dts`).
+
 Pure: no I/O, no clock (time comes in the view). Starting instances count towards cover for
 scale-out but not for release, so nothing is released before its replacement serves.
 """
@@ -56,7 +59,7 @@ from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import Rounding, ScalingConfig
 from infless.scaling.demand import Demand
-from infless.scaling.placement import Candidate, pick
+from infless.scaling.placement import Candidate, Chooser, Equation10
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.shares import Regime, ShareInput, dispatch_shares
 from infless.scaling.view import (
@@ -190,7 +193,7 @@ def schedule(
     residual_rps: float,
     index: CapacityIndex,
     max_new: int,
-    knobs: Knobs,
+    chooser: Chooser,
     ensure_one: bool = False,
 ) -> tuple[list[_Placed], float]:
     """Algorithm 1's outer loop: start instances until the residual is covered (or none fits).
@@ -200,16 +203,7 @@ def schedule(
     placed: list[_Placed] = []
     best_rate = max((c.rate_per_unit for c in cands), default=1.0)
     while (residual_rps > _EPS or (ensure_one and not placed)) and len(placed) < max_new:
-        choice = pick(
-            cands,
-            residual_rps,
-            index,
-            best_rate,
-            function=function.name,
-            served=knobs.efficiency == "served",
-            min_fragment=knobs.min_fragment,
-            affinity_weight=knobs.affinity_weight,
-        )
+        choice = chooser.pick(function, cands, residual_rps, index, best_rate)
         if choice is None:
             break
         cand, pos, e_ij = choice
@@ -231,9 +225,18 @@ def schedule(
     return placed, residual_rps if residual_rps > _EPS else 0.0
 
 
-def undo(placed: Sequence[_Placed], index: CapacityIndex) -> None:
+def equation10(knobs: Knobs) -> Equation10:
+    """INFless's placement choice with these knobs."""
+    served = knobs.efficiency == "served"
+    return Equation10(served, knobs.min_fragment, knobs.affinity_weight)
+
+
+def undo(
+    placed: Sequence[_Placed], index: CapacityIndex, function: FunctionView, chooser: Chooser
+) -> None:
     for p in reversed(placed):
         index.unplace(p.pos, p.start.config.cpus, p.start.config.gpu_pct, p.device)
+        chooser.unplaced(function, p.pos)
 
 
 def instance_bounds(
@@ -271,8 +274,9 @@ def plan_function(
     predictor: LatencyPredictor,
     knobs: Knobs,
     index: CapacityIndex,
+    chooser: Chooser,
 ) -> tuple[list[Action], FunctionDecision]:
-    """Steps 1–5 of the module docstring for one function."""
+    """Steps 1–5 of the module docstring for one function; `chooser` places each start."""
     demand_rps = max(0.0, demand_rps)
     target_rps = demand_rps * (1.0 + knobs.headroom)
     found = candidates(function, predictor, knobs, index.max_cpus, index.has_gpus)
@@ -299,10 +303,10 @@ def plan_function(
             live.remove(gone)
     max_new = max(0, function.max_instances - len(live))
     live_rmax = sum(bounds[i.instance_id].r_up_rps for i in live)
-    placed, unmet = schedule(function, cands, target_rps - live_rmax, index, max_new, knobs)
+    placed, unmet = schedule(function, cands, target_rps - live_rmax, index, max_new, chooser)
     need = max(function.min_instances, 1 if (function.keep_warm or demand_rps > 0) else 0)
     while len(live) + len(placed) < need and len(placed) < max_new:
-        more, _ = schedule(function, cands, 0.0, index, 1, knobs, ensure_one=True)
+        more, _ = schedule(function, cands, 0.0, index, 1, chooser, ensure_one=True)
         if not more:
             break
         placed.extend(more)
@@ -332,12 +336,12 @@ def plan_function(
         kept_units = sum(
             knobs.beta * i.config.cpus + i.config.gpu_pct for i in ready if i.instance_id in kept
         )
-        trial, left = schedule(function, cands, target_rps, index, max_new, knobs)
+        trial, left = schedule(function, cands, target_rps, index, max_new, chooser)
         trial_units = sum(p.units for p in trial)
         if trial and left <= _EPS and trial_units <= knobs.downsize_ratio * kept_units:
             placed = trial
         else:
-            undo(trial, index)
+            undo(trial, index, function, chooser)
 
     # shares first (they only re-weight), then new capacity, then what drains away
     actions: list[Action] = [
@@ -362,15 +366,21 @@ def plan_function(
 
 
 def plan_with(
-    view: PoolView, demand: Demand, predictor: LatencyPredictor, knobs: Knobs
+    view: PoolView,
+    demand: Demand,
+    predictor: LatencyPredictor,
+    knobs: Knobs,
+    chooser: Chooser | None = None,
 ) -> ScalingPlan:
+    """Every function of `view`, sharing one capacity index; `chooser` makes every placement
+    choice of this plan (default: Equation 10)."""
     index = CapacityIndex(view.servers, knobs.beta, knobs.gpu_core_reserve)
+    choose = equation10(knobs) if chooser is None else chooser
     actions: list[Action] = []
     decisions: list[FunctionDecision] = []
     for function in sorted(view.functions, key=lambda f: f.name):
-        acts, decision = plan_function(
-            function, demand.rate_rps(function.name), predictor, knobs, index
-        )
+        rate_rps = demand.rate_rps(function.name)
+        acts, decision = plan_function(function, rate_rps, predictor, knobs, index, choose)
         actions.extend(acts)
         decisions.append(decision)
     return ScalingPlan(tuple(actions), tuple(decisions))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from infless.scaling.memory import ModelMemory
 from infless.scaling.shares import Regime
 from infless.types import InstanceConfig
 
@@ -69,6 +70,9 @@ class FunctionView:
     keep_warm: bool = True  # keep one instance with zero demand (the cold-start policy says)
     instances: tuple[InstanceView, ...] = ()
     retired: bool = False  # let go by its owner (a replaced model-less variant): no release held
+    # what one instance of its model holds (weights, activations, runtime); None: not known.
+    # Only the memory-aware policy (`scaling.dts`) reads it.
+    memory: ModelMemory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,7 @@ class StartInstance:
     r_low_rps: float
     r_up_rps: float
     batch_timeout_ms: float  # t_slo − t_exec (0 for b = 1); subtract the IPC slack on top
-    efficiency: float  # Equation 10's e_ij when it was chosen (0 for baselines)
+    efficiency: float  # its score when chosen: Equation 10's e_ij (dts: RPS per MiB; baselines: 0)
     kind: Literal["start"] = "start"
 
 

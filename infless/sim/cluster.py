@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -32,6 +32,7 @@ from infless.dataplane.latency import ExecModel, FunctionLatency
 from infless.dataplane.policy import choose_batch_size, instance_settings, powers_of_two_up_to
 from infless.scaling.bounds import rate_bounds
 from infless.scaling.config import ScalingConfig
+from infless.scaling.memory import ModelMemory
 from infless.scaling.planner import config_label
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
@@ -148,8 +149,10 @@ class SimCluster:
         truth: LatencyPredictor,
         on_start: Callable[[SimInstance], None],
         store_affinity: bool = False,
+        memory: Mapping[str, ModelMemory] | None = None,
     ) -> None:
         self.functions = functions
+        self._memory = memory or {}  # model → its figures, in the view (the DTS policy)
         self._store_affinity = store_affinity
         self.servers = list(servers)
         self._server_by_id = {s.server_id: s for s in self.servers}
@@ -201,6 +204,7 @@ class SimCluster:
             min_instances=spec.min_instances,
             max_instances=spec.max_instances,
             keep_warm=spec.keep_warm,
+            memory=self._memory.get(spec.model_key),
             instances=tuple(
                 InstanceView(
                     instance_id=i.instance_id,

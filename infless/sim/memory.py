@@ -5,33 +5,18 @@ An instance of a model holds its runtime (the worker process's private memory, f
 from the zygote: `runtime_bytes`), its activations (`activation_bytes_per_sample` × b) and
 the model's weights. With the store, the weights of one model exist once per server however
 many of its instances run there (Tetris's M_ts = M_tensor + I × M_others); without it,
-every instance holds its own copy (M_baseline = I × (M_tensor + M_others)).
-Pure: no I/O, no clock.
+every instance holds its own copy (M_baseline = I × (M_tensor + M_others)). The
+figures themselves (`ModelMemory`) live in `infless.scaling.memory`, where the planner
+reads them too. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-MIB = 1 << 20
-RUNTIME_BYTES = 48 * MIB  # the assumed private memory of a worker forked from the zygote
+from infless.scaling.memory import MIB, RUNTIME_BYTES, ModelMemory
 
-
-@dataclass(frozen=True, slots=True)
-class ModelMemory:
-    weight_bytes: int
-    activation_bytes_per_sample: int
-    runtime_bytes: int = RUNTIME_BYTES
-
-    def private_bytes(self, batch_size: int) -> int:
-        """What an instance at batch `batch_size` holds besides the weights."""
-        return self.runtime_bytes + batch_size * self.activation_bytes_per_sample
-
-    def instance_bytes(self, batch_size: int, weights_shared: bool) -> int:
-        """One instance: its private memory, plus the weights unless the store shares them."""
-        weights = 0 if weights_shared else self.weight_bytes
-        return self.private_bytes(batch_size) + weights
+__all__ = ["MIB", "RUNTIME_BYTES", "ModelMemory", "reduction", "server_bytes"]
 
 
 def server_bytes(

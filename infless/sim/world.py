@@ -89,6 +89,7 @@ class World:
             truth=self.truth,
             on_start=on_start,
             store_affinity=cfg.store_affinity,
+            memory=memory,
         )
         self.timed = TimedPolicy(policy or get_policy(cfg.scaling.policy))
         self.autoscaler = Autoscaler(

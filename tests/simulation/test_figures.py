@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infless.sim.figures import __main__ as figures
-from infless.sim.figures import tetris, throughput
+from infless.sim.figures import dts, tetris, throughput
 from infless.sim.figures.table import Rows, markdown
 from infless.sim.memory import MIB, ModelMemory
 
@@ -64,3 +64,19 @@ def test_markdown_lists_every_row_under_its_columns() -> None:
     rows = Rows("t", "title", ("a", "b"), ({"a": "x", "b": 0.123456}, {"a": "y", "b": 2}))
     assert markdown(rows).splitlines() == ["| a | b |", "|---|---|", "| x | 0.1235 |", "| y | 2 |"]
     assert rows.values("b", a="y") == [2.0]
+
+
+def test_dts_holds_less_memory_per_request_than_infless() -> None:
+    rows = figures.build("dts", small=True)
+    assert {r["feedback"] for r in rows.rows} == {"on", "off"}
+    for feedback in ("on", "off"):
+        memory = {
+            str(r["approach"]): float(r["mib_per_100_rps"])
+            for r in rows.rows
+            if r["feedback"] == feedback
+        }
+        assert set(memory) == {a.name for a in dts.APPROACHES}
+        assert memory["dts"] < memory["infless"]
+        assert memory["dts alpha=0"] == min(memory.values())  # memory alone: the least of it
+        served = rows.values("served_rps", feedback=feedback)
+        assert min(served) > 0.9 * max(served)  # the same load served: per request compares

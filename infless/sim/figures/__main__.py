@@ -4,6 +4,7 @@
         --out docs/figures
     python -m infless.sim.figures tetris_fig9 tetris_fig13 infaas sharing_placement \\
         --out docs/figures
+    python -m infless.sim.figures dts --out docs/figures
 
 Each figure prints as a Markdown table (for docs/reproduction.md), then its PNG is written
 to `--out/<name>.png`; the last line is one JSON object with every figure's rows. `--small`
@@ -22,10 +23,12 @@ import msgspec
 
 from infless.extras import PLOTS, has_module, missing_extra_message
 from infless.sim.command import servers, truth_and_planner
-from infless.sim.figures import conditions, cost, infaas, overhead, tetris, throughput
+from infless.sim.figures import conditions, cost, dts, infaas, overhead, tetris, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
 from infless.sim.latency import load_zoo
 from infless.sim.settings import SimConfig
+
+DTS_SERVERS, DTS_INSTANCES, DTS_SEEDS = 200, 1000, (1, 2)  # the medium configuration
 
 
 def _scale(small: bool) -> SimConfig:
@@ -97,6 +100,14 @@ def _sharing(small: bool) -> Rows:
     )
 
 
+def _dts(small: bool) -> Rows:
+    """The sharing figure's cluster and mix under INFless, INFless with affinity, and DTS."""
+    servers_count, instances = (10, 50) if small else (DTS_SERVERS, DTS_INSTANCES)
+    cfg = msgspec.structs.replace(_scale(small), servers=servers_count)
+    functions, seeds = (10, (1,)) if small else (40, DTS_SEEDS)
+    return dts.compare(cfg, load_zoo().models, instances, functions, seeds)
+
+
 def _infaas(small: bool) -> Rows:
     cfg = SimConfig(servers=8, duration_s=30.0 if small else 80.0, exec_jitter=0.05)
     return infaas.fig_modelless(cfg, (1,) if small else (1, 2, 3))
@@ -113,6 +124,7 @@ BUILDERS: dict[str, Callable[[bool], Rows]] = {
     "tetris_fig13": _tetris_fig13,
     "infaas": _infaas,
     "sharing_placement": _sharing,
+    "dts": _dts,
 }
 FIGURES = tuple(BUILDERS)
 

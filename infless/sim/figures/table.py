@@ -82,9 +82,10 @@ def bars(
     labels: Sequence[str],
     values: Sequence[float],
     ylabel: str,
+    columns: int = 2,
 ) -> None:
-    """One bar panel at `position` (matplotlib's 1xN grid index) of `figure`."""
-    ax = figure.add_subplot(1, 2, position)
+    """One bar panel at `position` of `figure`'s one row of `columns` panels."""
+    ax = figure.add_subplot(1, columns, position)
     ax.bar(list(labels), list(values), color="tab:blue")
     ax.set_ylabel(ylabel)
     ax.tick_params(axis="x", labelrotation=30)

@@ -5,10 +5,10 @@ store and without it).
 Figure 9(a) is Tetris's own formula (M_ts = M_tensor + I × M_others against
 I × (M_tensor + M_others)) over the models profiled here (`sim.memory.reduction`), plus the
 paper's VGG19 (549 MB of tensors, 95.4 MB else) as a check on the formula. Figure 13's
-comparison against Tetris's DTS needs memory in the planner's objective (issue 32, item 5:
-not done); here INFless's runs of the Q&A robot, each under a stable, periodic and bursty
+sharing part: INFless's runs of the Q&A robot, each under a stable, periodic and bursty
 load, with the memory the store shares counted and with every instance holding its own
-weights. Pure: the runs are simulations.
+weights. Its DTS part (memory in the planner's objective) is `sim.figures.dts`. Pure: the
+runs are simulations.
 """
 
 from __future__ import annotations

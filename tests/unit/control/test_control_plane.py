@@ -12,6 +12,7 @@ import multiprocessing
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import psutil
 
@@ -30,6 +31,7 @@ from infless.dataplane.request import Array, Outcome
 from infless.errors import WorkerUnavailable
 from infless.models.package import PackageManifest, TensorSignature
 from infless.scaling.config import DemandConfig, ScalingConfig
+from infless.scaling.memory import ModelMemory
 from infless.scaling.view import Prewarm, ReleaseToZero, ScalingPlan, StartInstance
 from infless.types import FunctionSpec, InstanceConfig
 from tests.support.clock import FakeClock
@@ -174,6 +176,31 @@ async def test_a_load_step_scales_out_non_uniformly_and_back_without_processes()
     assert harness.starter.boots >= 3
     assert _children() == children_before
     assert not multiprocessing.active_children()
+    await harness.stop()
+
+
+async def test_the_dts_policy_plans_through_the_same_port_with_the_package_weights() -> None:
+    clock = FakeClock()
+    scaling = ScalingConfig(
+        policy="dts",
+        tick_s=0.5,
+        cpu_options=(1, 2),
+        demand=DemandConfig(long_window_s=4.0, decay_tau_s=2.0),
+    )
+    harness = Harness(clock, scaling=scaling)
+    manifest = msgspec.structs.replace(MANIFEST, weights_bytes=8 << 20)
+    harness.pool.deploy(SPEC, Path("/nonexistent/m"), manifest)
+    (state,) = harness.pool.snapshot().functions
+    assert state.view.memory == ModelMemory(weight_bytes=8 << 20, activation_bytes_per_sample=0)
+
+    await harness.drive(rate_rps=1200.0, seconds=8.0)
+    assert harness.most_instances >= 3, harness.configs_seen
+    outcomes = await harness.settle()
+    answered = [o for o in outcomes if isinstance(o, list)]
+    for result in answered:
+        (outcome,) = result
+        assert outcome.outputs["y"][0] == outcome.outputs["y"][1]
+    assert len(answered) >= 0.95 * len(outcomes)
     await harness.stop()
 
 
