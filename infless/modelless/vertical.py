@@ -224,13 +224,19 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
 
 
 def tail_fits(card: VariantCard, capacity: Capacity, cfg: ModellessConfig) -> bool:
-    """Whether the card's predicted p99 here — its batch-1 time at its capacity factor,
-    stretched by the host's tail (`Capacity.tail_ratio`) — is within `tail_share` of the
-    SLO. Unmeasured (no stretch yet, or a card without an SLO): yes, as profiled."""
+    """Whether the card's predicted p99 here — its batch-1 time on its cores at its
+    capacity factor, stretched by the host's tail (`Capacity.tail_ratio`) — is within
+    `tail_share` of the SLO. Unmeasured (no stretch yet, or a card without an SLO): yes,
+    as profiled."""
     if capacity.tail_ratio is None or card.slo_ms <= 0:
         return True
-    forward_ms = card.latency_b1_ms / max(capacity.factor(card.name), 1e-3)
+    forward_ms = _b1_ms(card) / max(capacity.factor(card.name), 1e-3)
     return forward_ms * capacity.tail_ratio <= cfg.tail_share * card.slo_ms
+
+
+def _b1_ms(card: VariantCard) -> float:
+    """The card's batch-1 time on its own core count (its best one without points)."""
+    return next((t for b, c, t in card.points if b == 1 and c == card.cpus), card.latency_b1_ms)
 
 
 def _unproven(card: VariantCard, capacity: Capacity) -> bool:
@@ -240,8 +246,8 @@ def _unproven(card: VariantCard, capacity: Capacity) -> bool:
 
 
 def _b1_here(card: VariantCard, load: AppLoad) -> float:
-    """The card's batch-1 time at its capacity factor."""
-    return card.latency_b1_ms / max(load.capacity.factor(card.name), 1e-3)
+    """The card's batch-1 time on its cores at its capacity factor."""
+    return _b1_ms(card) / max(load.capacity.factor(card.name), 1e-3)
 
 
 def _quickest(ranked: Sequence[Option]) -> Option:

@@ -18,12 +18,13 @@ from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import PlannerMemory, VerticalPlan
 from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import plan_vertical
+from infless.modelless.profiles import Goals
 from infless.modelless.states import Tracked, VariantState
 from infless.scaling.config import DemandConfig
 from infless.scaling.demand import Demand
 from infless.scaling.view import FunctionView, InstanceState, InstanceView, PoolView, ServerView
 from infless.types import InstanceConfig
-from tests.unit.modelless.support import three_variants
+from tests.unit.modelless.support import profile, three_variants
 
 ACTIVE = VariantState.ACTIVE
 ROOMY = ServerView("local", 16, 12)
@@ -350,3 +351,29 @@ def test_the_planner_returns_decisions_and_mutates_nothing_it_reads() -> None:
     assert current(catalog).target == "fp32"
     catalog.apply(decided)
     assert (current(catalog).target, current(catalog).switches) == ("int8", 1)
+
+
+def test_a_target_whose_tail_misses_hands_its_demand_to_the_overflow_variant_in_one_pass() -> None:
+    # fp32 13 ms and bf16 4.5 ms at batch 1 against a 20-ms SLO (int8 below the goal)
+    near = (
+        profile("fp32", 1.0, 13.0, 9.0),
+        profile("bf16", 0.977, 4.5, 6.0),
+        profile("int8", 0.945, 1.8, 0.3),
+    )
+    goals = {"default": Goals(min_accuracy=0.95)}
+    entry = ModelEntry(model="m", slo_ms=20.0, profiles=near, apps=goals)
+    catalog = catalog_with(entry)
+    planner = VerticalScaling(catalog, ModellessConfig(), DemandConfig())
+    given(catalog, target="fp32")
+    running = {"fp32": [instance("m--fp32", 1)], "bf16": [instance("m--bf16", 1)]}
+    # the monitor measured fp32's p99 at 1.6x its forward time: 20.8 ms
+    catalog.observe("m", {"fp32": Tracked(ACTIVE), "bf16": Tracked(ACTIVE)}, Capacity())
+    out_view, out = ticks(planner, catalog, running, {"fp32": 19.0}, 1.0)
+    assert current(catalog).target == "fp32"  # nothing measured yet: as profiled
+    catalog.observe("m", current(catalog).tracked, Capacity(tail_ratio=1.6))
+    out_view, out = ticks(planner, catalog, running, {"fp32": 19.0}, 0.5, start=1.0)
+    assert (current(catalog).target, planner.decisions["m"].move) == ("bf16", "upgrade")
+    # in the same pass: bf16 serves already, so Algorithm 1 plans the load there
+    assert out.rate_rps("m--fp32") == 0.0
+    assert out.rate_rps("m--bf16") > 15.0
+    assert not function(out_view, "m--fp32").keep_warm
