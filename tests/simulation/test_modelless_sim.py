@@ -212,6 +212,43 @@ def test_queries_do_not_wake_the_variant_being_replaced() -> None:
     assert starts_of(sim, "fp32", upgraded_s, upgraded_s + 15.0) == 0
 
 
+# -- (d) variants served one query at a time near the SLO (lstm-2365 at 20 ms) ----------------
+# fp32 13 ms and bf16 4.5 ms at batch 1 (larger batches miss half the SLO); int8 is below
+# the accuracy goal. fp32's mean fits the SLO, its tail does not: queries queue behind it.
+NEAR_SLO_MS = 20.0
+NEAR = (
+    profile("fp32", 1.0, 13.0, 9.0, load_ms=20.0),
+    profile("bf16", 0.977, 4.5, 6.0, load_ms=20.0),
+    profile("int8", 0.945, 1.8, 0.3, load_ms=50.0),
+)
+NEAR_GOALS = Goals(min_accuracy=0.95)
+
+
+def test_near_the_slo_modelless_has_no_more_violations_than_the_best_fixed_variant() -> None:
+    """The bench's load shape (19 → 122 → 19 rps) on one 2-core server, against bf16 (the
+    best fixed variant meeting the goal) replicated by the same autoscaler; the same
+    arrivals for both, batch times jittered ±30 %, summed over three seeds."""
+    load = RateSchedule(((0.0, 19.0), (20.0, 19.0), (20.01, 122.0), (50.0, 122.0), (50.01, 19.0)))
+    app = SimApp("m", NEAR_SLO_MS, 1, NEAR, load, NEAR_GOALS)
+    bf16 = next(p for p in NEAR if p.name == "bf16")
+    name = variant_function("m", "bf16")
+    function = SimFunction(name, variant_key("m", "bf16"), NEAR_SLO_MS, 1, load)
+    violations = {"modelless": 0, "bf16": 0}
+    accuracy = []
+    for seed in range(1, 4):
+        cfg = SimConfig(servers=1, cpus_per_server=2, duration_s=90.0, exec_jitter=0.3, seed=seed)
+        summary = Simulation([], NO_FUNCTIONS, cfg, ScalingConfig(), apps=[app]).run().apps["m"]
+        fixed = Simulation([function], ProfilePredictor((bf16,)), cfg, ScalingConfig()).run()
+        assert summary.requests == fixed.requests
+        violations["modelless"] += summary.violations
+        violations["bf16"] += fixed.violations
+        accuracy.append(summary.mean_accuracy)
+    # Measured (seeds 1-3): 44 against 44. Before the tail rule, 326 against 44: fp32
+    # carried both low phases, its mean within the SLO and its tail past it.
+    assert violations["modelless"] <= violations["bf16"]
+    assert min(accuracy) >= bf16.accuracy
+
+
 # -- the scenario ----------------------------------------------------------------------------
 def test_the_modelless_step_scenario_prints_a_table_and_ends_with_json(
     capsys: pytest.CaptureFixture[str],
