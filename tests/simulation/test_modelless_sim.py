@@ -249,6 +249,30 @@ def test_near_the_slo_modelless_has_no_more_violations_than_the_best_fixed_varia
     assert min(accuracy) >= bf16.accuracy
 
 
+def test_at_a_step_from_the_accurate_variant_the_fast_one_scales_out_in_the_same_tick() -> None:
+    """At a 60-ms SLO fp32 carries the low phase beside bf16 (both cores taken); at the
+    step bf16's second instance starts in the tick that stops fp32, as fixed bf16's does
+    on its free core."""
+    load = RateSchedule(((0.0, 19.0), (20.0, 19.0), (20.01, 300.0), (50.0, 300.0)))
+    app = SimApp("m", 60.0, 1, NEAR, load, NEAR_GOALS)
+    bf16 = next(p for p in NEAR if p.name == "bf16")
+    name = variant_function("m", "bf16")
+    function = SimFunction(name, variant_key("m", "bf16"), 60.0, 1, load)
+    cfg = SimConfig(servers=1, cpus_per_server=2, duration_s=30.0, exec_jitter=0.05, seed=2)
+    modelless = Simulation([], NO_FUNCTIONS, cfg, ScalingConfig(), apps=[app])
+    fixed = Simulation([function], ProfilePredictor((bf16,)), cfg, ScalingConfig())
+    result = modelless.run()
+    fixed.run()
+    assert share(result.apps["m"].mix(10, 20), "fp32") == 1.0
+
+    def first_start_after_step(sim: Simulation) -> float:
+        return min(t for t, e, i in sim.cluster.events if e == "start" and t >= 20.0)
+
+    assert first_start_after_step(modelless) == first_start_after_step(fixed)
+    # the one hand-over: bf16's instance shares fp32's core while fp32 drains its queue
+    assert result.capacity_overruns == 1
+
+
 # -- the scenario ----------------------------------------------------------------------------
 def test_the_modelless_step_scenario_prints_a_table_and_ends_with_json(
     capsys: pytest.CaptureFixture[str],

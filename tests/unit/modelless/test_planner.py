@@ -166,6 +166,24 @@ def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None
     assert not function(out_view, "m--int8").retired
 
 
+def test_the_cores_of_a_retired_variant_without_demand_are_free_for_this_pass() -> None:
+    catalog, planner = setup()
+    given(catalog, target="int8")
+    given(catalog, fp32=ACTIVE, int8=ACTIVE)
+    full = ServerView("local", 2, 0)  # fp32 and int8 hold both cores
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    out_view, out = planner.adjust(view(0.5, running, server=full), Demand(), 0.5)
+    assert function(out_view, "m--fp32").retired
+    assert out.rate_rps("m--fp32") == 0.0
+    # Algorithm 1 stops fp32 and may start int8's next instance on its core in this pass
+    assert out_view.servers[0].free_cpus == 1
+    # with queries pinned to it, fp32 keeps its instance: its core stays taken
+    ticks(planner, catalog, running, {"int8": 100.0}, 1.0, start=0.5, pinned={"fp32": 20.0})
+    out_view, out = planner.adjust(view(2.0, running, server=full), Demand(), 0.5)
+    assert out.rate_rps("m--fp32") > 0.0
+    assert out_view.servers[0].free_cpus == 0
+
+
 def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
     catalog, planner = setup()
     given(catalog, target="bf16")
