@@ -186,12 +186,12 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         move = "replicate" if now.instances > live else "keep"
         return decided(current, move)
     if not tail_fits(now.card, load.capacity, cfg):
-        # answering late at its tail here: the fastest option that fits, at once
+        # answering late at its tail here: the best quicker option that fits, at once
         quicker = [o for o in ranked if _b1_here(o.card, load) < _b1_here(now.card, load)]
         fitting = [o for o in quicker if tail_fits(o.card, load.capacity, cfg)]
-        best = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=None)
-        if best is not None:
-            return decided(best.card.name, "upgrade")
+        escape = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=None)
+        if escape is not None:
+            return decided(escape.card.name, "upgrade")
     if now.instances > live:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
