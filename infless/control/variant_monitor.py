@@ -87,4 +87,5 @@ class VariantMonitor:
             cpus=serving.max_cpus,
             queued=serving.queued,
             window_s=window,
+            p99_ms=function.p99_ms,
         )

@@ -18,7 +18,21 @@ averaged into the application's *host* factor: the contention a variant that doe
 run now would meet. So vertical scaling compares a running variant's measured capacity
 with the other variants' profiles corrected by the same contention, not with their
 idle-core promises. A variant with no such window drifts towards the host factor by
-`capacity_recovery` of the gap per window. Pure: no I/O, no clock.
+`capacity_recovery` of the gap per window.
+
+The host also stretches the tail. Queries served one at a time wait behind each other,
+and that wait grows with the forward time; the gateway, the client and other work add
+their share. The stretch, `tail_ratio`, is measured in every window where a variant
+served one query at a time and answered enough of them to have a p99: that p99 over its
+profiled t_exec at its factor (at least 1). Instances that batch wait for their batches
+to fill on purpose (Algorithm 1 plans that wait within the SLO), so their p99 says
+nothing of the host: their windows do not count. Averaged over the variants by answers,
+the stretch is averaged into the running figure like the host factor; a window with
+nothing to measure brings it `capacity_recovery` of the way back to 1 (an old burst's
+tail must not bar a variant for good). A variant's predicted p99 here is its batch-1
+time at its factor times the stretch (`vertical.tail_fits`): how vertical scaling judges
+whether a slower, more accurate variant leaves headroom under the SLO. Pure: no I/O, no
+clock.
 """
 
 from __future__ import annotations
@@ -40,6 +54,7 @@ class Capacity:
 
     host: float = 1.0  # for a variant never measured
     own: Mapping[str, float] = field(default_factory=dict)  # by variant, from its windows
+    tail_ratio: float | None = None  # the p99 over the forward time here (None: unmeasured)
 
     def factor(self, variant: str) -> float:
         return self.own.get(variant, self.host)
@@ -92,4 +107,38 @@ def next_capacity(
             own[variant] = (1.0 - WEIGHT) * before + WEIGHT * seen[variant]
         else:
             own[variant] = before + (host - before) * cfg.capacity_recovery
-    return Capacity(host, own)
+    return Capacity(
+        host=host, own=own, tail_ratio=next_tail(prev.tail_ratio, windows, own, host, cfg)
+    )
+
+
+def stretch(load: WindowLoad, factor: float) -> float | None:
+    """How far the host stretched the tail in one window: the answered p99 over the
+    profiled t_exec at `factor` of its speed (at least 1); None without a p99, or where
+    instances batch (their wait for a batch is planned)."""
+    if load.p99_ms is None or load.completed <= 0 or load.batch_size != 1:
+        return None
+    forward_ms = load.profiled_ms / max(factor, LOWEST)
+    return max(1.0, load.p99_ms / max(forward_ms, 1e-6))
+
+
+def next_tail(
+    prev: float | None,
+    windows: Mapping[str, WindowLoad],
+    own: Mapping[str, float],
+    host: float,
+    cfg: ModellessConfig,
+) -> float | None:
+    """The host's tail stretch after one window: the windows' stretches averaged by
+    answers, then into the running figure (the first measurement is taken as it is).
+    Without one, the figure comes `capacity_recovery` of the way back to 1."""
+    seen = {}
+    for variant, load in windows.items():
+        ratio = stretch(load, own.get(variant, host))
+        if ratio is not None:
+            seen[variant] = ratio
+    answers = sum(windows[v].completed for v in seen)
+    if answers <= 0:
+        return None if prev is None else prev + (1.0 - prev) * cfg.capacity_recovery
+    mean = sum(ratio * windows[v].completed for v, ratio in seen.items()) / answers
+    return mean if prev is None else (1.0 - WEIGHT) * prev + WEIGHT * mean

@@ -39,6 +39,11 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     load_weight_per_s: float = 0.2  # lambda: weight of a new instance's load time (1/s)
     scale_down_ticks: int = 10  # consecutive ticks wanting a cheaper variant before moving
     downgrade_headroom: float = 0.5  # a downgrade's variant must carry the load plus this share
+    # a variant is chosen for its accuracy only while its predicted p99 here (batch 1 at
+    # its capacity factor, stretched by the host's measured tail) is within this share of
+    # the SLO (the stretch is measured at the running variant's load; a slower one queues
+    # more, hence the margin)
+    tail_share: float = 0.7
     settle_s: float = 15.0  # a move waits this long at most for its variant to serve
     capacity_min_batches: int = 5  # batches a window needs to measure a variant's capacity
     capacity_recovery: float = 0.5  # per window unmeasured, share of the gap to the host
@@ -65,6 +70,11 @@ def check_modelless(cfg: ModellessConfig) -> list[str]:
         problems.append("[modelless]: scale_down_ticks >= 0, settle_s > 0")
     if cfg.downgrade_headroom < 0:
         problems.append("[modelless]: downgrade_headroom >= 0")
+    if not 0.0 < cfg.tail_share <= 1.0:
+        problems.append(
+            f"[modelless]: tail_share must be in (0, 1] (got {cfg.tail_share}); 0.7 keeps "
+            "30 % of the SLO as headroom"
+        )
     if cfg.capacity_min_batches < 1 or not 0.0 <= cfg.capacity_recovery <= 1.0:
         problems.append("[modelless]: capacity_min_batches >= 1, capacity_recovery in [0, 1]")
     return problems

@@ -23,8 +23,12 @@ meets the goals (`vertical.overflow_card`). It stays warm beside the target with
 demand it serves (queries the target has no room for spill over to it at admission,
 `catalog.choose`), and it starts once the target serves.
 
-`adjusted` turns a plan into the view and demand Algorithm 1 plans with. The same
-functions run on the server and in the simulator. No I/O, no clock, no mutation.
+`adjusted` turns a plan into the view and demand Algorithm 1 plans with. In it, the
+cores of a variant let go with no demand left count as free, so that the target's next
+instance starts in the pass that stops the old one, not a tick later (a fixed deployment
+at a step has a free core; model-less would otherwise wait for the old variant's to come
+back). The same functions run on the server and in the simulator. No I/O, no clock, no
+mutation.
 """
 
 from __future__ import annotations
@@ -110,19 +114,33 @@ def plan_vertical(
 
 
 def adjusted(view: PoolView, plan: VerticalPlan) -> tuple[PoolView, Demand]:
-    """The view and demand Algorithm 1 should plan with after `plan`."""
+    """The view and demand Algorithm 1 should plan with after `plan`. The cores of a
+    retired variant left without demand count as free: Algorithm 1 stops its instances in
+    this pass and may start the target's on their cores at once (the instance stopping
+    finishes its last queries on a core it then shares, as the allocator allows), not a
+    tick later."""
     out = []
+    freed: dict[str, int] = {}
     for function in view.functions:
         if function.name in plan.cold:
             # not kept warm, and its releases are not held back (stability.hold)
             function = replace(  # noqa: PLW2901
                 function, keep_warm=False, min_instances=0, retired=True
             )
+            if plan.rates_rps.get(function.name, 0.0) <= 0.0:
+                for instance in function.instances:
+                    if instance.state is not InstanceState.DRAINING:
+                        cores = freed.get(instance.server_id, 0) + instance.config.cpus
+                        freed[instance.server_id] = cores
         elif function.name in plan.frozen:
             cap = min(function.max_instances, max(1, plan.frozen[function.name]))
             function = replace(function, max_instances=cap)  # noqa: PLW2901
         out.append(function)
-    return replace(view, functions=tuple(out)), Demand(dict(plan.rates_rps))
+    servers = tuple(
+        replace(s, free_cpus=min(s.cpus, s.free_cpus + freed.get(s.server_id, 0)))
+        for s in view.servers
+    )
+    return replace(view, servers=servers, functions=tuple(out)), Demand(dict(plan.rates_rps))
 
 
 def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:

@@ -46,6 +46,7 @@ class WindowLoad:
     queued: int = 0  # samples waiting now
     refused: int = 0  # samples refused for lack of capacity
     stable: bool = True  # as many ready instances at its start as at its end
+    p99_ms: float | None = None  # the answered latency at its tail lately (None: too few)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ def window_load(
     cpus: int,
     queued: int,
     window_s: float,
+    p99_ms: float | None = None,
 ) -> WindowLoad:
     """The window between two readings of a variant's counters, with the profile's t_exec
     at the batch size its instances served on average (their batch size when idle)."""
@@ -84,6 +86,7 @@ def window_load(
         queued=queued,
         refused=max(0, now.refused - before.refused),
         stable=now.ready == before.ready,
+        p99_ms=p99_ms,
     )
 
 

@@ -31,6 +31,17 @@ upgraded from again at the next burst. Only variants that still meet the SLO at 
 capacity factor count (`cards.meets_slo_at`: on a busy host, fp32's batch-1 time can pass
 the SLO however light the load).
 
+The tail. A variant is chosen for its accuracy (at the start, by a downgrade, or kept)
+only while its predicted p99 here leaves headroom under the SLO (`tail_fits`): its
+batch-1 time at its capacity factor, stretched by the tail this host adds, measured
+(`Capacity.tail_ratio`), within `tail_share` of the SLO. A mean within the SLO is not
+enough: an accurate variant near the SLO answers a share of its queries late. A current
+variant that no longer fits moves at once to the best quicker option that does (an
+upgrade). With nothing measured yet, the profile is all there is and every variant fits;
+but an application whose best option serves one query at a time (no batch wait to absorb
+the tail) starts on the overflow variant, where a fixed deployment would, and moves to
+accuracy by a downgrade once the tail is measured.
+
 How many instances, with which <b, c>, stays Algorithm 1's business. This module decides
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
@@ -163,13 +174,24 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return decided(None, "keep")
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
-        best = min(ranked, key=lambda o: (*_steady_rank(o), o.cost))
+        fitting = [o for o in ranked if tail_fits(o.card, load.capacity, cfg)]
+        best = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=_quickest(ranked))
+        fixed = next((o for o in ranked if o.card.name == load.overflow), None)
+        if current is None and fixed is not None and _unproven(best.card, load.capacity):
+            best = fixed  # start where a fixed deployment would, until the tail is measured
         move: Move = "start" if current is None else "upgrade"  # the current one cannot
         return decided(best.card.name, move)
     live = load.live.get(current, 0)
     if not settled:
         move = "replicate" if now.instances > live else "keep"
         return decided(current, move)
+    if not tail_fits(now.card, load.capacity, cfg):
+        # answering late at its tail here: the best quicker option that fits, at once
+        quicker = [o for o in ranked if _b1_here(o.card, load) < _b1_here(now.card, load)]
+        fitting = [o for o in quicker if tail_fits(o.card, load.capacity, cfg)]
+        escape = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=None)
+        if escape is not None:
+            return decided(escape.card.name, "upgrade")
     if now.instances > live:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
@@ -186,7 +208,12 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
     # SLO would answer every query late; its profile on an idle core says nothing of that)
     roomy = options(replace(load, load_rps=load.load_rps * (1.0 + cfg.downgrade_headroom)), cfg)
-    here = [o for o in roomy if meets_slo_at(o.card, load.capacity.factor(o.card.name))]
+    here = [
+        o
+        for o in roomy
+        if meets_slo_at(o.card, load.capacity.factor(o.card.name))
+        and tail_fits(o.card, load.capacity, cfg)
+    ]
     steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
         return decided(current, "keep")
@@ -194,6 +221,38 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     if ticks >= cfg.scale_down_ticks:
         return decided(steady.card.name, "downgrade")
     return decided(current, "keep", Hold(steady.card.name, ticks))
+
+
+def tail_fits(card: VariantCard, capacity: Capacity, cfg: ModellessConfig) -> bool:
+    """Whether the card's predicted p99 here — its batch-1 time on its cores at its
+    capacity factor, stretched by the host's tail (`Capacity.tail_ratio`) — is within
+    `tail_share` of the SLO. Unmeasured (no stretch yet, or a card without an SLO): yes,
+    as profiled."""
+    if capacity.tail_ratio is None or card.slo_ms <= 0:
+        return True
+    forward_ms = _b1_ms(card) / max(capacity.factor(card.name), 1e-3)
+    return forward_ms * capacity.tail_ratio <= cfg.tail_share * card.slo_ms
+
+
+def _b1_ms(card: VariantCard) -> float:
+    """The card's batch-1 time on its own core count (its best one without points)."""
+    return next((t for b, c, t in card.points if b == 1 and c == card.cpus), card.latency_b1_ms)
+
+
+def _unproven(card: VariantCard, capacity: Capacity) -> bool:
+    """Whether `card` serves one query at a time (no batch wait to absorb the host's
+    tail) on a host whose tail is not measured yet: its headroom is not known."""
+    return capacity.tail_ratio is None and card.batch_size == 1
+
+
+def _b1_here(card: VariantCard, load: AppLoad) -> float:
+    """The card's batch-1 time on its cores at its capacity factor."""
+    return _b1_ms(card) / max(load.capacity.factor(card.name), 1e-3)
+
+
+def _quickest(ranked: Sequence[Option]) -> Option:
+    """The option with the least batch-1 time by its profile (none fits the tail)."""
+    return min(ranked, key=lambda o: (o.card.latency_b1_ms, _rank(o)))
 
 
 def _per_core(card: VariantCard) -> float:

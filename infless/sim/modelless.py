@@ -29,7 +29,7 @@ from infless.errors import GoalsUnmet
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.vertical import AppLoad, Hold, decide
+from infless.modelless.vertical import AppLoad, Hold, decide, overflow_card
 from infless.scaling.config import DemandConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState
@@ -118,13 +118,16 @@ class ProfilePredictor:
 
 def first_target(entry: ModelEntry, rate_rps: float, cfg: ModellessConfig) -> str | None:
     """The variant function vertical scaling starts an application on at `rate_rps` (what a
-    prewarmed simulation plans for at t = 0): `vertical.decide` with nothing running."""
+    prewarmed simulation plans for at t = 0): `vertical.decide` with nothing running, and
+    the overflow variant the planner keeps (it starts there while the tail is unmeasured)."""
+    spare = overflow_card(entry.catalogue.cards, entry.planning_goals) if cfg.overflow else None
     load = AppLoad(
         model=entry.model,
         goals=entry.default_goals,
         cards=entry.catalogue.cards,
         live={},
         load_rps=rate_rps,
+        overflow=spare.name if spare is not None else None,
     )
     target = decide(load, None, Hold(), cfg).target
     card = entry.card(target) if target is not None else None

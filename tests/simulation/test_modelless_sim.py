@@ -212,6 +212,68 @@ def test_queries_do_not_wake_the_variant_being_replaced() -> None:
     assert starts_of(sim, "fp32", upgraded_s, upgraded_s + 15.0) == 0
 
 
+# -- (d) variants served one query at a time near the SLO (lstm-2365 at 20 ms) ----------------
+# fp32 13 ms and bf16 4.5 ms at batch 1 (larger batches miss half the SLO); int8 is below
+# the accuracy goal. fp32's mean fits the SLO, its tail does not: queries queue behind it.
+NEAR_SLO_MS = 20.0
+NEAR = (
+    profile("fp32", 1.0, 13.0, 9.0, load_ms=20.0),
+    profile("bf16", 0.977, 4.5, 6.0, load_ms=20.0),
+    profile("int8", 0.945, 1.8, 0.3, load_ms=50.0),
+)
+NEAR_GOALS = Goals(min_accuracy=0.95)
+
+
+def test_near_the_slo_modelless_has_no_more_violations_than_the_best_fixed_variant() -> None:
+    """The bench's load shape (19 → 122 → 19 rps) on one 2-core server, against bf16 (the
+    best fixed variant meeting the goal) replicated by the same autoscaler; the same
+    arrivals for both, batch times jittered ±30 %, summed over three seeds."""
+    load = RateSchedule(((0.0, 19.0), (20.0, 19.0), (20.01, 122.0), (50.0, 122.0), (50.01, 19.0)))
+    app = SimApp("m", NEAR_SLO_MS, 1, NEAR, load, NEAR_GOALS)
+    bf16 = next(p for p in NEAR if p.name == "bf16")
+    name = variant_function("m", "bf16")
+    function = SimFunction(name, variant_key("m", "bf16"), NEAR_SLO_MS, 1, load)
+    violations = {"modelless": 0, "bf16": 0}
+    accuracy = []
+    for seed in range(1, 4):
+        cfg = SimConfig(servers=1, cpus_per_server=2, duration_s=90.0, exec_jitter=0.3, seed=seed)
+        summary = Simulation([], NO_FUNCTIONS, cfg, ScalingConfig(), apps=[app]).run().apps["m"]
+        fixed = Simulation([function], ProfilePredictor((bf16,)), cfg, ScalingConfig()).run()
+        assert summary.requests == fixed.requests
+        violations["modelless"] += summary.violations
+        violations["bf16"] += fixed.violations
+        accuracy.append(summary.mean_accuracy)
+    # Measured (seeds 1-3): 44 against 44. Before the tail rule, 326 against 44: fp32
+    # carried both low phases, its mean within the SLO and its tail past it.
+    assert violations["modelless"] <= violations["bf16"]
+    assert bf16.accuracy is not None
+    assert min(accuracy) >= bf16.accuracy
+
+
+def test_at_a_step_from_the_accurate_variant_the_fast_one_scales_out_in_the_same_tick() -> None:
+    """At a 60-ms SLO fp32 carries the low phase beside bf16 (both cores taken); at the
+    step bf16's second instance starts in the tick that stops fp32, as fixed bf16's does
+    on its free core."""
+    load = RateSchedule(((0.0, 19.0), (20.0, 19.0), (20.01, 300.0), (50.0, 300.0)))
+    app = SimApp("m", 60.0, 1, NEAR, load, NEAR_GOALS)
+    bf16 = next(p for p in NEAR if p.name == "bf16")
+    name = variant_function("m", "bf16")
+    function = SimFunction(name, variant_key("m", "bf16"), 60.0, 1, load)
+    cfg = SimConfig(servers=1, cpus_per_server=2, duration_s=30.0, exec_jitter=0.05, seed=2)
+    modelless = Simulation([], NO_FUNCTIONS, cfg, ScalingConfig(), apps=[app])
+    fixed = Simulation([function], ProfilePredictor((bf16,)), cfg, ScalingConfig())
+    result = modelless.run()
+    fixed.run()
+    assert share(result.apps["m"].mix(10, 20), "fp32") == 1.0
+
+    def first_start_after_step(sim: Simulation) -> float:
+        return min(t for t, e, i in sim.cluster.events if e == "start" and t >= 20.0)
+
+    assert first_start_after_step(modelless) == first_start_after_step(fixed)
+    # the one hand-over: bf16's instance shares fp32's core while fp32 drains its queue
+    assert result.capacity_overruns == 1
+
+
 # -- the scenario ----------------------------------------------------------------------------
 def test_the_modelless_step_scenario_prints_a_table_and_ends_with_json(
     capsys: pytest.CaptureFixture[str],

@@ -4,6 +4,8 @@ catalogue through its writer (a new entry; a reader's old one stays as it was)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from infless.control.desired import Owner
 from infless.control.port import FunctionState, Serving, Snapshot
 from infless.control.variant_monitor import VariantMonitor
@@ -21,6 +23,7 @@ class FakeTarget:
         self.now_s = 0.0
         self.serving: dict[str, Serving] = {}
         self.refused: dict[str, int] = {}
+        self.p99_ms: dict[str, float] = {}
 
     def snapshot(self) -> Snapshot:
         functions = tuple(
@@ -31,6 +34,7 @@ class FakeTarget:
                 scale_to_zero=None,
                 refused=self.refused.get(name, 0),
                 serving=serving,
+                p99_ms=self.p99_ms.get(name),
             )
             for name, serving in self.serving.items()
         )
@@ -86,3 +90,21 @@ def test_nothing_registered_takes_no_snapshot() -> None:
             raise AssertionError("no model is registered: nothing to read")
 
     VariantMonitor(Unreachable(), ModellessCatalog(), ModellessConfig()).tick()
+
+
+def test_the_answered_p99_of_a_one_at_a_time_variant_measures_the_host_tail() -> None:
+    catalog = ModellessCatalog()
+    catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
+    target = FakeTarget()
+    monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
+    one = Serving(served=0, batches=0, exec_ms=0.0, ready=1, max_batch=1, max_cpus=1)
+    target.serving = {"m--fp32": one}
+    monitor.tick()
+    # 40 queries one at a time at fp32's profiled 4 ms; the router saw a p99 of 10 ms
+    target.now_s = 1.0
+    target.serving["m--fp32"] = replace(one, served=40, batches=40, exec_ms=160.0)
+    target.p99_ms["m--fp32"] = 10.0
+    monitor.tick()
+    entry = catalog.get("m")
+    assert entry is not None
+    assert entry.capacity.tail_ratio == 2.5

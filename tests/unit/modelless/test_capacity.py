@@ -1,5 +1,5 @@
 """Capacity factors: a variant's measured service time against its profile, and the host
-factor the variants not running are judged by."""
+factor the variants not running are judged by; the host's tail stretch."""
 
 from __future__ import annotations
 
@@ -73,9 +73,58 @@ def test_an_unmeasured_variant_drifts_towards_the_host() -> None:
     assert got.host == 0.5  # nothing measured: the host stays
 
 
+def one_at_a_time(p99_ms: float | None, answers: int = 20) -> WindowLoad:
+    """A window of batch-1 service at the profiled 10 ms, answering `answers` queries."""
+    return WindowLoad(
+        replicas=1,
+        batch_size=1,
+        profiled_ms=10.0,
+        window_s=1.0,
+        completed=answers,
+        batches=answers,
+        service_ms=10.0 * answers,
+        p99_ms=p99_ms,
+    )
+
+
+def test_the_tail_stretch_is_the_p99_over_the_forward_time_at_the_factor() -> None:
+    got = next_capacity(Capacity(), {"bf16": one_at_a_time(25.0)}, CFG)
+    assert got.tail_ratio == pytest.approx(2.5)  # the first measurement, as it is
+    # at half its profiled speed the forward time is 20 ms: the host stretched it 1.25x
+    slow = Capacity(host=0.5, own={"bf16": 0.5})
+    got = next_capacity(slow, {"bf16": replace(one_at_a_time(25.0), service_ms=400.0)}, CFG)
+    assert got.factor("bf16") == pytest.approx(0.5)
+    assert got.tail_ratio == pytest.approx(1.25)
+    # never below 1 (a p99 under the profile is the profile)
+    assert next_capacity(Capacity(), {"bf16": one_at_a_time(5.0)}, CFG).tail_ratio == 1.0
+
+
+def test_the_tail_stretch_averages_by_answers_into_the_running_figure() -> None:
+    windows = {"fp32": one_at_a_time(30.0, answers=30), "bf16": one_at_a_time(20.0, answers=10)}
+    got = next_capacity(Capacity(tail_ratio=1.0), windows, CFG)
+    assert got.tail_ratio == pytest.approx(0.5 * 1.0 + 0.5 * (3.0 * 30 + 2.0 * 10) / 40)
+
+
+def test_batching_windows_and_windows_without_a_p99_do_not_measure_the_tail() -> None:
+    # a batching instance waits for its batch on purpose: its p99 is not the host's
+    assert next_capacity(Capacity(), {"fp32": window(10, 100.0)}, CFG).tail_ratio is None
+    batching = replace(window(10, 100.0), p99_ms=45.0)
+    assert next_capacity(Capacity(), {"fp32": batching}, CFG).tail_ratio is None
+    assert next_capacity(Capacity(), {"fp32": one_at_a_time(None)}, CFG).tail_ratio is None
+
+
+def test_an_unmeasured_tail_comes_back_towards_the_profile() -> None:
+    got = next_capacity(Capacity(tail_ratio=3.0), {"fp32": one_at_a_time(None)}, CFG)
+    assert got.tail_ratio == pytest.approx(3.0 - 0.1 * 2.0)  # capacity_recovery of the way
+
+
 def test_a_config_out_of_range_is_refused() -> None:
     from infless.modelless.config import check_modelless
 
     assert check_modelless(CFG) == []
     assert check_modelless(ModellessConfig(capacity_min_batches=0))
     assert check_modelless(ModellessConfig(capacity_recovery=1.5))
+    problems = check_modelless(ModellessConfig(tail_share=0.0))
+    assert problems == [
+        "[modelless]: tail_share must be in (0, 1] (got 0.0); 0.7 keeps 30 % of the SLO as headroom"
+    ]

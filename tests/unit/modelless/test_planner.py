@@ -18,12 +18,13 @@ from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import PlannerMemory, VerticalPlan
 from infless.modelless.latency import CatalogPredictor
 from infless.modelless.planner import plan_vertical
+from infless.modelless.profiles import Goals
 from infless.modelless.states import Tracked, VariantState
 from infless.scaling.config import DemandConfig
 from infless.scaling.demand import Demand
 from infless.scaling.view import FunctionView, InstanceState, InstanceView, PoolView, ServerView
 from infless.types import InstanceConfig
-from tests.unit.modelless.support import three_variants
+from tests.unit.modelless.support import profile, three_variants
 
 ACTIVE = VariantState.ACTIVE
 ROOMY = ServerView("local", 16, 12)
@@ -163,6 +164,24 @@ def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None
     # its instance goes at once, young or not: the scaling stability does not hold it
     assert function(out_view, "m--fp32").retired
     assert not function(out_view, "m--int8").retired
+
+
+def test_the_cores_of_a_retired_variant_without_demand_are_free_for_this_pass() -> None:
+    catalog, planner = setup()
+    given(catalog, target="int8")
+    given(catalog, fp32=ACTIVE, int8=ACTIVE)
+    full = ServerView("local", 2, 0)  # fp32 and int8 hold both cores
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    out_view, out = planner.adjust(view(0.5, running, server=full), Demand(), 0.5)
+    assert function(out_view, "m--fp32").retired
+    assert out.rate_rps("m--fp32") == 0.0
+    # Algorithm 1 stops fp32 and may start int8's next instance on its core in this pass
+    assert out_view.servers[0].free_cpus == 1
+    # with queries pinned to it, fp32 keeps its instance: its core stays taken
+    ticks(planner, catalog, running, {"int8": 100.0}, 1.0, start=0.5, pinned={"fp32": 20.0})
+    out_view, out = planner.adjust(view(2.0, running, server=full), Demand(), 0.5)
+    assert out.rate_rps("m--fp32") > 0.0
+    assert out_view.servers[0].free_cpus == 0
 
 
 def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
@@ -350,3 +369,29 @@ def test_the_planner_returns_decisions_and_mutates_nothing_it_reads() -> None:
     assert current(catalog).target == "fp32"
     catalog.apply(decided)
     assert (current(catalog).target, current(catalog).switches) == ("int8", 1)
+
+
+def test_a_target_whose_tail_misses_hands_its_demand_to_the_overflow_variant_in_one_pass() -> None:
+    # fp32 13 ms and bf16 4.5 ms at batch 1 against a 20-ms SLO (int8 below the goal)
+    near = (
+        profile("fp32", 1.0, 13.0, 9.0),
+        profile("bf16", 0.977, 4.5, 6.0),
+        profile("int8", 0.945, 1.8, 0.3),
+    )
+    goals = {"default": Goals(min_accuracy=0.95)}
+    entry = ModelEntry(model="m", slo_ms=20.0, profiles=near, apps=goals)
+    catalog = catalog_with(entry)
+    planner = VerticalScaling(catalog, ModellessConfig(), DemandConfig())
+    given(catalog, target="fp32")
+    running = {"fp32": [instance("m--fp32", 1)], "bf16": [instance("m--bf16", 1)]}
+    # the monitor measured fp32's p99 at 1.6x its forward time: 20.8 ms
+    catalog.observe("m", {"fp32": Tracked(ACTIVE), "bf16": Tracked(ACTIVE)}, Capacity())
+    out_view, out = ticks(planner, catalog, running, {"fp32": 19.0}, 1.0)
+    assert current(catalog).target == "fp32"  # nothing measured yet: as profiled
+    catalog.observe("m", current(catalog).tracked, Capacity(tail_ratio=1.6))
+    out_view, out = ticks(planner, catalog, running, {"fp32": 19.0}, 0.5, start=1.0)
+    assert (current(catalog).target, planner.decisions["m"].move) == ("bf16", "upgrade")
+    # in the same pass: bf16 serves already, so Algorithm 1 plans the load there
+    assert out.rate_rps("m--fp32") == 0.0
+    assert out.rate_rps("m--bf16") > 15.0
+    assert not function(out_view, "m--fp32").keep_warm

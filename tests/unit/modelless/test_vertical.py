@@ -1,4 +1,5 @@
-"""Model-vertical scaling: replicate or switch by the ILP's cost, delays, retargeting."""
+"""Model-vertical scaling: replicate or switch by the ILP's cost, delays, retargeting, and
+the tail headroom an accurate variant needs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from infless.modelless.capacity import Capacity
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
-from infless.modelless.vertical import AppLoad, Hold, decide, options, overflow_card, retarget
-from tests.unit.modelless.support import three_variants
+from infless.modelless.vertical import (
+    AppLoad,
+    Hold,
+    decide,
+    options,
+    overflow_card,
+    retarget,
+    tail_fits,
+)
+from tests.unit.modelless.support import profile, three_variants
 
 CFG = ModellessConfig(scale_down_ticks=3)
 CARDS = cards_for(three_variants(), 50.0)
@@ -203,3 +212,87 @@ def test_a_downgrade_never_goes_to_a_variant_this_host_runs_past_the_slo() -> No
     assert (got.target, got.move) == ("bf16", "downgrade")
     # at 0.5 only int8 fits: it stays
     assert decide(low(0.5), "int8", Hold(), cfg).move == "keep"
+
+
+# -- the tail: accuracy only with headroom under the SLO at this host ---------------------------
+# like lstm-2365 at a 20-ms SLO: fp32 13 ms, bf16 4.5 ms, both served one query at a time;
+# int8 is below the accuracy goal
+NEAR = cards_for(
+    [
+        profile("fp32", 1.0, 13.0, 9.0),
+        profile("bf16", 0.977, 4.5, 6.0),
+        profile("int8", 0.945, 1.8, 0.3),
+    ],
+    20.0,
+)
+NEAR_GOALS = Goals(latency_ms=20.0, min_accuracy=0.95)
+
+
+def near(live: dict[str, int], tail_ratio: float | None, overflow: str | None = "bf16") -> AppLoad:
+    """19 rps of the application, with the host's measured tail stretch (None: unmeasured)."""
+    return AppLoad(
+        model="m",
+        goals=NEAR_GOALS,
+        cards=NEAR,
+        live=live,
+        load_rps=19.0,
+        capacity=Capacity(tail_ratio=tail_ratio),
+        overflow=overflow,
+    )
+
+
+def test_the_cards_near_the_slo_serve_one_query_at_a_time() -> None:
+    by_name = {c.name: c for c in NEAR}
+    assert (by_name["fp32"].batch_size, by_name["bf16"].batch_size) == (1, 1)
+    assert overflow_card(NEAR, NEAR_GOALS) == by_name["bf16"]
+
+
+def test_a_variant_fits_the_tail_only_while_its_predicted_p99_leaves_headroom() -> None:
+    fp32 = next(c for c in NEAR if c.name == "fp32")
+    cfg = ModellessConfig(tail_share=0.7)  # 14 ms of the 20-ms SLO
+    assert tail_fits(fp32, Capacity(), cfg)  # nothing measured: as profiled
+    assert tail_fits(fp32, Capacity(tail_ratio=1.0), cfg)  # 13 ms
+    assert not tail_fits(fp32, Capacity(tail_ratio=1.2), cfg)  # 15.6 ms
+    # a host running it at 90 % of its profile: 14.4 ms before any queueing
+    assert not tail_fits(fp32, Capacity(own={"fp32": 0.9}, tail_ratio=1.0), cfg)
+    # 18 ms, as a share of 0.9
+    assert tail_fits(fp32, Capacity(tail_ratio=18.0 / 13.0), ModellessConfig(tail_share=0.9))
+
+
+def test_until_the_tail_is_measured_a_one_at_a_time_app_starts_where_fixed_would() -> None:
+    got = decide(near({}, None), None, Hold(), CFG)
+    assert (got.target, got.move) == ("bf16", "start")  # the overflow variant
+    # measured headroom: the accurate variant
+    assert decide(near({}, 1.0), None, Hold(), CFG).target == "fp32"
+    # measured and short of it: not fp32 (15.6 ms of a 14-ms allowance)
+    assert decide(near({}, 1.2), None, Hold(), CFG).target == "bf16"
+    # no overflow variant to start on: the profile is all there is
+    assert decide(near({}, None, overflow=None), None, Hold(), CFG).target == "fp32"
+    # batching variants absorb the tail in their planned wait: the most accurate at once
+    batching = AppLoad(
+        model="m",
+        goals=Goals(latency_ms=50.0),
+        cards=CARDS,
+        live={},
+        load_rps=10.0,
+        overflow="int8",
+    )
+    assert decide(batching, None, Hold(), CFG).target == "fp32"
+
+
+def test_a_target_whose_tail_no_longer_fits_moves_at_once_to_a_quicker_one() -> None:
+    running = {"fp32": 1, "bf16": 1}
+    assert decide(near(running, 1.0), "fp32", Hold(), CFG).move == "keep"
+    got = decide(near(running, 1.6), "fp32", Hold(), CFG)  # fp32's p99 here: 20.8 ms
+    assert (got.target, got.move) == ("bf16", "upgrade")  # no delay: it answers late now
+    # where nothing quicker fits either (bf16 at 4.5 ms x 4 = 18 ms), the target stays
+    got = decide(near(running, 4.0), "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("fp32", "keep")
+
+
+def test_a_downgrade_to_accuracy_needs_a_measured_tail_with_headroom() -> None:
+    cfg = ModellessConfig(scale_down_ticks=1)
+    got = decide(near({"bf16": 1}, 1.6), "bf16", Hold(), cfg)
+    assert (got.target, got.move) == ("bf16", "keep")
+    got = decide(near({"bf16": 1}, 1.0), "bf16", Hold(), cfg)
+    assert (got.target, got.move) == ("fp32", "downgrade")
