@@ -29,22 +29,17 @@ from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import InstanceState
 from infless.dataplane.request import Array, Outcome
 from infless.errors import WorkerUnavailable
-from infless.models.package import PackageManifest, TensorSignature
 from infless.scaling.config import DemandConfig, ScalingConfig
 from infless.scaling.memory import ModelMemory
 from infless.scaling.view import Prewarm, ReleaseToZero, ScalingPlan, StartInstance
 from infless.types import FunctionSpec, InstanceConfig
 from tests.support.clock import FakeClock
+from tests.support.doubling import DOUBLING_MANIFEST
 from tests.support.frontend import Recorder
 from tests.support.inprocess import InProcessModel, InProcessStarter
 
 SLO_MS = 100.0
-MANIFEST = PackageManifest(
-    name="m",
-    architecture="test:doubling",
-    inputs=[TensorSignature("x", "float32", [2])],
-    outputs=[TensorSignature("y", "float32", [2])],
-)
+MANIFEST = DOUBLING_MANIFEST
 SPEC = FunctionSpec(
     name="f",
     image="m",

@@ -25,18 +25,13 @@ from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from infless.dataplane.request import Outcome, Pending
-from infless.models.package import PackageManifest, TensorSignature
 from infless.types import FunctionSpec
 from tests.support.clock import FakeClock
+from tests.support.doubling import DOUBLING_MANIFEST
 from tests.support.inprocess import InProcessModel, InProcessStarter
 
 START_S = 0.05  # every start takes this long on the fake clock
-MANIFEST = PackageManifest(
-    name="m",
-    architecture="test:doubling",
-    inputs=[TensorSignature("x", "float32", [2])],
-    outputs=[TensorSignature("y", "float32", [2])],
-)
+MANIFEST = DOUBLING_MANIFEST
 SPEC = FunctionSpec(
     name="f",
     image="m",

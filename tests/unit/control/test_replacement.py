@@ -19,20 +19,15 @@ from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import Instance, InstanceState
 from infless.dataplane.request import Array, Outcome
 from infless.errors import Overloaded
-from infless.models.package import PackageManifest, TensorSignature
 from infless.types import FunctionSpec
 from tests.support.clock import FakeClock
+from tests.support.doubling import DOUBLING_MANIFEST
 from tests.support.frontend import Recorder
 from tests.support.inprocess import InProcessModel, InProcessStarter, constant_ms
 
 START_S = 0.05  # every in-process start takes this long on the fake clock
 EXEC_MS = 10.0
-MANIFEST = PackageManifest(
-    name="m",
-    architecture="test:doubling",
-    inputs=[TensorSignature("x", "float32", [2])],
-    outputs=[TensorSignature("y", "float32", [2])],
-)
+MANIFEST = DOUBLING_MANIFEST
 SPEC = FunctionSpec(
     name="f",
     image="m",
