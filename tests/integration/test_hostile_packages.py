@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
+from infless.workers.isolation import SECRETS_DIR as SECRETS_MOUNT
 from infless.workers.privileges import status_fields
 from tests.support.gateway import GatewayProcess, start_gateway
 from tests.support.hostile import tinynet_package
@@ -30,6 +31,7 @@ PIDS_MAX = 64
 MEMORY_MIB = 384
 SCRATCH_MIB = 8
 SECRET = "alice-key"
+PROCFS = Path("/proc")  # the kernel's process filesystem
 SECRET_VALUE = "alice's database password"
 FEATURES = {"features": [0.1, 0.2, 0.3, 0.4]}
 
@@ -122,11 +124,12 @@ def test_it_cannot_read_another_tenants_tensors_secrets_or_the_registry(
         str(tenants.alice_tensor()): "ENOENT",  # alice's store directory does not exist
         str(state / "registry.sqlite"): "ENOENT",  # nor does the gateway's state
         str(state / "secrets" / SECRET): "ENOENT",
-        f"/var/openfaas/secrets/{SECRET}": "ENOENT",  # mounted in alice's workers only
-        f"/proc/{alice}/root/var/openfaas/secrets/{SECRET}": "EACCES",  # another uid
-        f"/proc/{alice}/environ": "EACCES",
-        f"/proc/{alice}/mem": "EACCES",
-        f"/proc/{tenants.gw.pid}/environ": "EACCES",
+        str(SECRETS_MOUNT / SECRET): "ENOENT",  # mounted in alice's workers only
+        # alice's worker's own view of its secrets, through its root in procfs: another uid
+        str(PROCFS / str(alice) / "root" / SECRETS_MOUNT.relative_to("/") / SECRET): "EACCES",
+        str(PROCFS / str(alice) / "environ"): "EACCES",
+        str(PROCFS / str(alice) / "mem"): "EACCES",
+        str(PROCFS / str(tenants.gw.pid) / "environ"): "EACCES",
         str(tenants.root / "alice-pkg" / "manifest.json"): "ENOENT",
         str(own_tensor): "ok",  # its own model's tensors: mapped by its worker
     }
