@@ -14,6 +14,12 @@ same cores, one sample per request, bounded in time and count, loopback only):
    among those meeting the SLO and the accuracy goal — the best fixed variant, the one
    model-less must not be worse than in violations and must beat in accuracy (`verdict`).
 
+The arms run in rounds (`--rounds`, 2 by default): model-less first in odd-numbered rounds
+and after the best fixed variant in even-numbered ones (`round_order`), the model registered
+again for each of its arms and deleted after it, so that no arm always runs first or holds
+cores during another's; each round's table is printed, then every arm over all its rounds,
+and the verdict is taken on the totals (and per round).
+
 Before the gateway starts, the fp32 model's in-process limit (`bench.slo_limit`) is
 measured in this process, and the peak is printed as a share of it. Per run: requests, SLO
 violations (answers later than the SLO, plus refusals and errors), p50/p99, mean accuracy
@@ -24,7 +30,7 @@ and the selection's cost at 100 variants (`select` over 100 cards) at the end.
 
     .venv/bin/python -m bench.modelless [--image lstm-2365] [--slo-ms 50] [--min-accuracy 0.95]
         [--low-s 20] [--high-s 30] [--tail-s 40] [--low-rps R] [--high-rps R]
-        [--runs modelless,fp32,fastest] [--limit-s 0.5] [--log-level WARNING]
+        [--runs modelless,fp32,fastest] [--rounds 2] [--limit-s 0.5] [--log-level WARNING]
 
 Prints a table and ends with one JSON line.
 """
@@ -38,12 +44,12 @@ import tempfile
 import time
 import timeit
 import urllib.request
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.harness import Gateway, gateway
-from bench.modelless_load import Run, measure, verdict
+from bench.modelless_load import Answer, Run, combine, measure, verdict
 from loadgen.bodies import make_bodies
 from loadgen.functions import parse_function_status
 
@@ -219,7 +225,122 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--runs", default="modelless,fp32,fastest", help="which runs, comma-separated"
     )
     parser.add_argument("--log-level", default="WARNING", help="the gateway's (to stderr)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of model-less and the best fixed variant, in alternating order",
+    )
     return parser.parse_args(argv)
+
+
+@dataclass
+class Session:
+    """What every arm of one bench session shares: the gateway, the options, the load
+    (bodies, phases, max requests, seed), the variants' measured accuracy and packages."""
+
+    gw: Gateway
+    args: argparse.Namespace
+    load: tuple[list[bytes], list[tuple[float, float]], int, int]
+    accuracy: dict[str, float]
+    packages: dict[str, str]
+
+
+def modelless_arm(session: Session, registered: bool) -> tuple[Run, list[Answer]]:
+    """The model-less arm: (re-)registered unless it still is, measured once its target and
+    overflow serve, then deleted (its instances must not hold cores during a fixed arm)."""
+    gw, args = session.gw, session.args
+    if not registered:
+        register(gw, args)
+    waited_s = wait_serving(gw)
+    before = gw.get(f"/system/variants/{MODEL}")
+    print(
+        f"model-less serving after {waited_s:.1f} s: target {before['target']}, "
+        f"overflow {before['overflow']}"
+    )
+    functions = {f"{MODEL}--{n}" for n in session.accuracy}
+    run, answers = measure(
+        gw, "model-less", MODEL, functions, session.load, args.slo_ms, session.accuracy, None
+    )
+    after = gw.get(f"/system/variants/{MODEL}")
+    run.switches = after["switches"] - before["switches"]
+    run.spilled = after["spilled"] - before["spilled"]
+    delete(f"{gw.url}/system/models/{MODEL}")
+    return run, answers
+
+
+def fixed_arm(session: Session, label: str, variant: str) -> tuple[Run, list[Answer]]:
+    """One variant's package deployed as an ordinary function, measured, then removed."""
+    gw, args = session.gw, session.args
+    name = f"fixed-{variant}"
+    spec = {
+        "service": name,
+        "image": session.packages[variant],
+        "annotations": {"com.infless.latency_target": f"{args.slo_ms:g}ms"},
+        "labels": {
+            "com.infless.max.batch": str(args.max_batch),
+            "com.openfaas.scale.min": "1",
+        },
+    }
+    code, answer = post(gw.url + "/system/functions", spec)
+    if code >= 400:
+        raise RuntimeError(f"deploy {name}: {code} {answer}")
+    gw.wait_ready(name)
+    measured = measure(
+        gw, label, name, {name}, session.load, args.slo_ms, session.accuracy, variant
+    )
+    delete(f"{gw.url}/system/functions", {"functionName": name})
+    time.sleep(2.0)
+    return measured
+
+
+def accuracy_word(v: dict[str, Any]) -> str:
+    if v["higher_accuracy"]:
+        return "higher"
+    return "not lower" if v["accuracy_not_lower"] else "LOWER"
+
+
+def round_order(index: int, chosen: set[str]) -> list[str]:
+    """The arms of round `index`, in order: model-less first in even rounds and last in odd
+    ones, so that neither it nor the best fixed variant always runs first (just after the
+    registration's profiling) or always on a gateway that has served longer; fixed fp32,
+    the reference, runs in the first round only."""
+    order = ["modelless", "fastest"] if index % 2 == 0 else ["fastest", "modelless"]
+    if index == 0:
+        order.insert(1, "fp32")
+    return [arm for arm in order if arm in chosen]
+
+
+def run_rounds(
+    session: Session, chosen: set[str], fastest: str, labels: dict[str, str]
+) -> tuple[dict[str, list[tuple[Run, list[Answer]]]], list[list[Run]]]:
+    """Every round's arms (`round_order`); each arm's results by round, and each round's
+    figures. The model registered before the first round is deleted before any fixed arm
+    runs, and registered again for a later round's model-less arm."""
+    gw, args = session.gw, session.args
+    measured: dict[str, list[tuple[Run, list[Answer]]]] = {}
+    by_round: list[list[Run]] = []
+    registered = True
+    for index in range(args.rounds):
+        this_round = []
+        for arm in round_order(index, chosen):
+            if arm == "modelless":
+                result = modelless_arm(session, registered)
+            else:
+                if registered:  # the model's instances must not hold cores meanwhile
+                    delete(f"{gw.url}/system/models/{MODEL}")
+                variant = "fp32" if arm == "fp32" else fastest
+                result = fixed_arm(session, labels[arm], variant)
+            registered = False
+            measured.setdefault(arm, []).append(result)
+            this_round.append(result[0])
+        by_round.append(this_round)
+        if args.rounds > 1:
+            print(f"\nround {index + 1}:")
+            print_runs(this_round)
+    if registered:
+        delete(f"{gw.url}/system/models/{MODEL}")
+    return measured, by_round
 
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear script
@@ -269,48 +390,26 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         print(
             f"load: {low:g} rps for {args.low_s:g} s, {high:g}{share} for {args.high_s:g} s, "
             f"{low:g} for {args.tail_s:g} s; SLO {args.slo_ms:g} ms; min accuracy "
-            f"{args.min_accuracy}; best fixed variant (most requests per core): {fastest}"
+            f"{args.min_accuracy}; best fixed variant (most requests per core): {fastest}; "
+            f"{args.rounds} round(s)"
         )
         status = gw.get(f"/system/function/{MODEL}--fp32")
         bodies = list(make_bodies(parse_function_status(status), 512, args.seed))
-        load = (bodies, phases, args.max_requests, args.seed)
-        runs = []
-        if "modelless" in chosen:
-            waited_s = wait_serving(gw)
-            before = gw.get(f"/system/variants/{MODEL}")
-            print(
-                f"model-less serving after {waited_s:.1f} s: target {before['target']}, "
-                f"overflow {before['overflow']}"
-            )
-            functions = {f"{MODEL}--{n}" for n in variants}
-            run = measure(gw, "model-less", MODEL, functions, load, args.slo_ms, accuracy, None)
-            after = gw.get(f"/system/variants/{MODEL}")
-            run.switches = after["switches"] - before["switches"]
-            run.spilled = after["spilled"] - before["spilled"]
-            runs.append(run)
-        delete(f"{gw.url}/system/models/{MODEL}")
-        fixed = (("fixed fp32", "fp32", "fp32"), (f"fixed {fastest}", fastest, "fastest"))
-        for label, variant, key in fixed:
-            if key not in chosen:
-                continue
-            name = f"fixed-{variant}"
-            spec = {
-                "service": name,
-                "image": variants[variant]["package_dir"],
-                "annotations": {"com.infless.latency_target": f"{args.slo_ms:g}ms"},
-                "labels": {
-                    "com.infless.max.batch": str(args.max_batch),
-                    "com.openfaas.scale.min": "1",
-                },
-            }
-            code, answer = post(gw.url + "/system/functions", spec)
-            if code >= 400:
-                raise RuntimeError(f"deploy {name}: {code} {answer}")
-            gw.wait_ready(name)
-            runs.append(measure(gw, label, name, {name}, load, args.slo_ms, accuracy, variant))
-            delete(f"{gw.url}/system/functions", {"functionName": name})
-            time.sleep(2.0)
+        packages = {name: v["package_dir"] for name, v in variants.items()}
+        session = Session(
+            gw, args, (bodies, phases, args.max_requests, args.seed), accuracy, packages
+        )
+        labels = {"fp32": "fixed fp32", "fastest": f"fixed {fastest}"}
+        measured, by_round = run_rounds(session, chosen, fastest, labels)
 
+    fixed_of = {"fp32": "fp32", "fastest": fastest, "modelless": None}
+    names = {"modelless": "model-less", **labels}
+    runs = [
+        combine(names[arm], results, phases, args.slo_ms, accuracy, fixed_of[arm])
+        for arm, results in measured.items()
+    ]
+    if args.rounds > 1:
+        print(f"\nall {args.rounds} rounds together:")
     print_runs(runs)
     select_us = selection_cost_us()
     by_name = {r.name: r for r in runs}
@@ -324,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         "min_accuracy": args.min_accuracy,
         "phases_rps": [low, high, low],
         "in_process_limit": limit,
+        "rounds": args.rounds,
         "runs": [asdict(r) for r in runs],
+        "by_round": [[asdict(r) for r in one] for one in by_round],
         "violations_ratio_fp32_over_modelless": round(
             fp32.violations / max(1, modelless.violations), 2
         ),
@@ -334,12 +435,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
     }
     if best is not None and "model-less" in by_name:
         figures["verdict"] = verdict(modelless, best)
+        figures["verdict_by_round"] = [
+            verdict(r["model-less"], r[best.name])
+            for r in ({run.name: run for run in one} for one in by_round)
+            if "model-less" in r and best.name in r
+        ]
         v = figures["verdict"]
         print(
             f"model-less vs {best.name}: violations {modelless.violations} vs {best.violations} "
             f"({'not more' if v['no_more_violations'] else 'MORE'}), accuracy "
             f"{modelless.accuracy:.4f} vs {best.accuracy:.4f} "
-            f"({'higher' if v['higher_accuracy'] else 'NOT higher'})"
+            f"({accuracy_word(v)})"
         )
     print(f"selection over 100 variants: {select_us} us per query")
     print(json.dumps(figures))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.modelless_load import Answer, Run, summarize, verdict
+from bench.modelless import round_order
+from bench.modelless_load import Answer, Run, combine, summarize, verdict
 
 ACCURACY = {"fp32": 1.0, "int8": 0.95}
 PHASES = [(10.0, 1.0), (100.0, 1.0)]
@@ -42,3 +43,22 @@ def test_the_verdict_wants_no_more_violations_and_a_higher_accuracy() -> None:
     bad = verdict(Run("model-less", violations=201, accuracy=0.95), best)
     assert not bad["no_more_violations"]
     assert not bad["higher_accuracy"]
+    assert bad["accuracy_not_lower"]  # equal accuracy is not lower
+    assert not verdict(Run("model-less", accuracy=0.94), best)["accuracy_not_lower"]
+
+
+def test_an_arm_over_rounds_sums_its_answers_and_cores() -> None:
+    first = (Run("fixed int8", core_s=10.0), [(5.0, 200, "", 0), (1.0, 429, "", 1)])
+    second = (Run("fixed int8", core_s=12.5), [(70.0, 200, "", 0), (6.0, 200, "", 1)])
+    run = combine("fixed int8", [first, second], PHASES, 50.0, ACCURACY, "int8")
+    assert (run.requests, run.ok, run.refused, run.violations) == (4, 3, 1, 2)
+    assert run.core_s == 22.5
+    assert [p["requests"] for p in run.phases] == [2, 2]
+
+
+def test_rounds_alternate_which_arm_runs_first() -> None:
+    arms = {"modelless", "fp32", "fastest"}
+    assert round_order(0, arms) == ["modelless", "fp32", "fastest"]
+    assert round_order(1, arms) == ["fastest", "modelless"]
+    assert round_order(2, arms) == ["modelless", "fastest"]
+    assert round_order(1, {"modelless"}) == ["modelless"]
