@@ -301,10 +301,10 @@ def accuracy_word(v: dict[str, Any]) -> str:
 
 
 def round_order(index: int, chosen: set[str]) -> list[str]:
-    """The arms of round `index`, in order: model-less first in even rounds and last in odd
-    ones, so that neither it nor the best fixed variant always runs first (just after the
-    registration's profiling) or always on a gateway that has served longer; fixed fp32,
-    the reference, runs in the first round only."""
+    """The arms of round `index` (0-based), in order: model-less first at indexes 0, 2, …
+    (rounds 1, 3, …) and last at 1, 3, …, so that neither it nor the best fixed variant
+    always runs first (just after the registration's profiling) or always on a gateway that
+    has served longer; fixed fp32, the reference, runs in the first round only."""
     order = ["modelless", "fastest"] if index % 2 == 0 else ["fastest", "modelless"]
     if index == 0:
         order.insert(1, "fp32")
