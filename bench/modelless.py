@@ -312,11 +312,12 @@ def round_order(index: int, chosen: set[str]) -> list[str]:
 
 
 def run_rounds(
-    session: Session, chosen: set[str], fastest: str, labels: dict[str, str]
+    session: Session, chosen: set[str], arms: dict[str, tuple[str, str | None]]
 ) -> tuple[dict[str, list[tuple[Run, list[Answer]]]], list[list[Run]]]:
-    """Every round's arms (`round_order`); each arm's results by round, and each round's
-    figures. The model registered before the first round is deleted before any fixed arm
-    runs, and registered again for a later round's model-less arm."""
+    """Every round's arms (`round_order`; `arms`: each one's label and fixed variant);
+    each arm's results by round, and each round's figures. The model registered before
+    the first round is deleted before any fixed arm runs, and registered again for a later
+    round's model-less arm."""
     gw, args = session.gw, session.args
     measured: dict[str, list[tuple[Run, list[Answer]]]] = {}
     by_round: list[list[Run]] = []
@@ -329,8 +330,9 @@ def run_rounds(
             else:
                 if registered:  # the model's instances must not hold cores meanwhile
                     delete(f"{gw.url}/system/models/{MODEL}")
-                variant = "fp32" if arm == "fp32" else fastest
-                result = fixed_arm(session, labels[arm], variant)
+                label, variant = arms[arm]
+                assert variant is not None  # only the model-less arm has none
+                result = fixed_arm(session, label, variant)
             registered = False
             measured.setdefault(arm, []).append(result)
             this_round.append(result[0])
@@ -399,15 +401,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         session = Session(
             gw, args, (bodies, phases, args.max_requests, args.seed), accuracy, packages
         )
-        labels = {"fp32": "fixed fp32", "fastest": f"fixed {fastest}"}
-        measured, by_round = run_rounds(session, chosen, fastest, labels)
+        arms: dict[str, tuple[str, str | None]] = {
+            "modelless": ("model-less", None),
+            "fp32": ("fixed fp32", "fp32"),
+            "fastest": (f"fixed {fastest}", fastest),
+        }
+        measured, by_round = run_rounds(session, chosen, arms)
 
-    fixed_of = {"fp32": "fp32", "fastest": fastest, "modelless": None}
-    names = {"modelless": "model-less", **labels}
-    runs = [
-        combine(names[arm], results, phases, args.slo_ms, accuracy, fixed_of[arm])
-        for arm, results in measured.items()
-    ]
+    runs = []
+    for arm, results in measured.items():
+        label, variant = arms[arm]
+        runs.append(combine(label, results, phases, args.slo_ms, accuracy, variant))
     if args.rounds > 1:
         print(f"\nall {args.rounds} rounds together:")
     print_runs(runs)
@@ -415,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
     by_name = {r.name: r for r in runs}
     modelless = by_name.get("model-less", Run("-"))
     fp32 = by_name.get("fixed fp32", Run("-"))
-    best = by_name.get(f"fixed {fastest}")
+    best = by_name.get(arms["fastest"][0])
     figures: dict[str, Any] = {
         "bench": "modelless",
         "image": args.image,

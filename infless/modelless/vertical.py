@@ -174,8 +174,8 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return decided(None, "keep")
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
-        fitting = [o for o in ranked if tail_fits(o.card, load.capacity, cfg)]
-        best = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=_quickest(ranked))
+        fitting = _best_fitting(ranked, load.capacity, cfg)
+        best = _quickest(ranked) if fitting is None else fitting
         fixed = next((o for o in ranked if o.card.name == load.overflow), None)
         if current is None and fixed is not None and _unproven(best.card, load.capacity):
             best = fixed  # start where a fixed deployment would, until the tail is measured
@@ -187,9 +187,9 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return decided(current, move)
     if not tail_fits(now.card, load.capacity, cfg):
         # answering late at its tail here: the best quicker option that fits, at once
-        quicker = [o for o in ranked if _b1_here(o.card, load) < _b1_here(now.card, load)]
-        fitting = [o for o in quicker if tail_fits(o.card, load.capacity, cfg)]
-        escape = min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=None)
+        now_ms = _b1_here(now.card, load.capacity)
+        quicker = [o for o in ranked if _b1_here(o.card, load.capacity) < now_ms]
+        escape = _best_fitting(quicker, load.capacity, cfg)
         if escape is not None:
             return decided(escape.card.name, "upgrade")
     if now.instances > live:  # the load needs more than the current variant runs
@@ -230,8 +230,16 @@ def tail_fits(card: VariantCard, capacity: Capacity, cfg: ModellessConfig) -> bo
     as profiled."""
     if capacity.tail_ratio is None or card.slo_ms <= 0:
         return True
-    forward_ms = _b1_ms(card) / max(capacity.factor(card.name), 1e-3)
-    return forward_ms * capacity.tail_ratio <= cfg.tail_share * card.slo_ms
+    return _b1_here(card, capacity) * capacity.tail_ratio <= cfg.tail_share * card.slo_ms
+
+
+def _best_fitting(
+    options: Sequence[Option], capacity: Capacity, cfg: ModellessConfig
+) -> Option | None:
+    """The best of `options` whose tail fits (`tail_fits`), steady rank then cost; None
+    when none fits."""
+    fitting = [o for o in options if tail_fits(o.card, capacity, cfg)]
+    return min(fitting, key=lambda o: (*_steady_rank(o), o.cost), default=None)
 
 
 def _b1_ms(card: VariantCard) -> float:
@@ -245,9 +253,9 @@ def _unproven(card: VariantCard, capacity: Capacity) -> bool:
     return capacity.tail_ratio is None and card.batch_size == 1
 
 
-def _b1_here(card: VariantCard, load: AppLoad) -> float:
-    """The card's batch-1 time on its cores at its capacity factor."""
-    return _b1_ms(card) / max(load.capacity.factor(card.name), 1e-3)
+def _b1_here(card: VariantCard, capacity: Capacity) -> float:
+    """The card's batch-1 time on its cores at its capacity factor here."""
+    return _b1_ms(card) / max(capacity.factor(card.name), 1e-3)
 
 
 def _quickest(ranked: Sequence[Option]) -> Option:
