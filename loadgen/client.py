@@ -31,6 +31,7 @@ from loadgen.auth import NO_CREDENTIALS, Credentials
 from loadgen.drivers import ClosedLoopDriver, LiveCounters, OpenLoopDriver
 from loadgen.engine import ConnectionPool
 from loadgen.formats import JSON, PreparedRequest, function_path
+from loadgen.quietgc import young_collections_only
 from loadgen.records import InstanceSample, RequestRecord
 from loadgen.responses import instance_samples
 from loadgen.workloads import ClosedLoopPlan, Schedule
@@ -247,9 +248,10 @@ class OpenLoopClient:
         # Sending ends by max_duration_s, every answer by timeout_s after its send.
         budget_s = self._config.max_duration_s + self._config.timeout_s + CANCEL_GRACE_S
         try:
-            driver.start()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(driver.finished), budget_s)
+            with young_collections_only():
+                driver.start()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(driver.finished), budget_s)
         finally:
             driver.stop()
             if not driver.finished.done():

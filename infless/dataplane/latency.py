@@ -140,7 +140,14 @@ BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
 # past `target` × SLO shrinks it again within a second)
 BUDGET_CEILING = 1.5
 OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
-OVERHEAD_EVERY = 32  # answers between recomputations of the overhead's tail
+OVERHEAD_EVERY = 32  # answers between recomputations of the overhead's tail ...
+OVERHEAD_RECOMPUTE_S = 0.1  # ... and at most this often
+# The overhead's tail is taken over the answers of the last OVERHEAD_WINDOW_S (at least the
+# last TAIL_WINDOW of them). A batch's answers are written one after another, so 256 answers
+# are a few batches at a high rate: a tail over them jumped between 1 and 13 ms from one
+# tenth of a second to the next (text JSON at 3,800 req/s), and each jump refused requests.
+OVERHEAD_WINDOW_S = 2.0
+OVERHEAD_KEEP = 8192  # answers kept at most (a flood must not grow them)
 
 
 class FunctionLatency:
@@ -156,7 +163,7 @@ class FunctionLatency:
     ) -> None:
         self.slo_ms = slo_ms
         self._q = tail_quantile
-        self._overheads: deque[float] = deque(maxlen=TAIL_WINDOW)
+        self._overheads: deque[tuple[float, float]] = deque(maxlen=OVERHEAD_KEEP)  # (at, ms)
         self._seen = 0
         self.overhead_ms = 0.0  # tail of the time outside queue and batch (none measured yet)
         self._overhead_at_s = -math.inf  # when it was last measured
@@ -177,10 +184,15 @@ class FunctionLatency:
 
     def answered_in(self, now_s: float, latency_ms: float, overhead_ms: float) -> None:
         self.answered += 1
-        self._overheads.append(overhead_ms)
+        overheads = self._overheads
+        overheads.append((now_s, overhead_ms))
         self._seen += 1
-        if self._seen % OVERHEAD_EVERY == 0:
-            self.overhead_ms = quantile(list(self._overheads), self._q)
+        if self._seen % OVERHEAD_EVERY == 0 and now_s - self._overhead_at_s >= (
+            OVERHEAD_RECOMPUTE_S
+        ):
+            while len(overheads) > TAIL_WINDOW and overheads[0][0] < now_s - OVERHEAD_WINDOW_S:
+                overheads.popleft()
+            self.overhead_ms = quantile([v for _, v in overheads], self._q)
             self._overhead_at_s = now_s
         second = math.floor(now_s)
         seconds = self._seconds

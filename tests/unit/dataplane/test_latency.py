@@ -76,6 +76,23 @@ def test_the_budget_is_the_slo_less_overheads_and_shrinks_while_p99_runs_high() 
     assert p99 == pytest.approx(5.0)
 
 
+def test_the_overhead_tail_spans_seconds_not_a_few_batches() -> None:
+    """At 2,000 answers a second, two late batches (64 answers) among 4,000 leave the
+    overhead's tail where the rest put it; two seconds of slower ones move it."""
+    latency = FunctionLatency(slo_ms=50.0)
+    at = [100.0 + k * 0.0005 for k in range(8000)]
+    for t in at[:4000]:
+        latency.answered_in(t, 20.0, overhead_ms=2.0)
+    for t in at[4000:4064]:
+        latency.answered_in(t, 30.0, overhead_ms=12.0)
+    for t in at[4064:4100]:
+        latency.answered_in(t, 20.0, overhead_ms=2.0)
+    assert latency.overhead_ms == pytest.approx(2.0)
+    for t in at[4100:]:
+        latency.answered_in(t, 30.0, overhead_ms=12.0)
+    assert latency.overhead_ms == pytest.approx(12.0)
+
+
 def test_an_overhead_no_answer_refreshes_fades() -> None:
     latency = FunctionLatency(slo_ms=50.0)
     for k in range(32):
