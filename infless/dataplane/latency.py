@@ -141,7 +141,7 @@ BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
 BUDGET_CEILING = 1.5
 OVERHEAD_FRESH_S = 1.0  # an overhead measured longer ago than this starts to fade
 OVERHEAD_EVERY = 32  # answers between recomputations of the overhead's tail ...
-OVERHEAD_RECOMPUTE_S = 0.1  # ... and at most this often
+OVERHEAD_RECOMPUTE_S = 0.5  # ... and at most this often (a sort of up to 8,192: not per batch)
 # The overhead's tail is taken over the answers of the last OVERHEAD_WINDOW_S (at least the
 # last TAIL_WINDOW of them). A batch's answers are written one after another, so 256 answers
 # are a few batches at a high rate: a tail over them jumped between 1 and 13 ms from one
