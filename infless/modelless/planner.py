@@ -69,6 +69,7 @@ class _Pass:
     pending: dict[str, tuple[str, float]]
     cold: set[str] = field(default_factory=set)  # variants no longer wanted warm
     frozen: dict[str, int] = field(default_factory=dict)  # serving on, at most this many
+    warm_for: dict[str, float] = field(default_factory=dict)  # overflow: sized for this rate
 
 
 def plan_vertical(
@@ -109,6 +110,7 @@ def plan_vertical(
         rates_rps=tick.rates,
         cold=frozenset(tick.cold),
         frozen=tick.frozen,
+        warm_for=tick.warm_for,
         memory=next_memory,
     )
 
@@ -135,6 +137,8 @@ def adjusted(view: PoolView, plan: VerticalPlan) -> tuple[PoolView, Demand]:
         elif function.name in plan.frozen:
             cap = min(function.max_instances, max(1, plan.frozen[function.name]))
             function = replace(function, max_instances=cap)  # noqa: PLW2901
+        if function.name in plan.warm_for:
+            function = replace(function, warm_for_rps=plan.warm_for[function.name])  # noqa: PLW2901
         out.append(function)
     servers = tuple(
         replace(s, free_cpus=min(s.cpus, s.free_cpus + freed.get(s.server_id, 0)))
@@ -184,6 +188,9 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
         return decided(None)
     # the overflow variant kept beside the target (none when the target is that variant)
     keep = None if overflow == decision.target else overflow
+    kept = entry.card(keep) if keep is not None else None
+    if kept is not None:  # its warm instance takes the application's load while it steps
+        tick.warm_for[kept.function] = load.load_rps
     # the target serves (Active, or busy: then more of it needs the others' cores)
     serving = entry.states.get(decision.target, VariantState.INACTIVE)
     target_serving = serving is not VariantState.INACTIVE

@@ -225,6 +225,13 @@ def schedule(
     return placed, residual_rps if residual_rps > _EPS else 0.0
 
 
+def _fewest_cores(cands: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates holding the fewest cores (GPU shares aside): an instance kept warm
+    at zero demand is standby capacity, and holds no more cores than it must."""
+    fewest = min((c.config.cpus for c in cands), default=0)
+    return [c for c in cands if c.config.cpus == fewest]
+
+
 def equation10(knobs: Knobs) -> Equation10:
     """INFless's placement choice with these knobs."""
     served = knobs.efficiency == "served"
@@ -306,7 +313,16 @@ def plan_function(
     placed, unmet = schedule(function, cands, target_rps - live_rmax, index, max_new, chooser)
     need = max(function.min_instances, 1 if (function.keep_warm or demand_rps > 0) else 0)
     while len(live) + len(placed) < need and len(placed) < max_new:
-        more, _ = schedule(function, cands, 0.0, index, 1, chooser, ensure_one=True)
+        # on the fewest cores, with the batch size for the rate it is kept for (warm_for_rps)
+        more, _ = schedule(
+            function,
+            _fewest_cores(cands),
+            function.warm_for_rps * (1.0 + knobs.headroom),
+            index,
+            1,
+            chooser,
+            ensure_one=True,
+        )
         if not more:
             break
         placed.extend(more)

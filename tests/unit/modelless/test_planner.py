@@ -281,6 +281,10 @@ def test_the_overflow_variant_stays_warm_beside_the_target_with_what_spills_to_i
     assert 20.0 < out.rate_rps("m--int8") <= 35.0  # planned for what it served
     assert out.rate_rps("m--fp32") > 60.0  # the application's load: fp32 is to carry it
     assert not function(out_view, "m--bf16").keep_warm
+    # were int8's warm instance to start again, it is sized to take the application's load
+    # (a step the target cannot admit spills over to it), not the little it served
+    assert function(out_view, "m--int8").warm_for_rps > 60.0
+    assert function(out_view, "m--fp32").warm_for_rps == 0.0
 
 
 def test_without_an_overflow_variant_the_others_go_cold() -> None:
