@@ -16,7 +16,7 @@ capacity index so functions compete for the same servers):
      `unpriced`, one line per reason: never dropped in silence;
    - g > 0 is a configuration like any other where the view has GPUs;
 3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
-   says so);
+   says so; on the fewest cores, with the batch size for the function's `warm_for_rps`);
 4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the
    band the instances to release (cover at R·(1 + release_headroom) is never broken: a
    wider margin than scale-out's, so a release does not trigger the next start — the
