@@ -200,13 +200,14 @@ class OpenLoopClient:
             raise ValueError(f"no request bodies for function(s) {missing}")
         wires = self.wires(bodies)
         counters = LiveCounters()
-        t0 = _now()
-        driver = OpenLoopDriver(
-            self.pool, wires, t0, counters, schedule, self._config.max_duration_s
-        )
-        records, samples, elapsed_s = await self._drive(
-            driver, t0, counters, progress, label, len(schedule.arrivals), schedule.duration_s
-        )
+        with young_collections_only():  # entered (a collection) before the schedule's clock
+            t0 = _now()
+            driver = OpenLoopDriver(
+                self.pool, wires, t0, counters, schedule, self._config.max_duration_s
+            )
+            records, samples, elapsed_s = await self._drive(
+                driver, t0, counters, progress, label, len(schedule.arrivals), schedule.duration_s
+            )
         return RunResult(records, samples, schedule.duration_s, elapsed_s, driver.not_sent)
 
     async def run_closed(
@@ -222,11 +223,12 @@ class OpenLoopClient:
             raise ValueError(f"no request bodies for function(s) {missing}")
         wires = self.wires(bodies)
         counters = LiveCounters()
-        t0 = _now()
-        driver = ClosedLoopDriver(self.pool, wires, t0, counters, plan)
-        records, samples, elapsed_s = await self._drive(
-            driver, t0, counters, progress, label, plan.max_requests, plan.duration_s
-        )
+        with young_collections_only():  # entered (a collection) before the plan's clock
+            t0 = _now()
+            driver = ClosedLoopDriver(self.pool, wires, t0, counters, plan)
+            records, samples, elapsed_s = await self._drive(
+                driver, t0, counters, progress, label, plan.max_requests, plan.duration_s
+            )
         return RunResult(records, samples, plan.duration_s, elapsed_s, 0)
 
     async def _drive(
@@ -248,10 +250,9 @@ class OpenLoopClient:
         # Sending ends by max_duration_s, every answer by timeout_s after its send.
         budget_s = self._config.max_duration_s + self._config.timeout_s + CANCEL_GRACE_S
         try:
-            with young_collections_only():
-                driver.start()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(driver.finished), budget_s)
+            driver.start()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(driver.finished), budget_s)
         finally:
             driver.stop()
             if not driver.finished.done():
