@@ -38,13 +38,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from infless.dataplane.policy import powers_of_two_up_to
+from infless.scaling.available import knobs_from
 from infless.scaling.bounds import Bounds, rate_bounds
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import POLICY_NAMES, ScalingConfig
 from infless.scaling.demand import Demand
 from infless.scaling.dts import plan_dts
 from infless.scaling.placement import Candidate, pick
-from infless.scaling.planner import knobs_from, plan, plan_with
+from infless.scaling.planner import plan, plan_with
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.shares import Regime, regime_of
 from infless.scaling.view import (

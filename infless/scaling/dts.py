@@ -10,7 +10,7 @@ Tetris shipped alpha = 0 (its loader is commented out), so its cost is memory al
 Here, for every instance the planner's loop starts (`planner.plan_with`, with this module's
 `DtsChooser` in place of Equation 10):
 
-- the candidates are Algorithm 1's (`planner.candidates`): t_exec ≤ t_slo for b = 1,
+- the candidates are Algorithm 1's (`available.candidates`): t_exec ≤ t_slo for b = 1,
   ≤ t_slo/2 above, and a b > 1 only while the residual reaches its r_low (so the batch
   fills before its timeout);
 - qps is the rate the instance will serve, min(r_up, residual) (the planner's "served"
@@ -43,12 +43,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from infless.scaling.available import knobs_from
 from infless.scaling.capacity import CapacityIndex
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
 from infless.scaling.memory import MIB, UNKNOWN_MODEL
 from infless.scaling.placement import Candidate, Choice
-from infless.scaling.planner import knobs_from, plan_with
+from infless.scaling.planner import plan_with
 from infless.scaling.predictors import LatencyPredictor, ScaledPredictor
 from infless.scaling.view import FunctionView, PoolView, ScalingPlan
 

@@ -30,10 +30,10 @@ from infless.dataplane.config import BatchingConfig
 from infless.dataplane.dispatcher import RateShareDispatcher
 from infless.dataplane.latency import ExecModel, FunctionLatency
 from infless.dataplane.policy import choose_batch_size, instance_settings, powers_of_two_up_to
+from infless.scaling.available import config_label
 from infless.scaling.bounds import rate_bounds
 from infless.scaling.config import ScalingConfig
 from infless.scaling.memory import ModelMemory
-from infless.scaling.planner import config_label
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
     Action,

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infless.profiler.database import GpuLatencyRow
+from infless.scaling.available import candidates, knobs_from
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
 from infless.scaling.gpu_profiles import GpuProfilePredictor
-from infless.scaling.planner import candidates, knobs_from, plan
+from infless.scaling.planner import plan
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.scaling.view import FunctionView, PoolView, ScalingPlan, ServerView
 

@@ -7,9 +7,10 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infless.scaling.available import knobs_from
 from infless.scaling.config import ScalingConfig
 from infless.scaling.demand import Demand
-from infless.scaling.planner import instance_bounds, knobs_from, plan
+from infless.scaling.planner import instance_bounds, plan
 from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.scaling.view import FunctionView, InstanceState, InstanceView, PoolView, ServerView
 from infless.types import InstanceConfig
