@@ -324,6 +324,7 @@ def build_platform(
         max_body_bytes=gateway.max_body_bytes,
         catalog=catalog,
         failed=failed,
+        spill_share=config.modelless.spill_share,
     )
     loop_lag = LoopLagProbe(clock, frontend.loop_lag)
     return Platform(

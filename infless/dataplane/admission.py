@@ -14,6 +14,8 @@ Pure functions that the gateway's router (`dataplane.router`) and the simulator
   idle: nothing would serve it sooner). Then the other accepting instance that would finish
   it first, if that one meets the deadline (or is idle). Nothing yielded: refuse (429).
   Work that cannot finish in time is never queued.
+- `has_room`: whether a ready instance would serve a request admitted now by its deadline
+  (model-less selection spills a query its first variant has no room for to another).
 - `refusal_retry_s`: the Retry-After of a refusal, from the predicted drain.
 - `room_refusal_s`: the early check at a request's headers, before its body is decoded.
   Refused when no ready instance, even the only one left, could serve it within its budget.
@@ -89,6 +91,15 @@ def candidates(
                 best, best_s = instance, at_s
     if best is not None and best_s <= deadline_s:
         yield best
+
+
+def has_room(ready: Sequence[Admissible], now_s: float, deadline_s: float) -> bool:
+    """Whether one of the `ready` instances accepts a request admitted at `now_s` (its
+    queue is not full) and would serve it by `deadline_s`, by its prediction — an idle one
+    too: its tail at batch 1 must fit (admission takes a request on an idle instance
+    whatever it predicts; a caller choosing between functions wants the one that makes
+    it). False with no ready instance."""
+    return any(i.accepting and i.finish_by_s(now_s) <= deadline_s for i in ready)
 
 
 def refusal_retry_s(ready: Sequence[Admissible], now_s: float, deadline_s: float) -> float:

@@ -42,13 +42,23 @@ class CallOrderError(RuntimeError):
 class Call(Generic[F]):
     """One request at the front door: when it came, for which function, what it got."""
 
-    __slots__ = ("_function", "model", "name", "outcomes", "started_s", "state", "variant")
+    __slots__ = (
+        "_function",
+        "model",
+        "name",
+        "outcomes",
+        "slo_held",
+        "started_s",
+        "state",
+        "variant",
+    )
 
     def __init__(self, name: str, started_s: float) -> None:
         self.name = name
         self.started_s = started_s
         self.model: str | None = None  # a model-less query: the model it named ...
         self.variant: str | None = None  # ... and the variant chosen for it
+        self.slo_held = False  # admitted within the SLO, not a grown budget (model-less)
         self.outcomes: list[Outcome] | None = None
         self.state = CallState.OPEN
         self._function: F | None = None

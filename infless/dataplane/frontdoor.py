@@ -93,8 +93,9 @@ class VariantChooser(Protocol):
         self,
         model: str,
         goals_in: Mapping[str, str] | None,
-        has_room: Callable[[ChosenVariant], bool] | None = None,
-    ) -> tuple[ChosenModel, ChosenVariant] | None: ...
+        has_room: Callable[[ChosenVariant, float], bool] | None = None,
+        spill_share: float = 1.0,
+    ) -> tuple[ChosenModel, ChosenVariant, bool] | None: ...
 
 
 class CallObserver(Protocol):
@@ -132,6 +133,7 @@ class FrontDoor(Generic[F, D]):
         max_body_bytes: int,
         catalog: VariantChooser | None = None,
         failed: Mapping[str, D] | None = None,
+        spill_share: float = 1.0,
     ) -> None:
         self._functions = functions
         self._failed: Mapping[str, D] = failed if failed is not None else {}
@@ -141,6 +143,7 @@ class FrontDoor(Generic[F, D]):
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
         self.loop_lag = LoopLag()  # fed by `LoopLagProbe`
+        self.spill_share = spill_share  # `[modelless] spill_share`
 
     # -- finding functions ---------------------------------------------------------------
     def find(self, name: str) -> F:
@@ -211,7 +214,7 @@ class FrontDoor(Generic[F, D]):
         """Refuse at once (429) a call no instance could answer in time, before its body is
         read and decoded: under overload, a refusal costs the HTTP exchange and no more."""
         function = call.bound("check_room")
-        function.router.check_room(self.budget_s(function))
+        function.router.check_room(self.call_budget_s(call, function))
 
     async def run(self, call: Call[F], samples: Sequence[Sample]) -> list[Outcome]:
         """Admit every sample, await all of them, answer in order (or raise the first
@@ -219,7 +222,7 @@ class FrontDoor(Generic[F, D]):
         function = call.admit()
         activity = function.activity
         activity.arrive(self._clock.now())
-        budget_s = self.budget_s(function)
+        budget_s = self.call_budget_s(call, function)
         try:
             outcomes = await run_samples(function.router, samples, self.timeout_s, budget_s)
         finally:
@@ -235,7 +238,7 @@ class FrontDoor(Generic[F, D]):
         function = call.admit()
         function.activity.arrive(self._clock.now())
         try:
-            return function.router.submit(sample, self.budget_s(function))
+            return function.router.submit(sample, self.call_budget_s(call, function))
         except BaseException:
             function.activity.finish(self._clock.now())
             raise
@@ -294,6 +297,14 @@ class FrontDoor(Generic[F, D]):
         """How long a request of `function` arriving now may take to be served."""
         return function.latency.budget_ms(self._clock.now(), self.loop_lag.tail_ms) / 1000.0
 
+    def call_budget_s(self, call: Call[F], function: F) -> float:
+        """`budget_s`, or for a call held to the SLO (`Call.slo_held`), the budget grown no
+        further than the SLO."""
+        if not call.slo_held:
+            return self.budget_s(function)
+        now, lag_ms = self._clock.now(), self.loop_lag.tail_ms
+        return function.latency.slo_budget_ms(now, lag_ms) / 1000.0
+
     def describe(self, function: F) -> AdmissionView:
         """How requests of `function` are admitted now (for /system/function)."""
         latency = function.latency
@@ -314,23 +325,36 @@ class FrontDoor(Generic[F, D]):
     def _choose(self, call: Call[F], goals: Mapping[str, str] | None) -> F:
         catalog = self._catalog
         model = call.model or call.name
-        chosen = None if catalog is None else catalog.choose(model, goals, self._has_room)
+        chosen = (
+            None
+            if catalog is None
+            else catalog.choose(model, goals, self._variant_room, self.spill_share)
+        )
         if chosen is None:
             return self.find(call.name)
-        entry, card = chosen
+        entry, card, alternatives = chosen
         function = self._functions.get(card.function)
         if function is None:
             raise WorkerUnavailable(
                 f"variant {card.name!r} of {entry.model!r} has no function deployed"
             )
         call.model, call.variant = entry.model, card.name
+        # with another variant to go to, it is admitted within the SLO where it can be
+        call.slo_held = alternatives and self._has_room(function, 1.0)
         return function
 
-    def _has_room(self, card: ChosenVariant) -> bool:
-        """Whether the variant's function could admit a query in time now (selection spills
-        a query its first choice cannot admit to another running variant)."""
+    def _variant_room(self, card: ChosenVariant, share: float) -> bool:
+        """Whether the variant's function would serve a query arriving now within `share`
+        of the SLO (selection's probe: see `catalog.choose`)."""
         function = self._functions.get(card.function)
-        return function is not None and function.router.has_room(self.budget_s(function))
+        return function is not None and self._has_room(function, share)
+
+    def _has_room(self, function: F, share: float) -> bool:
+        """Whether a ready instance of `function` would serve a query arriving now within
+        `share` of its budget grown no further than the SLO (`slo_budget_ms`)."""
+        now, lag_ms = self._clock.now(), self.loop_lag.tail_ms
+        budget_ms = function.latency.slo_budget_ms(now, lag_ms)
+        return function.router.has_room(share * budget_ms / 1000.0)
 
     def _served(self, call: Call[F], function: F, outcomes: list[Outcome]) -> None:
         call.outcomes = outcomes

@@ -176,11 +176,21 @@ class FunctionLatency:
 
     def budget_ms(self, now_s: float, loop_lag_ms: float) -> float:
         """How long a new request's batch may take to be served (see the module docstring)."""
+        return self._budget_ms(now_s, loop_lag_ms, self.budget_factor)
+
+    def slo_budget_ms(self, now_s: float, loop_lag_ms: float) -> float:
+        """The budget grown no further than the SLO (the factor at most 1): what a
+        model-less query is held to where it can be served in time (the front door's
+        spill-over). A grown budget admits work predicted past the SLO; that is worth it
+        only when nothing would serve the request in time."""
+        return self._budget_ms(now_s, loop_lag_ms, min(1.0, self.budget_factor))
+
+    def _budget_ms(self, now_s: float, loop_lag_ms: float, factor: float) -> float:
         overhead_ms = self.overhead_ms
         stale_s = now_s - self._overhead_at_s - OVERHEAD_FRESH_S
         if stale_s > 0:
             overhead_ms *= 0.5**stale_s
-        return max(0.0, self.budget_factor * self.slo_ms - overhead_ms - loop_lag_ms)
+        return max(0.0, factor * self.slo_ms - overhead_ms - loop_lag_ms)
 
     def answered_in(self, now_s: float, latency_ms: float, overhead_ms: float) -> None:
         self.answered += 1

@@ -99,7 +99,7 @@ class FunctionRouter:
         instance (a cold start)."""
         now = self._clock.now()
         ready = [i for i in self.instances if i.state is InstanceState.READY]
-        return bool(ready) and min(i.finish_by_s(now) for i in ready) <= now + budget_s
+        return admission.has_room(ready, now, now + budget_s)
 
     def check_room(self, budget_s: float) -> None:
         """Refuse (Overloaded, 429) a request that no ready instance could serve within

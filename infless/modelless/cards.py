@@ -124,6 +124,16 @@ def meets_slo_at(card: VariantCard, factor: float) -> bool:
     return not mine or any(feasible(b, t / f, card.slo_ms) for b, t in mine)
 
 
+def instance_qps(card: VariantCard, batch_size: int, cpus: int, factor: float) -> float:
+    """What one instance of the variant at <batch_size, cpus> sustains at `factor` of its
+    profiled speed: b / t_exec(b, c) · factor; the card's own Q at that factor where the
+    profile has no such point."""
+    t = next((t for b, c, t in card.points if b == batch_size and c == cpus and t > 0), None)
+    if t is None:
+        return sustained_qps(card, factor)
+    return batch_size * 1000.0 * max(factor, 1e-3) / t
+
+
 def instances_needed(qps: float, load_rps: float, slack: float) -> int:
     """Instances sustaining `qps` each that carry `load_rps` with `slack` headroom (at least
     one)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from infless.errors import GoalsUnmet, InvalidInput
 from infless.modelless.capacity import Capacity
@@ -28,7 +29,14 @@ from infless.modelless.profiles import Goals, VariantProfile
 from infless.modelless.selection import NoVariant, Selected, fallbacks, meets, select
 from infless.modelless.states import Tracked, VariantState
 
-__all__ = ["DEFAULT_APP", "GOAL_HEADERS", "ModelEntry", "ModelReading", "ModellessCatalog"]
+__all__ = [
+    "DEFAULT_APP",
+    "GOAL_HEADERS",
+    "Chosen",
+    "ModelEntry",
+    "ModelReading",
+    "ModellessCatalog",
+]
 
 # Query goals: headers on /function/{model}, parameters on V2.
 GOAL_HEADERS = {
@@ -37,6 +45,21 @@ GOAL_HEADERS = {
     "min_accuracy": "X-Infless-Min-Accuracy",
     "cost_weight": "X-Infless-Cost-Weight",
 }
+
+
+# whether a running variant would serve a query within a share of the SLO, now
+Room = Callable[[VariantCard, float], bool]
+
+
+class Chosen(NamedTuple):
+    """Where a model-less query goes (`ModellessCatalog.choose`)."""
+
+    entry: ModelEntry
+    card: VariantCard
+    # another running variant meeting its goals could have taken it (probed for room only
+    # then): the front door holds such a query to the SLO, since a budget grown past the
+    # SLO is for a query nothing else could serve in time
+    alternatives: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,24 +182,28 @@ class ModellessCatalog:
         self,
         model: str,
         goals_in: Mapping[str, str] | None,
-        has_room: Callable[[VariantCard], bool] | None = None,
-    ) -> tuple[ModelEntry, VariantCard] | None:
+        has_room: Room | None = None,
+        spill_share: float = 1.0,
+    ) -> Chosen | None:
         """The variant a query for `model` goes to, or None when `model` is not model-less.
 
         Raises InvalidInput for malformed goals, GoalsUnmet when no variant meets them.
 
-        `has_room` says whether a running variant can admit the query in time now (the
-        admission control's test). When the selected variant cannot, the query spills
-        over to the best other running variant that meets its goals and can (`fallbacks`).
-        That is typically the overflow variant vertical scaling keeps warm. When none can,
-        the query stays with the selected variant, which refuses it."""
+        `has_room(card, share)` says whether a running variant would serve the query within
+        `share` of the SLO now (the admission control's prediction). The query stays with
+        the selected variant when that one would within `spill_share`; else it spills over
+        to the best other running variant meeting its goals that would (`fallbacks`:
+        typically the overflow variant vertical scaling keeps warm); else to the first of
+        them that would within the whole SLO. When none would, it stays with the selected
+        variant, which admits or refuses it as any function does."""
         entry = self._models.get(model)
         if entry is None:
             return None
         goals = query_goals(entry, goals_in)
         choice = select(entry.catalogue, entry.states, goals, entry.target, entry.released)
+        alternatives = False
         if has_room is not None and isinstance(choice, Selected):
-            choice = _spill(entry, choice, goals, has_room)
+            choice, alternatives = _spill(entry, choice, goals, has_room, spill_share)
         if isinstance(choice, NoVariant):
             closest = [
                 {
@@ -192,23 +219,28 @@ class ModellessCatalog:
         if target is not None and card.name != target.name and not meets(target, goals):
             entry.traffic.record_pinned(card.name)
         entry.traffic.record_served(card.name)
-        return entry, card
+        return Chosen(entry, card, alternatives)
 
 
 def _spill(
-    entry: ModelEntry, choice: Selected, goals: Goals, has_room: Callable[[VariantCard], bool]
-) -> Selected:
-    """`choice`, or, where that running variant cannot admit the query in time, the best
-    other running variant meeting `goals` that can (counted as spilled). A cold start (an
-    Inactive choice) is left as it is."""
-    if choice.state is VariantState.INACTIVE or has_room(choice.card):
-        return choice
+    entry: ModelEntry, choice: Selected, goals: Goals, has_room: Room, spill_share: float
+) -> tuple[Selected, bool]:
+    """Where the query goes (see `ModellessCatalog.choose`; a move away from `choice` is
+    counted as spilled), and whether any other running variant meets `goals`. A cold start
+    (an Inactive choice) is left as it is; so is a choice with no other to go to."""
+    if choice.state is VariantState.INACTIVE:
+        return choice, False
     others = fallbacks(entry.catalogue, entry.states, goals, choice.card.name, entry.released)
-    spare = next((c for c in others if has_room(c)), None)
-    if spare is None:
-        return choice
-    entry.traffic.record_spill()
-    return Selected(spare, entry.states[spare.name])
+    if not others:
+        return choice, False
+    for share in (spill_share, 1.0) if spill_share < 1.0 else (1.0,):
+        if has_room(choice.card, share):
+            return choice, True
+        spare = next((c for c in others if has_room(c, share)), None)
+        if spare is not None:
+            entry.traffic.record_spill()
+            return Selected(spare, entry.states[spare.name]), True
+    return choice, True
 
 
 def query_goals(entry: ModelEntry, given: Mapping[str, str] | None) -> Goals:

@@ -50,6 +50,11 @@ class ModellessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     # keep the cheapest variant meeting the goals warm beside the target (one instance at
     # least), and send it the queries the target cannot admit in time (`vertical`)
     overflow: bool = True
+    # a query stays on the variant selection picked while that one would serve it within
+    # this share of the SLO, else it spills over to another running variant that would
+    # (typically the overflow variant); wherever it goes, it is held to the SLO where that
+    # variant can meet it (not admitted past it on a budget grown from a quiet p99)
+    spill_share: float = 0.7
 
 
 def check_modelless(cfg: ModellessConfig) -> list[str]:
@@ -75,6 +80,8 @@ def check_modelless(cfg: ModellessConfig) -> list[str]:
             f"[modelless]: tail_share must be in (0, 1] (got {cfg.tail_share}); 0.7 keeps "
             "30 % of the SLO as headroom"
         )
+    if not 0.0 < cfg.spill_share <= 1.0:
+        problems.append(f"[modelless]: spill_share must be in (0, 1] (got {cfg.spill_share})")
     if cfg.capacity_min_batches < 1 or not 0.0 <= cfg.capacity_recovery <= 1.0:
         problems.append("[modelless]: capacity_min_batches >= 1, capacity_recovery in [0, 1]")
     return problems

@@ -49,6 +49,6 @@ class VerticalPlan:
     rates_rps: Mapping[str, float]  # the demand Algorithm 1 plans with, by function
     cold: frozenset[str]  # variant functions no longer kept warm (retired)
     frozen: Mapping[str, int]  # variant functions serving on, at most this many instances
-    # overflow variants' functions: the rate their one warm instance is sized for
-    warm_for: Mapping[str, float]
+    # overflow variants' functions: their one warm instance is standby capacity
+    standby: frozenset[str]
     memory: PlannerMemory  # for the next pass

@@ -12,11 +12,12 @@ model whose variant functions are in the view, the planner:
 - moves the demand there (`vertical.retarget`);
 - marks the other variants as not to be kept warm.
 
-Until the monitor has seen the target serving, the variants it replaces keep their demand
-but may not grow. They give up the cores the target's first instances need: the weakest
-wholly, the one carrying the most (the bridge) down to one instance. Those with no
-instance stay without. Once the target serves, the others are let go at once: they are
-marked `retired`, which the scaling stability does not hold back.
+Until the target serves and its ready instances carry the load, the variants it replaces
+keep their demand but may not grow, and take the queries it has no room for (spill-over).
+They give up the cores the target's new instances need: the weakest wholly, the one
+carrying the most (the bridge) down to one instance while the target serves nothing yet.
+Those with no instance stay without. Once the target carries the load, the others are let
+go at once: they are marked `retired`, which the scaling stability does not hold back.
 
 With `[modelless] overflow`, one variant is not let go: the cheapest per request that
 meets the goals (`vertical.overflow_card`). It stays warm beside the target with the
@@ -36,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from infless.modelless.cards import VariantCard, sustained_qps
+from infless.modelless.cards import VariantCard, instance_qps, sustained_qps
 from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import AppDecision, PlannerMemory, VerticalPlan
@@ -69,7 +70,7 @@ class _Pass:
     pending: dict[str, tuple[str, float]]
     cold: set[str] = field(default_factory=set)  # variants no longer wanted warm
     frozen: dict[str, int] = field(default_factory=dict)  # serving on, at most this many
-    warm_for: dict[str, float] = field(default_factory=dict)  # overflow: sized for this rate
+    standby: set[str] = field(default_factory=set)  # overflow variants kept warm beside
 
 
 def plan_vertical(
@@ -110,7 +111,7 @@ def plan_vertical(
         rates_rps=tick.rates,
         cold=frozenset(tick.cold),
         frozen=tick.frozen,
-        warm_for=tick.warm_for,
+        standby=frozenset(tick.standby),
         memory=next_memory,
     )
 
@@ -137,8 +138,8 @@ def adjusted(view: PoolView, plan: VerticalPlan) -> tuple[PoolView, Demand]:
         elif function.name in plan.frozen:
             cap = min(function.max_instances, max(1, plan.frozen[function.name]))
             function = replace(function, max_instances=cap)  # noqa: PLW2901
-        if function.name in plan.warm_for:
-            function = replace(function, warm_for_rps=plan.warm_for[function.name])  # noqa: PLW2901
+        if function.name in plan.standby:
+            function = replace(function, standby=True)  # noqa: PLW2901
         out.append(function)
     servers = tuple(
         replace(s, free_cpus=min(s.cpus, s.free_cpus + freed.get(s.server_id, 0)))
@@ -160,12 +161,15 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
         app_rps = max(rates.get(c.function, 0.0) for c in present)
     pinned = {c.name: tick.counted.rate_rps(_pinned_key(c.function)) for c in present}
     live = {c.name: _live(functions[c.function]) for c in present}
+    factors = {c.name: entry.capacity.factor(c.name) for c in present}
+    live_qps = {c.name: _qps(c, functions[c.function], factors[c.name]) for c in present}
     overflow = _overflow(entry, present, tick.cfg)
     load = AppLoad(
         model=entry.model,
         goals=entry.planning_goals,
         cards=entry.catalogue.cards,
         live=live,
+        live_qps=live_qps,
         load_rps=max(0.0, app_rps - sum(pinned.values())),
         free_cpus=free,
         capacity=entry.capacity,
@@ -189,11 +193,17 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     # the overflow variant kept beside the target (none when the target is that variant)
     keep = None if overflow == decision.target else overflow
     kept = entry.card(keep) if keep is not None else None
-    if kept is not None:  # its warm instance takes the application's load while it steps
-        tick.warm_for[kept.function] = load.load_rps
-    # the target serves (Active, or busy: then more of it needs the others' cores)
-    serving = entry.states.get(decision.target, VariantState.INACTIVE)
-    target_serving = serving is not VariantState.INACTIVE
+    if kept is not None:  # its warm instance is there for a step the target cannot take
+        tick.standby.add(kept.function)
+    # the target serves (Active, or busy: then more of it needs the others' cores), and its
+    # ready instances carry the load: until then the others bridge (the queries it has no
+    # room for spill over to them)
+    serving = entry.states.get(decision.target, VariantState.INACTIVE) is not VariantState.INACTIVE
+    target = entry.card(decision.target)
+    carried = target is not None and load.load_rps <= _qps(
+        target, functions[target.function], factors[target.name], ready=True
+    )
+    target_serving = serving and carried
     own = {c.name: rates.get(c.function, 0.0) for c in present}
     moved = retarget(
         app_rps, own, pinned, decision.target, target_serving, [c.name for c in present]
@@ -217,6 +227,7 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
         pinned=pinned,
         short=short,
         tick=tick,
+        bridge=not serving,
     )
     return decided(released)
 
@@ -244,15 +255,17 @@ def _make_room(
     pinned: Mapping[str, float],
     short: int,
     tick: _Pass,
+    bridge: bool,
 ) -> frozenset[str]:
-    """Until the target serves, the variants it replaces give up the cores its new
-    instances need beyond what is free (`short`). The weakest go first and wholly; the
-    one carrying the most (the bridge) and the overflow variant go down to one instance.
+    """Until the target carries the load, the variants it replaces give up the cores its
+    new instances need beyond what is free (`short`). The weakest go first and wholly; the
+    overflow variant goes down to one instance, and so does the one carrying the most
+    while the target serves nothing yet (with `bridge`: the queries must go somewhere).
     Returns the variants released (gone cold)."""
     others = [c for c in present if c.name != target]
     others.sort(key=lambda c: live[c.name] * sustained_qps(c, entry.capacity.factor(c.name)))
     for index, card in enumerate(others):
-        floor = 1 if index == len(others) - 1 or card.name == keep else 0
+        floor = 1 if (bridge and index == len(others) - 1) or card.name == keep else 0
         give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))
         short -= give * card.cpus
         if live[card.name] - give <= 0:
@@ -334,3 +347,14 @@ def _pinned_key(function: str) -> str:
 
 def _live(function: FunctionView) -> int:
     return sum(1 for i in function.instances if i.state is not InstanceState.DRAINING)
+
+
+def _qps(card: VariantCard, function: FunctionView, factor: float, ready: bool = False) -> float:
+    """What the function's live (not draining) instances sustain — only the ready ones with
+    `ready` — each at its own <b, c> and the variant's capacity factor."""
+    counted = (InstanceState.READY,) if ready else (InstanceState.READY, InstanceState.STARTING)
+    return sum(
+        instance_qps(card, i.config.batch_size, i.config.cpus, factor)
+        for i in function.instances
+        if i.state in counted
+    )

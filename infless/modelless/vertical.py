@@ -16,8 +16,9 @@ fits, the one with the most measured throughput per core stays. Ties go to the m
 accurate variant. With nothing chosen yet, an application starts on the option that is
 best once loaded (C·n, then accuracy, then the load term).
 
-Upgrades. When the current variant would need more instances than it runs, the load
-forces a move. Another option that serves more requests per core by its profile, and
+Upgrades. When the current variant's live instances do not carry the load plus slack
+(counted at their own sizes, which Algorithm 1 chose: `AppLoad.live_qps`), the load forces
+a move. Another option that serves more requests per core by its profile, and
 costs less (load term included), wins at once: an *upgrade*. If none costs less, the
 current variant is replicated.
 
@@ -80,6 +81,9 @@ class AppLoad:
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
     capacity: Capacity = field(default_factory=Capacity)  # measured / profiled Q
     overflow: str | None = None  # the variant kept warm whatever is chosen (its one instance)
+    # variant -> what its live instances sustain at their own <b, c> (None: not known; the
+    # load is then weighed in instances of the card's configuration)
+    live_qps: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +185,9 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
             best = fixed  # start where a fixed deployment would, until the tail is measured
         move: Move = "start" if current is None else "upgrade"  # the current one cannot
         return decided(best.card.name, move)
-    live = load.live.get(current, 0)
+    pressed = _pressed(now, load, cfg)
     if not settled:
-        move = "replicate" if now.instances > live else "keep"
-        return decided(current, move)
+        return decided(current, "replicate" if pressed else "keep")
     if not tail_fits(now.card, load.capacity, cfg):
         # answering late at its tail here: the best quicker option that fits, at once
         now_ms = _b1_here(now.card, load.capacity)
@@ -192,7 +195,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         escape = _best_fitting(quicker, load.capacity, cfg)
         if escape is not None:
             return decided(escape.card.name, "upgrade")
-    if now.instances > live:  # the load needs more than the current variant runs
+    if pressed:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
         # refusing on a busy host measures low, and would send the load to a slower one)
@@ -221,6 +224,17 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     if ticks >= cfg.scale_down_ticks:
         return decided(steady.card.name, "downgrade")
     return decided(current, "keep", Hold(steady.card.name, ticks))
+
+
+def _pressed(now: Option, load: AppLoad, cfg: ModellessConfig) -> bool:
+    """Whether the load needs more than the current variant runs: more, with the slack,
+    than its live instances sustain at their own sizes (Algorithm 1 sizes them, not always
+    at the card's configuration); where that is not known, more of the card's instances
+    than it runs."""
+    name = now.card.name
+    if load.live_qps is None or name not in load.live_qps:
+        return now.instances > load.live.get(name, 0)
+    return load.load_rps * (1.0 + cfg.slack) > load.live_qps[name]
 
 
 def tail_fits(card: VariantCard, capacity: Capacity, cfg: ModellessConfig) -> bool:

@@ -16,7 +16,7 @@ capacity index so functions compete for the same servers):
      `unpriced`, one line per reason: never dropped in silence;
    - g > 0 is a configuration like any other where the view has GPUs;
 3. min/max instances and keep-warm (one instance at zero demand when the cold-start policy
-   says so; on the fewest cores, with the batch size for the function's `warm_for_rps`);
+   says so; on the fewest cores, and for a `standby` function the most throughput on them);
 4. the §3.2 regimes over the ready instances (`shares.dispatch_shares`): shares, and below the
    band the instances to release (cover at R·(1 + release_headroom) is never broken: a
    wider margin than scale-out's, so a release does not trigger the next start — the
@@ -123,11 +123,36 @@ def schedule(
     return placed, residual_rps if residual_rps > _EPS else 0.0
 
 
-def _fewest_cores(cands: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates holding the fewest cores (GPU shares aside): an instance kept warm
-    at zero demand is standby capacity, and holds no more cores than it must."""
+def _start_kept_warm(
+    function: FunctionView,
+    cands: Sequence[Candidate],
+    index: CapacityIndex,
+    chooser: Chooser,
+    missing: int,
+) -> list[_Placed]:
+    """Up to `missing` instances kept warm without demand (`_kept_warm`), placed one by
+    one (each taken from `index`) until none fits."""
+    placed: list[_Placed] = []
+    options, rate_rps = _kept_warm(function, cands)
+    while len(placed) < missing:
+        more, _ = schedule(function, options, rate_rps, index, 1, chooser, ensure_one=True)
+        if not more:
+            break
+        placed.extend(more)
+    return placed
+
+
+def _kept_warm(function: FunctionView, cands: Sequence[Candidate]) -> tuple[list[Candidate], float]:
+    """What an instance kept warm at zero demand may be, and the rate to place it for: on
+    the fewest cores (GPU shares aside: it holds no more than it must), for no rate (the
+    smallest batch); for a `standby` function, of those the one serving the most, for what
+    it serves (it is there to absorb a step another function cannot)."""
     fewest = min((c.config.cpus for c in cands), default=0)
-    return [c for c in cands if c.config.cpus == fewest]
+    kept = [c for c in cands if c.config.cpus == fewest]
+    if function.standby and kept:
+        most = max(kept, key=lambda c: (c.bounds.r_up_rps, -c.config.batch_size))
+        return [most], most.bounds.r_up_rps
+    return kept, 0.0
 
 
 def equation10(knobs: Knobs) -> Equation10:
@@ -210,20 +235,8 @@ def plan_function(
     live_rmax = sum(bounds[i.instance_id].r_up_rps for i in live)
     placed, unmet = schedule(function, cands, target_rps - live_rmax, index, max_new, chooser)
     need = max(function.min_instances, 1 if (function.keep_warm or demand_rps > 0) else 0)
-    while len(live) + len(placed) < need and len(placed) < max_new:
-        # on the fewest cores, with the batch size for the rate it is kept for (warm_for_rps)
-        more, _ = schedule(
-            function,
-            _fewest_cores(cands),
-            function.warm_for_rps * (1.0 + knobs.headroom),
-            index,
-            1,
-            chooser,
-            ensure_one=True,
-        )
-        if not more:
-            break
-        placed.extend(more)
+    missing = min(need - len(live), max_new) - len(placed)
+    placed.extend(_start_kept_warm(function, cands, index, chooser, missing))
 
     n_starting = len(live) - len(ready)
     floor = 1 if (demand_rps > 0 or function.keep_warm) else 0

@@ -68,9 +68,9 @@ class FunctionView:
     min_instances: int = 0
     max_instances: int = 1_000_000
     keep_warm: bool = True  # keep one instance with zero demand (the cold-start policy says)
-    # the rate an instance kept warm at zero demand is sized for when it starts (0: the
-    # smallest configuration); a model-less overflow variant is sized for its application's
-    warm_for_rps: float = 0.0
+    # its instance kept warm at zero demand is standby capacity for a step (a model-less
+    # overflow variant): the most throughput on the fewest cores, not the smallest instance
+    standby: bool = False
     instances: tuple[InstanceView, ...] = ()
     retired: bool = False  # let go by its owner (a replaced model-less variant): no release held
     # what one instance of its model holds (weights, activations, runtime); None: not known.

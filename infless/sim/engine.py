@@ -16,7 +16,10 @@ does, through the same pure decisions:
   each answer.
 
 Model-less applications (`modelless.SimApp`) run beside the functions: each arrival picks its
-variant with the catalogue's `choose`, then goes the way an arrival of that function goes.
+variant with the catalogue's `choose` — spilling over, as on the server, to another running
+variant when the selected one would not serve it within `[modelless] spill_share` of the
+SLO (`admission.has_room`), and held to the SLO where its variant can meet it — then goes
+the way an arrival of that function goes.
 No processes, no wall clock: many servers are cheap (for thousands, `sim.fluid`).
 """
 
@@ -173,18 +176,39 @@ class Simulation:
     def _app_arrive(self, app: AppRun, now: float) -> None:
         """A query of a model-less application: its variant, then that function's path."""
         self.requests += 1
-        function = self.world.modelless_apps.choose(app, now)
+        chosen = self.world.modelless_apps.choose(
+            app,
+            now,
+            lambda name, share: self._has_room(name, now, share),
+            self.cfg.modelless.spill_share,
+        )
         self._next_app_arrival(app)
-        if function is None:  # no variant meets the goals: refused
+        if chosen is None:  # no variant meets the goals: refused
             self.rejected += 1
             self.late_by_s[int(now)] += 1
             return
-        self._route(self.functions[function], now)
+        function, alternatives = chosen
+        # with another variant to go to, held to the SLO where it can be (the front door's)
+        held = alternatives and self._has_room(function, now, 1.0)
+        self._route(self.functions[function], now, slo_held=held)
 
-    def _route(self, fn: SimFunctionState, now: float) -> None:
-        """The router's `submit` (see the module docstring)."""
+    def _has_room(self, function: str, now: float, share: float) -> bool:
+        """The front door's room test: whether a ready instance of `function` would serve a
+        request arriving now within `share` of its budget grown no further than the SLO
+        (`slo_budget_ms`)."""
+        fn = self.functions.get(function)
+        if fn is None:
+            return False
+        deadline_s = now + share * fn.latency.slo_budget_ms(now, 0.0) / 1000.0
+        return admission.has_room(fn.ready, now, deadline_s)
+
+    def _route(self, fn: SimFunctionState, now: float, slo_held: bool = False) -> None:
+        """The router's `submit` (see the module docstring); `slo_held`: within the budget
+        grown no further than the SLO (`slo_budget_ms`)."""
         fn.arrive(now)
-        deadline_s = now + fn.latency.budget_ms(now, 0.0) / 1000.0
+        latency = fn.latency
+        budget_ms = latency.slo_budget_ms(now, 0.0) if slo_held else latency.budget_ms(now, 0.0)
+        deadline_s = now + budget_ms / 1000.0
         chosen = fn.dispatcher.choose(fn.ready)
         for instance in admission.candidates(chosen, fn.ready, now, deadline_s):
             if instance.accepting:

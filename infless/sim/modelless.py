@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from infless.control.vertical import VerticalScaling
@@ -263,19 +263,30 @@ class SimApps:
                 rates[target] = rate
         return rates
 
-    def choose(self, run: AppRun, now_s: float) -> str | None:
-        """A query of `run`: the variant function it goes to (None: no variant meets its
-        goals, the query is refused)."""
+    def choose(
+        self,
+        run: AppRun,
+        now_s: float,
+        has_room: Callable[[str, float], bool] | None = None,
+        spill_share: float = 1.0,
+    ) -> tuple[str, bool] | None:
+        """A query of `run`: the variant function it goes to, and whether another running
+        variant could have taken it (`catalog.Chosen.alternatives`); None: no variant meets
+        its goals, the query is refused. `has_room(function, share)`: whether that variant
+        function would serve the query within `share` of the SLO now; a query its selected
+        variant would not serve within `spill_share` spills over to another running variant
+        that would (`catalog.choose`), as on the server."""
         run.requests += 1
+        room = None if has_room is None else (lambda card, share: has_room(card.function, share))
         try:
-            chosen = self.catalog.choose(run.spec.model, run.headers)
+            chosen = self.catalog.choose(run.spec.model, run.headers, room, spill_share)
         except GoalsUnmet:
             chosen = None
         if chosen is None:
             run.rejected += 1
             return None
-        run.routed(chosen[1].name, now_s)
-        return chosen[1].function
+        run.routed(chosen.card.name, now_s)
+        return chosen.card.function, chosen.alternatives
 
     def planned(self, now_s: float) -> None:
         """After a plan: each application's vertical move, if any."""

@@ -13,7 +13,14 @@ from infless.scaling.predictors import AnalyticModel, AnalyticPredictor
 from infless.sim.engine import SimApp, SimConfig, SimFunction, Simulation
 from infless.sim.modelless import ProfilePredictor, variant_key
 from infless.sim.results import AppResult, SimResult
-from infless.sim.scenarios import STEP_MODEL, STEP_SLO_MS, main, step_load, step_profiles
+from infless.sim.scenarios import (
+    STEP_MODEL,
+    STEP_SLO_MS,
+    main,
+    modelless_step,
+    step_load,
+    step_profiles,
+)
 from infless.sim.workload import RateSchedule
 from tests.unit.modelless.support import profile
 
@@ -165,13 +172,31 @@ def test_modelless_uses_fewer_cores_than_fp32_replicated() -> None:
         cores["fp32"] += fixed.core_seconds_of([name])
         violations["modelless"] += summary.violations
         violations["fp32"] += baseline.violations
-    # Measured (seeds 1-4, with the server's admission and the overflow variant kept warm):
-    # 0.40x the core-seconds, 0.94x the violations (1.6x before the overflow variant, 0.4x
-    # without admission's refusals). They come in the second after a load step, while the
-    # old variant carries the load and the new one starts; fp32 alone replicates in the same
-    # second. The simulator does not spill queries over (docs/modelless.md).
+    # Measured (seeds 1-4, with the server's admission, the overflow variant kept warm as
+    # standby and queries spilled over to it): 0.22x the core-seconds, no violations
+    # against fp32's 867 of 68,082 (before spill-over: 0.40x and 0.94x).
     assert cores["modelless"] < 0.6 * cores["fp32"]
-    assert violations["modelless"] <= 1.2 * violations["fp32"]
+    assert violations["modelless"] <= 0.5 * violations["fp32"]
+
+
+def test_at_the_step_modelless_has_no_more_violations_than_the_fastest_variant_alone() -> None:
+    """The INFaaS figure's scenario (`sim.scenarios.modelless_step`, seeds 1-3): model-less
+    against int8 alone (the best fixed variant: the only one meeting the step) on the same
+    arrivals. At the 60 -> 450 rps step fp32 carries the load; int8's standby instance
+    takes what fp32 would not answer within `spill_share` of the SLO, fp32 bridges until
+    int8's ready instances carry the load, and every query with somewhere else to go is
+    held to the SLO. Before those (overflow sized for its own rate, no spill-over in the
+    simulator): 1.4 % violations against none."""
+    violations = {"modelless": 0, "int8 only": 0}
+    accuracy = {"modelless": 0.0, "int8 only": 0.0}
+    for seed in (1, 2, 3):
+        cfg = SimConfig(servers=8, duration_s=80.0, exec_jitter=0.05, seed=seed)
+        found = modelless_step(cfg)
+        for run in violations:
+            violations[run] += found[run].violations
+            accuracy[run] += found[run].mean_accuracy / 3
+    assert violations["modelless"] <= violations["int8 only"]
+    assert accuracy["modelless"] > accuracy["int8 only"]
 
 
 # -- what the simulator showed about the policies (fixed; these keep them fixed) -----------
@@ -264,7 +289,9 @@ def test_at_a_step_from_the_accurate_variant_the_fast_one_scales_out_in_the_same
     fixed = Simulation([function], ProfilePredictor((bf16,)), cfg, ScalingConfig())
     result = modelless.run()
     fixed.run()
-    assert share(result.apps["m"].mix(10, 20), "fp32") == 1.0
+    # fp32 carries the low phase (a query it would answer only past `spill_share` of the
+    # SLO goes to bf16: 1 of 192 here)
+    assert share(result.apps["m"].mix(10, 20), "fp32") > 0.98
 
     def first_start_after_step(sim: Simulation) -> float:
         return min(t for t, e, i in sim.cluster.events if e == "start" and t >= 20.0)

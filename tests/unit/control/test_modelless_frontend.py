@@ -139,3 +139,34 @@ async def test_a_target_too_slow_here_even_when_idle_leaves_the_query_to_the_ove
     assert (variants, refused) == (["int8"], 0)
     assert entry.spilled == 1
     await pool.stop()
+
+
+async def test_a_query_stays_on_the_target_only_within_the_spill_share_of_the_slo() -> None:
+    """With `[modelless] spill_share` 0.5, a query stays on fp32 only while fp32 would
+    answer it within 25 ms: idle, its predicted tail (20 ms at twice that before any batch
+    was measured) is past it, so the burst starts on int8, and goes back to fp32 only when
+    int8 too is past 25 ms; nothing is refused."""
+    first = {}
+    for share in (1.0, 0.5):
+        frontend, clock, pool, _ = await serving(overflow_running=True)
+        frontend.spill_share = share
+        variants, refused = await burst(frontend, clock, 60)
+        assert refused == 0
+        first[share] = variants[0]
+        if share < 1.0:
+            assert variants.index("fp32") > 20
+        await pool.stop()
+    assert first == {1.0: "fp32", 0.5: "int8"}
+
+
+async def test_a_query_with_another_variant_to_go_to_is_held_to_the_slo() -> None:
+    """Held (admitted within the SLO, not a budget grown past it) only where another
+    running variant could have taken it; alone, a variant admits as any function does."""
+    for overflow_running in (True, False):
+        frontend, _, pool, _ = await serving(overflow_running)
+        call = frontend.open("m")
+        frontend.bind(call, None)
+        assert call.variant == "fp32"
+        assert call.slo_held is overflow_running
+        frontend.close(call, 499)
+        await pool.stop()

@@ -144,6 +144,21 @@ async def test_has_room_predicts_the_finish_even_when_idle_and_counts_nothing() 
         await clock.advance(0.01)
 
 
+async def test_has_room_is_false_for_an_instance_whose_queue_is_full() -> None:
+    """Whatever the budget: admission would not queue there (a model-less query spills
+    over to another variant instead of staying to be refused)."""
+    clock = FakeClock()
+    harness = Harness(clock)
+    instance = harness.add(batch_size=1)
+    while instance.accepting:
+        harness.submit(1e6)
+    assert not harness.router.has_room(1e6)
+    for _ in range(200):
+        await clock.advance(0.01)
+    assert harness.router.instances[0].accepting  # drained
+    assert harness.router.has_room(1e6)
+
+
 async def test_a_partial_batch_waits_a_bounded_time_and_never_past_its_latest_start() -> None:
     clock = FakeClock()
     harness = Harness(clock)

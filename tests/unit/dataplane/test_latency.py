@@ -72,6 +72,10 @@ def test_the_budget_is_the_slo_less_overheads_and_shrinks_while_p99_runs_high() 
     for k in range(1600):  # then fast answers: it grows back, beyond the SLO to its ceiling
         latency.answered_in(now + 4.0 + k * 0.01, 5.0, overhead_ms=3.0)
     assert latency.budget_factor == BUDGET_CEILING  # predictions are tails; answers show room
+    # a query another function could serve is held to the SLO: the factor at most 1
+    later = now + 4.0 + 16.0
+    assert latency.slo_budget_ms(later, 0.0) == pytest.approx(50.0 - 3.0)
+    assert latency.budget_ms(later, 0.0) == pytest.approx(BUDGET_CEILING * 50.0 - 3.0)
     p99 = latency.p99_ms(now + 20.0)
     assert p99 == pytest.approx(5.0)
 

@@ -166,6 +166,33 @@ def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None
     assert not function(out_view, "m--int8").retired
 
 
+def test_the_variant_moved_away_from_bridges_until_the_targets_ready_instances_carry_it() -> None:
+    """A target that serves on too little (its one ready instance sustains 500 rps of the
+    600) does not retire the old variant yet: that one keeps its demand at its size and
+    takes what spills over; once the target's ready instances carry the load, it goes."""
+    catalog, planner = setup()
+    given(catalog, target="fp32")
+    given(catalog, fp32=ACTIVE)
+    running = {"fp32": [instance("m--fp32", 1)]}
+    ticks(planner, catalog, running, {"fp32": 600.0}, 2.0)
+    assert current(catalog).target == "int8"
+    small = InstanceView("m--int8-1", "m--int8", "local", InstanceConfig(1, 1))  # 2 ms: 500 rps
+    running["int8"] = [small]
+    given(catalog, int8=ACTIVE)
+    spilled = {"int8": 500.0, "fp32": 100.0}  # what int8 has no room for goes to fp32
+    out_view, out = ticks(planner, catalog, running, spilled, 1.0, start=2.0)
+    assert not function(out_view, "m--fp32").retired
+    assert out.rate_rps("m--fp32") == pytest.approx(100.0)  # its own, at its size
+    assert function(out_view, "m--fp32").max_instances == 1  # serving on, not growing
+    running["int8"] = [small, instance("m--int8", 2, InstanceState.STARTING)]
+    out_view, _ = ticks(planner, catalog, running, spilled, 1.0, start=3.0)
+    assert not function(out_view, "m--fp32").retired  # starting carries nothing yet
+    running["int8"] = [small, instance("m--int8", 2)]
+    out_view, out = ticks(planner, catalog, running, {"int8": 600.0}, 1.0, start=4.0)
+    assert function(out_view, "m--fp32").retired
+    assert out.rate_rps("m--fp32") == 0.0
+
+
 def test_the_cores_of_a_retired_variant_without_demand_are_free_for_this_pass() -> None:
     catalog, planner = setup()
     given(catalog, target="int8")
@@ -281,10 +308,10 @@ def test_the_overflow_variant_stays_warm_beside_the_target_with_what_spills_to_i
     assert 20.0 < out.rate_rps("m--int8") <= 35.0  # planned for what it served
     assert out.rate_rps("m--fp32") > 60.0  # the application's load: fp32 is to carry it
     assert not function(out_view, "m--bf16").keep_warm
-    # were int8's warm instance to start again, it is sized to take the application's load
-    # (a step the target cannot admit spills over to it), not the little it served
-    assert function(out_view, "m--int8").warm_for_rps > 60.0
-    assert function(out_view, "m--fp32").warm_for_rps == 0.0
+    # were int8's warm instance to start again, it is standby capacity (a step the target
+    # cannot admit spills over to it), not sized for the little it served
+    assert function(out_view, "m--int8").standby
+    assert not function(out_view, "m--fp32").standby
 
 
 def test_without_an_overflow_variant_the_others_go_cold() -> None:

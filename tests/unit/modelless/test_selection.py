@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from infless.errors import GoalsUnmet, InvalidInput
@@ -210,20 +212,61 @@ def test_a_query_the_target_cannot_admit_spills_over_to_a_running_variant_that_c
     e = entry(target="fp32")
     catalog.publish(e)
     room = {"fp32": False, "bf16": False, "int8": True}
-    got = catalog.choose("m", None, lambda card: room[card.name])
+    got = catalog.choose("m", None, lambda card, share: room[card.name])
     assert got is not None
     assert got[1].name == "int8"  # bf16 is cheaper than fp32 but has no room either
     assert e.spilled == 1
     assert e.served == {"int8": 1}
     room["fp32"] = True
-    got = catalog.choose("m", None, lambda card: room[card.name])
+    got = catalog.choose("m", None, lambda card, share: room[card.name])
     assert got is not None
     assert got[1].name == "fp32"  # the target has room again: it serves
     room = dict.fromkeys(room, False)
-    got = catalog.choose("m", None, lambda card: room[card.name])
+    got = catalog.choose("m", None, lambda card, share: room[card.name])
     assert got is not None
     assert got[1].name == "fp32"  # no room anywhere: the target, which refuses it
     assert e.spilled == 1
+
+
+def test_a_query_stays_within_the_spill_share_else_goes_where_it_is_served_in_time() -> None:
+    """The target while it would serve the query within `spill_share` of the SLO; else
+    another running variant that would; else the first that would within the whole SLO;
+    and the choice says there was another variant to go to."""
+    catalog = ModellessCatalog()
+    e = entry(target="fp32")
+    catalog.publish(e)
+    room = {"fp32": 1.0, "bf16": 1.0, "int8": 0.5}  # the least share each serves within
+
+    def has_room(card: VariantCard, share: float) -> bool:
+        return share >= room[card.name]
+
+    got = catalog.choose("m", None, has_room, spill_share=0.7)
+    assert got is not None
+    assert (got.card.name, got.alternatives) == ("int8", True)  # fp32 only past 0.7
+    room["int8"] = 2.0  # int8 has no room at all now
+    got = catalog.choose("m", None, has_room, spill_share=0.7)
+    assert got is not None
+    assert (got.card.name, got.alternatives) == ("fp32", True)  # within the SLO: the target
+    room["fp32"] = 0.6
+    got = catalog.choose("m", None, has_room, spill_share=0.7)
+    assert got is not None
+    assert got.card.name == "fp32"
+    assert e.spilled == 1
+
+
+def test_a_variant_alone_has_no_alternatives_and_is_not_probed() -> None:
+    catalog = ModellessCatalog()
+    e = replace(entry(target="fp32"), states={"fp32": ACTIVE})
+    catalog.publish(e)
+    probed: list[str] = []
+
+    def has_room(card: VariantCard, share: float) -> bool:
+        probed.append(card.name)
+        return False
+
+    got = catalog.choose("m", None, has_room, spill_share=0.7)
+    assert got is not None
+    assert (got.card.name, got.alternatives, probed) == ("fp32", False, [])
 
 
 def test_a_cold_start_is_not_probed_for_room() -> None:
@@ -234,7 +277,7 @@ def test_a_cold_start_is_not_probed_for_room() -> None:
     catalog.publish(e)
     probed: list[str] = []
 
-    def has_room(card: VariantCard) -> bool:
+    def has_room(card: VariantCard, share: float) -> bool:
         probed.append(card.name)
         return False
 

@@ -52,6 +52,21 @@ def test_load_beyond_the_current_variant_upgrades_at_once() -> None:
     assert (got.target, got.move) == ("int8", "upgrade")
 
 
+def test_pressure_is_weighed_in_what_the_live_instances_sustain_at_their_sizes() -> None:
+    """Algorithm 1 sizes the instances, not always at the card's configuration: two small
+    fp32 instances count as two of the card's, yet sustain far less. The load presses on
+    what they sustain, so the upgrade is not missed while fp32 keeps being widened."""
+    rps = QPS["fp32"] * 1.5  # two of the card's fp32 instances would carry it
+    two = {"fp32": 2}
+    counted = decide(load(rps, two), "fp32", Hold(), CFG)
+    assert counted.move != "upgrade"  # in instances, nothing presses
+    small = replace(load(rps, two), live_qps={"fp32": QPS["fp32"] * 0.8})
+    got = decide(small, "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("int8", "upgrade")
+    roomy = replace(load(rps, two), live_qps={"fp32": QPS["fp32"] * 2.0})
+    assert decide(roomy, "fp32", Hold(), CFG).move != "upgrade"
+
+
 def test_replicating_wins_when_no_variant_is_cheaper() -> None:
     rps = QPS["int8"] * 1.5
     got = decide(load(rps, {"int8": 1}), "int8", Hold(), CFG)
