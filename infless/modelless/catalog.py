@@ -193,9 +193,10 @@ class ModellessCatalog:
         `share` of the SLO now (the admission control's prediction). The query stays with
         the selected variant when that one would within `spill_share`; else it spills over
         to the best other running variant meeting its goals that would (`fallbacks`:
-        typically the overflow variant vertical scaling keeps warm); else to the first of
-        them that would within the whole SLO. When none would, it stays with the selected
-        variant, which admits or refuses it as any function does."""
+        typically the overflow variant vertical scaling keeps warm); else the same two
+        tests within the whole SLO (the selected variant, then the others). When none
+        would, it stays with the selected variant, which admits or refuses it as any
+        function does."""
         entry = self._models.get(model)
         if entry is None:
             return None

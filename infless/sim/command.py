@@ -84,7 +84,7 @@ def build_mix(args: argparse.Namespace, cfg: SimConfig) -> tuple[SimFunction, ..
     shapes = mixes.SHAPES if args.shape == "mixed" else (cast(mixes.Shape, args.shape),)
     rate = args.rate_rps or 1000.0
     if args.mix == "scale":
-        measured = load_zoo().models
+        measured = mixes.scale_models(load_zoo().models)
         functions = mixes.scale_mix(args.functions, rate, cfg.duration_s, shapes, measured)
     else:
         build = mixes.qa if args.mix == "qa" else mixes.osvt

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from infless.sim import mixes
 from infless.sim.figures import __main__ as figures
 from infless.sim.figures import dts, tetris, throughput
 from infless.sim.figures.table import Rows, markdown
+from infless.sim.latency import load_zoo
 from infless.sim.memory import MIB, ModelMemory
 
 
@@ -44,6 +46,17 @@ def test_max_rps_is_sustained_and_twice_it_is_not() -> None:
     assert rate > 0
     assert throughput.sustains("qa", rate, cfg, "infless")
     assert not throughput.sustains("qa", 2.0 * rate, cfg, "infless")
+
+
+def test_fig11_runs_both_applications_and_the_scale_figures_keep_to_qa() -> None:
+    """OSVT's models are measured (Fig. 11 runs them beside the Q&A robot); the scale mix
+    keeps to the Q&A models, whose instances 2,000 servers hold 10,000 of."""
+    rows = figures.build("fig11", small=True)
+    assert {str(r["app"]) for r in rows.rows} == {"qa", "osvt"}
+    assert all(float(r["max_rps"]) > 0 for r in rows.rows)
+    measured = load_zoo().models
+    assert {"ssd", "mobilenet", "resnet-50"} <= set(measured)
+    assert sorted(mixes.scale_models(measured)) == ["dssm-2365", "lstm-2365", "textcnn-69"]
 
 
 def test_sharing_saves_more_with_more_instances_up_to_the_tensors_share() -> None:

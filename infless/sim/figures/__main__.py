@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from infless.extras import PLOTS, has_module, missing_extra_message
+from infless.sim import mixes
 from infless.sim.command import servers, truth_and_planner
 from infless.sim.figures import conditions, cost, dts, infaas, overhead, tetris, throughput
 from infless.sim.figures.table import Rows, markdown, write_png
@@ -38,12 +39,17 @@ def _scale(small: bool) -> SimConfig:
     return SimConfig(servers=2000, gpus_per_server=2, mode="fluid", duration_s=30.0, step_s=0.25)
 
 
+def _scale_models() -> list[str]:
+    """The measured models the scale figures run (`mixes.scale_models`)."""
+    return mixes.scale_models(load_zoo().models)
+
+
 def _fig17(small: bool) -> Rows:
     cfg = _scale(small)
     _, planner = truth_and_planner(cfg)
     counts = (50, 100) if small else (1000, 2500, 5000, 10_000)
     functions = 10 if small else 40
-    return overhead.fig17(servers(cfg), planner, cfg.scaling, load_zoo().models, counts, functions)
+    return overhead.fig17(servers(cfg), planner, cfg.scaling, _scale_models(), counts, functions)
 
 
 def _fig11(small: bool) -> Rows:
@@ -61,7 +67,7 @@ def _fig11_reserve(small: bool) -> Rows:
 
 def _table4(small: bool) -> Rows:
     return cost.table4(
-        _scale(small), load_zoo().models, 100 if small else 10_000, 10 if small else 40
+        _scale(small), _scale_models(), 100 if small else 10_000, 10 if small else 40
     )
 
 
@@ -70,14 +76,14 @@ def _fig15(small: bool) -> Rows:
     cfg = _scale(small)
     if not small:
         cfg = msgspec.structs.replace(cfg, servers=cfg.servers // 10)
-    return cost.fig15(cfg, load_zoo().models, 100 if small else 1000, 10 if small else 40)
+    return cost.fig15(cfg, _scale_models(), 100 if small else 1000, 10 if small else 40)
 
 
 def _conditions(small: bool) -> Rows:
     if small:
         few = SimConfig(servers=4, mode="fluid", duration_s=5.0, step_s=0.5)
-        return conditions.advantage(load_zoo().models, few, conditions.CASES[:2])
-    return conditions.advantage(load_zoo().models)
+        return conditions.advantage(_scale_models(), few, conditions.CASES[:2])
+    return conditions.advantage(_scale_models())
 
 
 def _tetris_fig9(small: bool) -> Rows:
@@ -95,9 +101,7 @@ def _tetris_fig13(small: bool) -> Rows:
 def _sharing(small: bool) -> Rows:
     servers_count, instances = (10, 50) if small else (200, 1000)
     cfg = msgspec.structs.replace(_scale(small), servers=servers_count)
-    return tetris.sharing_placement(
-        cfg, load_zoo().models, instances, functions=10 if small else 40
-    )
+    return tetris.sharing_placement(cfg, _scale_models(), instances, functions=10 if small else 40)
 
 
 def _dts(small: bool) -> Rows:
@@ -105,7 +109,7 @@ def _dts(small: bool) -> Rows:
     servers_count, instances = (10, 50) if small else (DTS_SERVERS, DTS_INSTANCES)
     cfg = msgspec.structs.replace(_scale(small), servers=servers_count)
     functions, seeds = (10, (1,)) if small else (40, DTS_SEEDS)
-    return dts.compare(cfg, load_zoo().models, instances, functions, seeds)
+    return dts.compare(cfg, _scale_models(), instances, functions, seeds)
 
 
 def _infaas(small: bool) -> Rows:

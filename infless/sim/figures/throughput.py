@@ -89,7 +89,7 @@ def max_rps(app: str, cfg: SimConfig, policy: str, start_rps: float = 1000.0) ->
 def fig11(
     cfg: SimConfig | None = None,
     policies: Sequence[str] = POLICIES,
-    apps: Sequence[str] = ("qa",),
+    apps: Sequence[str] = ("qa", "osvt"),
 ) -> Rows:
     """Rows of (app, policy, max RPS, × OpenFaaS+, drop against INFless)."""
     cfg = cfg or local_cluster()
