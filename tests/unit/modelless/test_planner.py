@@ -127,14 +127,22 @@ def function(v: PoolView, name: str) -> FunctionView:
     return next(f for f in v.functions if f.name == name)
 
 
-def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> None:
+def upgraded_at_600_rps() -> tuple[
+    ModellessCatalog, VerticalScaling, dict[str, list[InstanceView]], tuple[PoolView, Demand]
+]:
+    """fp32 the target on one instance, then 2 s at 600 rps: fp32 carries ~444 rps an
+    instance, int8 ~1100, so the load forces the upgrade to int8 (not serving yet)."""
     catalog, planner = setup()
     given(catalog, target="fp32")
     given(catalog, fp32=ACTIVE)
     running = {"fp32": [instance("m--fp32", 1)]}
-    # fp32 carries ~444 rps an instance, int8 ~1100: 600 rps forces the upgrade
-    out_view, out = ticks(planner, catalog, running, {"fp32": 600.0}, 2.0)
+    out = ticks(planner, catalog, running, {"fp32": 600.0}, 2.0)
     assert current(catalog).target == "int8"
+    return catalog, planner, running, out
+
+
+def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> None:
+    catalog, planner, running, (out_view, out) = upgraded_at_600_rps()
     assert current(catalog).switches == 1
     assert planner.decisions["m"].move in ("upgrade", "keep", "replicate")
     # int8 does not serve yet: fp32 keeps its own demand at its size; int8 gets the load
@@ -151,12 +159,7 @@ def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> 
 
 
 def test_the_variant_moved_away_from_is_retired_once_the_target_serves() -> None:
-    catalog, planner = setup()
-    given(catalog, target="fp32")
-    given(catalog, fp32=ACTIVE)
-    running = {"fp32": [instance("m--fp32", 1)]}
-    out_view, _ = ticks(planner, catalog, running, {"fp32": 600.0}, 2.0)
-    assert current(catalog).target == "int8"
+    catalog, planner, running, (out_view, _) = upgraded_at_600_rps()
     assert not function(out_view, "m--fp32").retired  # it serves until int8 does
     running["int8"] = [instance("m--int8", 1)]
     given(catalog, int8=ACTIVE)
@@ -170,12 +173,7 @@ def test_the_variant_moved_away_from_bridges_until_the_targets_ready_instances_c
     """A target that serves on too little (its one ready instance sustains 500 rps of the
     600) does not retire the old variant yet: that one keeps its demand at its size and
     takes what spills over; once the target's ready instances carry the load, it goes."""
-    catalog, planner = setup()
-    given(catalog, target="fp32")
-    given(catalog, fp32=ACTIVE)
-    running = {"fp32": [instance("m--fp32", 1)]}
-    ticks(planner, catalog, running, {"fp32": 600.0}, 2.0)
-    assert current(catalog).target == "int8"
+    catalog, planner, running, _ = upgraded_at_600_rps()
     small = InstanceView("m--int8-1", "m--int8", "local", InstanceConfig(1, 1))  # 2 ms: 500 rps
     running["int8"] = [small]
     given(catalog, int8=ACTIVE)
