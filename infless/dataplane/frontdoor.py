@@ -332,28 +332,24 @@ class FrontDoor(Generic[F, D]):
         )
         if chosen is None:
             return self.find(call.name)
-        entry, card, alternatives = chosen
+        entry, card, held = chosen
         function = self._functions.get(card.function)
         if function is None:
             raise WorkerUnavailable(
                 f"variant {card.name!r} of {entry.model!r} has no function deployed"
             )
         call.model, call.variant = entry.model, card.name
-        # with another variant to go to, it is admitted within the SLO where it can be
-        call.slo_held = alternatives and self._has_room(function, 1.0)
+        call.slo_held = held  # another variant to go to, and room within the SLO here
         return function
 
     def _variant_room(self, card: ChosenVariant, share: float) -> bool:
         """Whether the variant's function would serve a query arriving now within `share`
-        of the SLO (selection's probe: see `catalog.choose`)."""
+        of its budget grown no further than the SLO (`slo_budget_ms`; selection's probe:
+        see `catalog.choose`)."""
         function = self._functions.get(card.function)
-        return function is not None and self._has_room(function, share)
-
-    def _has_room(self, function: F, share: float) -> bool:
-        """Whether a ready instance of `function` would serve a query arriving now within
-        `share` of its budget grown no further than the SLO (`slo_budget_ms`)."""
-        now, lag_ms = self._clock.now(), self.loop_lag.tail_ms
-        budget_ms = function.latency.slo_budget_ms(now, lag_ms)
+        if function is None:
+            return False
+        budget_ms = function.latency.slo_budget_ms(self._clock.now(), self.loop_lag.tail_ms)
         return function.router.has_room(share * budget_ms / 1000.0)
 
     def _served(self, call: Call[F], function: F, outcomes: list[Outcome]) -> None:

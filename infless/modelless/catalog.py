@@ -56,10 +56,10 @@ class Chosen(NamedTuple):
 
     entry: ModelEntry
     card: VariantCard
-    # another running variant meeting its goals could have taken it (probed for room only
-    # then): the front door holds such a query to the SLO, since a budget grown past the
-    # SLO is for a query nothing else could serve in time
-    alternatives: bool = False
+    # another running variant meeting its goals could have taken it, and the probes found
+    # room within the SLO on `card`: the front door admits it within the SLO, since a
+    # budget grown past the SLO is for a query nothing else could serve in time
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +202,9 @@ class ModellessCatalog:
             return None
         goals = query_goals(entry, goals_in)
         choice = select(entry.catalogue, entry.states, goals, entry.target, entry.released)
-        alternatives = False
+        held = False
         if has_room is not None and isinstance(choice, Selected):
-            choice, alternatives = _spill(entry, choice, goals, has_room, spill_share)
+            choice, held = _spill(entry, choice, goals, has_room, spill_share)
         if isinstance(choice, NoVariant):
             closest = [
                 {
@@ -220,15 +220,17 @@ class ModellessCatalog:
         if target is not None and card.name != target.name and not meets(target, goals):
             entry.traffic.record_pinned(card.name)
         entry.traffic.record_served(card.name)
-        return Chosen(entry, card, alternatives)
+        return Chosen(entry, card, held)
 
 
 def _spill(
     entry: ModelEntry, choice: Selected, goals: Goals, has_room: Room, spill_share: float
 ) -> tuple[Selected, bool]:
     """Where the query goes (see `ModellessCatalog.choose`; a move away from `choice` is
-    counted as spilled), and whether any other running variant meets `goals`. A cold start
-    (an Inactive choice) is left as it is; so is a choice with no other to go to."""
+    counted as spilled), and whether it is held to the SLO (`Chosen.held`: another running
+    variant meets `goals`, and the variant it goes to was found with room within the SLO —
+    `spill_share` is at most 1). A cold start (an Inactive choice) is left as it is; so is
+    a choice with no other to go to."""
     if choice.state is VariantState.INACTIVE:
         return choice, False
     others = fallbacks(entry.catalogue, entry.states, goals, choice.card.name, entry.released)
@@ -241,7 +243,7 @@ def _spill(
         if spare is not None:
             entry.traffic.record_spill()
             return Selected(spare, entry.states[spare.name]), True
-    return choice, True
+    return choice, False  # no room within the SLO anywhere: it admits as any function does
 
 
 def query_goals(entry: ModelEntry, given: Mapping[str, str] | None) -> Goals:

@@ -187,9 +187,7 @@ class Simulation:
             self.rejected += 1
             self.late_by_s[int(now)] += 1
             return
-        function, alternatives = chosen
-        # with another variant to go to, held to the SLO where it can be (the front door's)
-        held = alternatives and self._has_room(function, now, 1.0)
+        function, held = chosen  # held to the SLO, as the front door holds it
         self._route(self.functions[function], now, slo_held=held)
 
     def _has_room(self, function: str, now: float, share: float) -> bool:

@@ -270,9 +270,9 @@ class SimApps:
         has_room: Callable[[str, float], bool] | None = None,
         spill_share: float = 1.0,
     ) -> tuple[str, bool] | None:
-        """A query of `run`: the variant function it goes to, and whether another running
-        variant could have taken it (`catalog.Chosen.alternatives`); None: no variant meets
-        its goals, the query is refused. `has_room(function, share)`: whether that variant
+        """A query of `run`: the variant function it goes to, and whether it is held to the
+        SLO (`catalog.Chosen.held`); None: no variant meets its goals, the query is
+        refused. `has_room(function, share)`: whether that variant
         function would serve the query within `share` of the SLO now; a query its selected
         variant would not serve within `spill_share` spills over to another running variant
         that would (`catalog.choose`), as on the server."""
@@ -286,7 +286,7 @@ class SimApps:
             run.rejected += 1
             return None
         run.routed(chosen.card.name, now_s)
-        return chosen.card.function, chosen.alternatives
+        return chosen.card.function, chosen.held
 
     def planned(self, now_s: float) -> None:
         """After a plan: each application's vertical move, if any."""

@@ -231,7 +231,7 @@ def test_a_query_the_target_cannot_admit_spills_over_to_a_running_variant_that_c
 def test_a_query_stays_within_the_spill_share_else_goes_where_it_is_served_in_time() -> None:
     """The target while it would serve the query within `spill_share` of the SLO; else
     another running variant that would; else the first that would within the whole SLO;
-    and the choice says there was another variant to go to."""
+    and the choice says it is held to the SLO (another variant to go to, room within it)."""
     catalog = ModellessCatalog()
     e = entry(target="fp32")
     catalog.publish(e)
@@ -242,11 +242,11 @@ def test_a_query_stays_within_the_spill_share_else_goes_where_it_is_served_in_ti
 
     got = catalog.choose("m", None, has_room, spill_share=0.7)
     assert got is not None
-    assert (got.card.name, got.alternatives) == ("int8", True)  # fp32 only past 0.7
+    assert (got.card.name, got.held) == ("int8", True)  # fp32 only past 0.7
     room["int8"] = 2.0  # int8 has no room at all now
     got = catalog.choose("m", None, has_room, spill_share=0.7)
     assert got is not None
-    assert (got.card.name, got.alternatives) == ("fp32", True)  # within the SLO: the target
+    assert (got.card.name, got.held) == ("fp32", True)  # within the SLO: the target
     room["fp32"] = 0.6
     got = catalog.choose("m", None, has_room, spill_share=0.7)
     assert got is not None
@@ -254,7 +254,7 @@ def test_a_query_stays_within_the_spill_share_else_goes_where_it_is_served_in_ti
     assert e.spilled == 1
 
 
-def test_a_variant_alone_has_no_alternatives_and_is_not_probed() -> None:
+def test_a_variant_alone_is_not_held_and_not_probed() -> None:
     catalog = ModellessCatalog()
     e = replace(entry(target="fp32"), states={"fp32": ACTIVE})
     catalog.publish(e)
@@ -266,7 +266,7 @@ def test_a_variant_alone_has_no_alternatives_and_is_not_probed() -> None:
 
     got = catalog.choose("m", None, has_room, spill_share=0.7)
     assert got is not None
-    assert (got.card.name, got.alternatives, probed) == ("fp32", False, [])
+    assert (got.card.name, got.held, probed) == ("fp32", False, [])
 
 
 def test_a_cold_start_is_not_probed_for_room() -> None:
