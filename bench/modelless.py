@@ -226,12 +226,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", default="WARNING", help="the gateway's (to stderr)")
     parser.add_argument(
+        "--config-toml",
+        default="",
+        help="more of the gateway's config, e.g. '[batching]\\ntarget_utilization = 0.3'",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=2,
         help="rounds of model-less and the best fixed variant, in alternating order",
     )
     return parser.parse_args(argv)
+
+
+def extra_toml(args: argparse.Namespace) -> str:
+    """The gateway's config beyond the harness's: instances are never scaled to zero
+    between arms, plus `--config-toml` (its literal \\n read as line breaks)."""
+    more = args.config_toml.replace("\\n", "\n")
+    return f"[coldstart]\nscale_to_zero = false\n{more}\n"
 
 
 @dataclass
@@ -356,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         )
     with (
         tempfile.TemporaryDirectory(prefix="infless-modelless-") as scratch,
-        gateway(Path(scratch), "", "[coldstart]\nscale_to_zero = false\n", args.log_level) as gw,
+        gateway(Path(scratch), "", extra_toml(args), args.log_level) as gw,
     ):
         document = register(gw, args)
         variants = {v["name"]: v for v in document["variants"] if v["status"] == "ready"}

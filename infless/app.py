@@ -236,7 +236,9 @@ def build_platform(
     def worker_output(function: str, instance: str, line: str) -> None:
         logs.append(function, instance, line, wall())
 
-    confiner = CpuConfiner(parent="infless") if config.workers.cgroups else None
+    confiner = (
+        CpuConfiner(parent="infless", nice=config.workers.nice) if config.workers.cgroups else None
+    )
     cores = usable_cpus(config.workers.reserved_cpus)
     gpus = inventory_for(config.gpu)
     scaling = config.scaling

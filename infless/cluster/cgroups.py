@@ -4,7 +4,11 @@
 the root) or writable v1 `cpuset` and `cpu` hierarchies. `CpuConfiner.confine` creates one
 group per instance under a shared parent (`infless/<instance>`), writes its cpuset
 (`cpuset.cpus`, `cpuset.mems`) and quota (v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us`, v2
-`cpu.max`, cores × period), and moves the pid in (`cgroup.procs`: every thread). When no
+`cpu.max`, cores × period), and moves the pid in (`cgroup.procs`: every thread). The shared
+parent gets the CPU weight of the workers' niceness (v1 `cpu.shares`, v2 `cpu.weight`): the
+kernel schedules groups before the tasks inside them, so a worker's own niceness counts only
+against its group's siblings, and without it the parent competes with the gateway as an
+equal — or, with a weight left high by someone else, far ahead of it. When no
 cgroup is writable, or writing fails, it falls back to `sched_setaffinity` on every thread
 of the pid. `release` moves any remaining process out and removes the group; `Confinement`
 reports what was applied, for `/system/instances`.
@@ -32,6 +36,22 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PERIOD_US = 100_000
 Method = Literal["cgroup-v1", "cgroup-v2", "affinity"]
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# the kernel's CFS load weight of a task at nice 0..19 (`sched_prio_to_weight`)
+_NICE_WEIGHT: tuple[int, ...] = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137)
+_NICE_WEIGHT += (110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
+V2_DEFAULT_WEIGHT = 100  # cgroup v2's `cpu.weight` of a group at nice 0
+
+
+def nice_weight(nice: int) -> int:
+    """The CFS weight of a task at `nice` (0..19): 1024 at 0, 110 at 10."""
+    if not 0 <= nice < len(_NICE_WEIGHT):
+        raise ValueError(f"nice = {nice}: must be 0..{len(_NICE_WEIGHT) - 1}")
+    return _NICE_WEIGHT[nice]
+
+
+def v2_weight(nice: int) -> int:
+    """cgroup v2's `cpu.weight` for a group as heavy as a task at `nice` (100 at 0)."""
+    return max(1, round(nice_weight(nice) * V2_DEFAULT_WEIGHT / _NICE_WEIGHT[0]))
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
@@ -149,10 +169,13 @@ class CpuConfiner:
         layout: CgroupLayout | None = None,
         parent: str = "infless",
         period_us: int = DEFAULT_PERIOD_US,
+        nice: int = 0,
     ) -> None:
         self.layout = layout if layout is not None else detect_layout()
         self.parent = _NAME.sub("_", parent)
         self.period_us = period_us
+        self.nice = nice  # the parent group weighs as much as a task at this niceness
+        nice_weight(nice)  # a bad value fails here, not at the first start
 
     # -- confine --------------------------------------------------------------------------
     def confine(
@@ -216,6 +239,7 @@ class CpuConfiner:
         cpu_parent = cpu_root / self.parent
         if not cpu_parent.is_dir():
             cpu_parent.mkdir()
+        _write(cpu_parent / "cpu.shares", str(nice_weight(self.nice)))
         cpu_group = cpu_parent / name
         cpu_group.mkdir()
         created.append(cpu_group)
@@ -235,6 +259,7 @@ class CpuConfiner:
         if not parent.is_dir():
             parent.mkdir()
         _write(parent / "cgroup.subtree_control", "+cpu +cpuset")
+        _write(parent / "cpu.weight", str(v2_weight(self.nice)))
         group = parent / name
         group.mkdir()
         created.append(group)

@@ -109,7 +109,9 @@ class NodeAgent:
             )
             self._reclaimer.start()
         parent = f"infless-{self._short}"
-        confiner = CpuConfiner(parent=parent) if config.workers.cgroups else None
+        confiner = (
+            CpuConfiner(parent=parent, nice=config.workers.nice) if config.workers.cgroups else None
+        )
         self._starter = make_starter(
             config, self._store, confiner, output=self._output, cgroup_parent=parent
         )

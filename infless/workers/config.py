@@ -19,7 +19,9 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     reserved_cpus: int = 0
     cgroups: bool = True
     # Workers run this much nicer than the gateway: on cores shared with it, the gateway's
-    # event loop (admission, batching, answers) is never kept waiting behind a batch.
+    # event loop (admission, batching, answers) is never kept waiting behind a batch. With
+    # cgroups, their parent group is given the same weight (the kernel weighs the group,
+    # not the worker, against the gateway).
     nice: int = 10
 
 

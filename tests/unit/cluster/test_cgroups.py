@@ -18,7 +18,9 @@ from infless.cluster.cgroups import (
     allowed_cpus,
     detect_layout,
     format_cpu_list,
+    nice_weight,
     parse_cpu_list,
+    v2_weight,
 )
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -74,6 +76,25 @@ def test_detects_v2_v1_and_nothing(tmp_path: Path) -> None:
     assert "no writable cgroup" in nothing.reason
 
 
+def test_the_parent_weighs_as_a_task_at_the_workers_niceness() -> None:
+    assert nice_weight(0) == 1024
+    assert nice_weight(10) == 110
+    assert v2_weight(0) == 100
+    assert v2_weight(10) == 11
+    assert v2_weight(19) == 1
+    with pytest.raises(ValueError, match="nice = 20"):
+        CpuConfiner(CgroupLayout("none"), nice=20)
+
+
+def test_v2_gives_the_parent_the_workers_weight(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    (tmp_path / "infless").mkdir()
+    (tmp_path / "infless" / "cpu.weight").write_text("10000")  # left high by someone else
+    CpuConfiner(detect_layout(tmp_path), parent="infless", nice=10).confine("fn-a", 1, [0])
+    assert (tmp_path / "infless" / "cpu.weight").read_text() == "11"
+
+
 def test_v2_writes_cpuset_quota_and_procs(tmp_path: Path) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu\n")
     (tmp_path / "cgroup.subtree_control").write_text("")
@@ -117,6 +138,31 @@ def test_a_real_child_is_confined_by_cgroup_v1_and_the_group_removed(
         child.wait()
         confiner.release(applied)
     assert not any(Path(p).exists() for p in applied.groups)
+
+
+@pytest.mark.skipif(REAL.version != "v1", reason=f"needs writable cgroup v1 ({REAL.reason})")
+def test_a_real_parent_group_weighs_as_the_workers_niceness(
+    child: subprocess.Popen[bytes],
+) -> None:
+    """The kernel schedules the parent group against the gateway: its `cpu.shares` is the
+    weight of a task at the workers' niceness, whatever it held before."""
+    confiner = CpuConfiner(REAL, parent=f"infless-test-{secrets.token_hex(3)}", nice=10)
+    assert REAL.cpu_root is not None
+    shares = REAL.cpu_root / confiner.parent / "cpu.shares"
+    second = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    applied = [confiner.confine("fn-one", child.pid, [CORES[-1]])]
+    try:
+        assert shares.read_text().strip() == "110"
+        shares.write_text("16384")  # a weight left high: the next start sets it again
+        applied.append(confiner.confine("fn-two", second.pid, [CORES[-1]]))
+        assert shares.read_text().strip() == "110"
+    finally:
+        for process in (child, second):
+            os.kill(process.pid, 9)
+            process.wait()
+        for confinement in applied:
+            confiner.release(confinement)
+        confiner.remove_parent()
 
 
 @pytest.mark.skipif(REAL.version != "v1", reason=f"needs writable cgroup v1 ({REAL.reason})")
