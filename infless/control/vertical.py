@@ -72,12 +72,15 @@ class VerticalScaling:
         if decided.switched and entry is not None:
             capacity = entry.capacity
             log.info(
-                "modelless: %s %s %s -> %s at %.1f rps (capacity factors %s, host %.2f)",
+                "modelless: %s %s %s -> %s at %.1f rps, for %s (capacity factors %s, host "
+                "%.2f, tail stretch %s)",
                 decided.model,
                 decision.move,
                 decision.previous,
                 decision.target,
                 decided.load_rps,
+                decision.reason or "-",
                 {k: round(v, 2) for k, v in capacity.own.items()},
                 capacity.host,
+                None if capacity.tail_ratio is None else round(capacity.tail_ratio, 2),
             )

@@ -110,6 +110,10 @@ class VerticalDecision:
     move: Move
     options: tuple[Option, ...] = ()
     hold: Hold = Hold()
+    # why a switch was made: "tail" (the current variant's p99 here is past `tail_share` of
+    # the SLO), "load" (its instances do not carry the load), "steady" (a better option
+    # without load pressure); "" for the other moves
+    reason: str = ""
 
 
 def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
@@ -164,7 +168,9 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     replaced: a second switch before the first one lands throws a start away."""
     ranked = options(load, cfg)
 
-    def decided(target: str | None, move: Move, wait: Hold = Hold()) -> VerticalDecision:
+    def decided(
+        target: str | None, move: Move, wait: Hold = Hold(), reason: str = ""
+    ) -> VerticalDecision:
         return VerticalDecision(
             model=load.model,
             target=target,
@@ -172,6 +178,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
             move=move,
             options=ranked,
             hold=wait,
+            reason=reason,
         )
 
     if not ranked:
@@ -194,7 +201,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         quicker = [o for o in ranked if _b1_here(o.card, load.capacity) < now_ms]
         escape = _best_fitting(quicker, load.capacity, cfg)
         if escape is not None:
-            return decided(escape.card.name, "upgrade")
+            return decided(escape.card.name, "upgrade", reason="tail")
     if pressed:  # the load needs more than the current variant runs
         # only towards variants that serve more per core by their profiles: the measured
         # factors size the options, they do not reverse the variants' order (a variant
@@ -205,7 +212,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
         move = "replicate" if best is now else "upgrade"
-        return decided(best.card.name, move)
+        return decided(best.card.name, move, reason="load" if move == "upgrade" else "")
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs
     # and meets the SLO at the speed this host runs it (an accurate variant slowed past the
@@ -222,7 +229,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return decided(current, "keep")
     ticks = hold.ticks + 1 if hold.wanted == steady.card.name else 1
     if ticks >= cfg.scale_down_ticks:
-        return decided(steady.card.name, "downgrade")
+        return decided(steady.card.name, "downgrade", reason="steady")
     return decided(current, "keep", Hold(steady.card.name, ticks))
 
 

@@ -19,10 +19,11 @@ class WorkersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     reserved_cpus: int = 0
     cgroups: bool = True
     # Workers run this much nicer than the gateway: on cores shared with it, the gateway's
-    # event loop (admission, batching, answers) is never kept waiting behind a batch. With
-    # cgroups, their parent group is given the same weight (the kernel weighs the group,
-    # not the worker, against the gateway).
-    nice: int = 10
+    # event loop (admission, batching, answers) waits less behind a batch, and the workers
+    # get less of a busy machine. With cgroups, their parent group is given the weight of a
+    # task at this niceness (the kernel weighs the group, not the worker, against the
+    # gateway). 0 by measurement (docs/benchmarks.md, "The workers' CPU weight").
+    nice: int = 0
 
 
 def check_workers(cfg: WorkersConfig) -> list[str]:

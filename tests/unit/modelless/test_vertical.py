@@ -49,7 +49,7 @@ def test_at_low_load_equal_cost_keeps_the_most_accurate() -> None:
 def test_load_beyond_the_current_variant_upgrades_at_once() -> None:
     rps = QPS["fp32"] * 1.5  # fp32 needs two instances; int8 carries it on one core
     got = decide(load(rps, {"fp32": 1}), "fp32", Hold(), CFG)
-    assert (got.target, got.move) == ("int8", "upgrade")
+    assert (got.target, got.move, got.reason) == ("int8", "upgrade", "load")
 
 
 def test_pressure_is_weighed_in_what_the_live_instances_sustain_at_their_sizes() -> None:
@@ -90,7 +90,7 @@ def test_a_downgrade_waits_for_consecutive_ticks() -> None:
         assert (got.target, got.move) == ("int8", "keep"), tick
         hold = got.hold
     got = decide(low, "int8", hold, CFG)
-    assert (got.target, got.move) == ("fp32", "downgrade")
+    assert (got.target, got.move, got.reason) == ("fp32", "downgrade", "steady")
 
 
 def test_a_load_spike_resets_the_downgrade_delay() -> None:
@@ -299,7 +299,7 @@ def test_a_target_whose_tail_no_longer_fits_moves_at_once_to_a_quicker_one() -> 
     running = {"fp32": 1, "bf16": 1}
     assert decide(near(running, 1.0), "fp32", Hold(), CFG).move == "keep"
     got = decide(near(running, 1.6), "fp32", Hold(), CFG)  # fp32's p99 here: 20.8 ms
-    assert (got.target, got.move) == ("bf16", "upgrade")  # no delay: it answers late now
+    assert (got.target, got.move, got.reason) == ("bf16", "upgrade", "tail")  # at once
     # where nothing quicker fits either (bf16 at 4.5 ms x 4 = 18 ms), the target stays
     got = decide(near(running, 4.0), "fp32", Hold(), CFG)
     assert (got.target, got.move) == ("fp32", "keep")
