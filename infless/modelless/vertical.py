@@ -111,8 +111,9 @@ class VerticalDecision:
     options: tuple[Option, ...] = ()
     hold: Hold = Hold()
     # why a switch was made: "tail" (the current variant's p99 here is past `tail_share` of
-    # the SLO), "load" (its instances do not carry the load), "steady" (a better option
-    # without load pressure); "" for the other moves
+    # the SLO), "load" (its instances do not carry the load), "unfit" (it is no longer an
+    # option: its instances for this load do not fit the cores, or it misses the goals),
+    # "steady" (a better option without load pressure); "" for the other moves
     reason: str = ""
 
 
@@ -190,8 +191,9 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         fixed = next((o for o in ranked if o.card.name == load.overflow), None)
         if current is None and fixed is not None and _unproven(best.card, load.capacity):
             best = fixed  # start where a fixed deployment would, until the tail is measured
-        move: Move = "start" if current is None else "upgrade"  # the current one cannot
-        return decided(best.card.name, move)
+        if current is None:
+            return decided(best.card.name, "start")
+        return decided(best.card.name, "upgrade", reason="unfit")  # the current one cannot
     pressed = _pressed(now, load, cfg)
     if not settled:
         return decided(current, "replicate" if pressed else "keep")
@@ -211,7 +213,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         best = min(others, key=_rank, default=now)
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
-        move = "replicate" if best is now else "upgrade"
+        move: Move = "replicate" if best is now else "upgrade"
         return decided(best.card.name, move, reason="load" if move == "upgrade" else "")
     # a move without load pressure needs a variant that carries the load with headroom
     # (else it is upgraded from again at the next burst) at less than the current one costs

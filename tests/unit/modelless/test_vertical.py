@@ -105,6 +105,8 @@ def test_options_that_do_not_fit_the_cores_are_dropped() -> None:
     names = [o.card.name for o in options(load(rps, {"fp32": 0}, free=1), CFG)]
     assert "fp32" not in names
     assert names[0] == "int8"
+    got = decide(load(rps, {"fp32": 1}, free=0), "fp32", Hold(), CFG)  # it runs, is out
+    assert (got.target, got.move, got.reason) == ("int8", "upgrade", "unfit")
 
 
 def test_retarget_moves_the_movable_demand_once_the_target_serves() -> None:
