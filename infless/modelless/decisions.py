@@ -39,6 +39,9 @@ class PlannerMemory:
     # by model: the move not landed yet, as (new target, decided at)
     pending: Mapping[str, tuple[str, float]] = field(default_factory=dict)
     last_s: float | None = None  # when the last pass ran
+    # instances of let-go variants whose cores were counted free in a pass (`freed`), for
+    # as long as they live: each one's core is handed out once
+    handed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,4 +54,7 @@ class VerticalPlan:
     frozen: Mapping[str, int]  # variant functions serving on, at most this many instances
     # overflow variants' functions: their one warm instance is standby capacity
     standby: frozenset[str]
+    # instances whose cores count as free in this pass: those of variants let go with no
+    # demand left, which Algorithm 1 stops in this pass (`planner.adjusted`)
+    freed: frozenset[str] = frozenset()
     memory: PlannerMemory  # for the next pass

@@ -28,8 +28,10 @@ demand it serves (queries the target has no room for spill over to it at admissi
 cores of a variant let go with no demand left count as free, so that the target's next
 instance starts in the pass that stops the old one, not a tick later (a fixed deployment
 at a step has a free core; model-less would otherwise wait for the old variant's to come
-back). The same functions run on the server and in the simulator. No I/O, no clock, no
-mutation.
+back). Each such instance's cores count once (`PlannerMemory.handed`): one that outlives
+the pass that should have stopped it does not have its core handed out again in every
+pass (on the gateway that once put seven instances on two cores). The same functions run
+on the server and in the simulator. No I/O, no clock, no mutation.
 """
 
 from __future__ import annotations
@@ -103,8 +105,14 @@ def plan_vertical(
         pending=dict(memory.pending),
     )
     apps = tuple(_plan(reading, tick) for reading in readings)
+    letting_go = _letting_go(view.functions, tick.cold, tick.rates)
     next_memory = PlannerMemory(
-        counts=counts, seen=seen, holds=tick.holds, pending=tick.pending, last_s=now
+        counts=counts,
+        seen=seen,
+        holds=tick.holds,
+        pending=tick.pending,
+        last_s=now,
+        handed=letting_go,
     )
     return VerticalPlan(
         apps=apps,
@@ -113,28 +121,42 @@ def plan_vertical(
         frozen=tick.frozen,
         standby=frozenset(tick.standby),
         memory=next_memory,
+        freed=letting_go - memory.handed,
+    )
+
+
+def _letting_go(
+    functions: Sequence[FunctionView], cold: set[str], rates: Mapping[str, float]
+) -> frozenset[str]:
+    """The instances (not draining) of the variants let go with no demand left: Algorithm 1
+    stops them in this pass."""
+    return frozenset(
+        instance.instance_id
+        for function in functions
+        if function.name in cold and rates.get(function.name, 0.0) <= 0.0
+        for instance in function.instances
+        if instance.state is not InstanceState.DRAINING
     )
 
 
 def adjusted(view: PoolView, plan: VerticalPlan) -> tuple[PoolView, Demand]:
     """The view and demand Algorithm 1 should plan with after `plan`. The cores of a
-    retired variant left without demand count as free: Algorithm 1 stops its instances in
-    this pass and may start the target's on their cores at once (the instance stopping
-    finishes its last queries on a core it then shares, as the allocator allows), not a
-    tick later."""
+    retired variant left without demand count as free (`plan.freed`, once per instance):
+    Algorithm 1 stops its instances in this pass and may start the target's on their cores
+    at once (the instance stopping finishes its last queries on a core it then shares, as
+    the allocator allows), not a tick later."""
     out = []
     freed: dict[str, int] = {}
     for function in view.functions:
+        for instance in function.instances:
+            if instance.instance_id in plan.freed:
+                cores = freed.get(instance.server_id, 0) + instance.config.cpus
+                freed[instance.server_id] = cores
         if function.name in plan.cold:
             # not kept warm, and its releases are not held back (stability.hold)
             function = replace(  # noqa: PLW2901
                 function, keep_warm=False, min_instances=0, retired=True
             )
-            if plan.rates_rps.get(function.name, 0.0) <= 0.0:
-                for instance in function.instances:
-                    if instance.state is not InstanceState.DRAINING:
-                        cores = freed.get(instance.server_id, 0) + instance.config.cpus
-                        freed[instance.server_id] = cores
         elif function.name in plan.frozen:
             cap = min(function.max_instances, max(1, plan.frozen[function.name]))
             function = replace(function, max_instances=cap)  # noqa: PLW2901

@@ -209,6 +209,23 @@ def test_the_cores_of_a_retired_variant_without_demand_are_free_for_this_pass() 
     assert out_view.servers[0].free_cpus == 0
 
 
+def test_a_retired_instance_that_outlives_its_stop_has_its_core_handed_out_once() -> None:
+    """Its core counts as free in the pass that should stop it; if it is still there at the
+    next pass (the stop was lost or refused), the core is not free again — else every
+    pass would start one more instance of the target on it."""
+    catalog, planner = setup(ModellessConfig(scale_down_ticks=10))  # int8 stays the target
+    given(catalog, target="int8")
+    given(catalog, fp32=ACTIVE, int8=ACTIVE)
+    full = ServerView("local", 2, 0)
+    running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
+    out_view, _ = planner.adjust(view(0.5, running, server=full), Demand(), 0.5)
+    assert out_view.servers[0].free_cpus == 1
+    for now in (1.0, 1.5):  # fp32's instance was not stopped
+        out_view, _ = planner.adjust(view(now, running, server=full), Demand(), 0.5)
+        assert function(out_view, "m--fp32").retired
+        assert out_view.servers[0].free_cpus == 0
+
+
 def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -> None:
     catalog, planner = setup()
     given(catalog, target="bf16")
