@@ -56,5 +56,5 @@ class VerticalPlan:
     standby: frozenset[str]
     # instances whose cores count as free in this pass: those of variants let go with no
     # demand left, which Algorithm 1 stops in this pass (`planner.adjusted`)
-    freed: frozenset[str] = frozenset()
+    freed: frozenset[str]
     memory: PlannerMemory  # for the next pass

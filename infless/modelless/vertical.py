@@ -67,6 +67,8 @@ from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
 
 Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
+# why a switch was made (`VerticalDecision.reason`); "" for the moves that switch nothing
+Why = Literal["", "tail", "load", "unfit", "steady"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,7 @@ class VerticalDecision:
     # the SLO), "load" (its instances do not carry the load), "unfit" (it is no longer an
     # option: its instances for this load do not fit the cores, or it misses the goals),
     # "steady" (a better option without load pressure); "" for the other moves
-    reason: str = ""
+    reason: Why = ""
 
 
 def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
@@ -170,7 +172,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     ranked = options(load, cfg)
 
     def decided(
-        target: str | None, move: Move, wait: Hold = Hold(), reason: str = ""
+        target: str | None, move: Move, wait: Hold = Hold(), reason: Why = ""
     ) -> VerticalDecision:
         return VerticalDecision(
             model=load.model,
