@@ -35,8 +35,10 @@ def test_a_missing_image_fails_its_function_alone_and_readiness_is_consistent(
             deadline = time.monotonic() + 120
             while not triton.is_server_ready():
                 status, _, body = gw.request("GET", "/readyz")
-                assert status == 503, body
                 assert set(json.loads(body)["failed"]) == {"minilm"}  # reported, not awaited
+                if status == 200:  # it became ready between the two probes
+                    break
+                assert status == 503, body
                 assert time.monotonic() < deadline, body
                 time.sleep(0.05)
             # right after the server is ready, so is every function that did not fail
