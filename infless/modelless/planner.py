@@ -6,7 +6,9 @@ catalogue's snapshot, the pool view and the demand estimate here. For every regi
 model whose variant functions are in the view, the planner:
 
 - measures the model's load: one estimate of its queries, less what queries pinned to a
-  variant bring there;
+  variant bring there — the measured rate for the variant decision, the planning rate
+  (ahead of a rise, `scaling.demand`) for the demand it hands Algorithm 1: a step read at
+  three times its rate would otherwise switch to a faster variant the load does not need;
 - lets `vertical.decide` pick the variant that carries it under the loosest goals of its
   applications (the target; per-query selection prefers it);
 - moves the demand there (`vertical.retarget`);
@@ -176,15 +178,21 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     entry = reading.entry
     functions, rates, free = tick.functions, tick.rates, tick.free
     present = [c for c in entry.catalogue.cards if c.function in functions]
+    # Algorithm 1 plans for the estimate's planning rate (ahead of a rise); the variant is
+    # chosen for the measured rate, so that a step's overshoot does not switch it
     app_rps = tick.counted.rate_rps(_app_key(entry.model))
+    seen_rps = tick.counted.measured_rate_rps(_app_key(entry.model))
     if reading.traffic.arrivals == 0:
         # no query yet: a demand handed in from outside (the simulator's t = 0 prewarm)
         # is on the variants' own rates
-        app_rps = max(rates.get(c.function, 0.0) for c in present)
+        app_rps = seen_rps = max(rates.get(c.function, 0.0) for c in present)
     pinned = {c.name: tick.counted.rate_rps(_pinned_key(c.function)) for c in present}
+    pinned_seen = {c.name: tick.counted.measured_rate_rps(_pinned_key(c.function)) for c in present}
     live = {c.name: _live(functions[c.function]) for c in present}
     factors = {c.name: entry.capacity.factor(c.name) for c in present}
-    live_qps = {c.name: _qps(c, functions[c.function], factors[c.name]) for c in present}
+    live_qps = {
+        c.name: _qps(c, functions[c.function], factors[c.name], ready=True) for c in present
+    }
     overflow = _overflow(entry, present, tick.cfg)
     load = AppLoad(
         model=entry.model,
@@ -192,7 +200,8 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
         cards=entry.catalogue.cards,
         live=live,
         live_qps=live_qps,
-        load_rps=max(0.0, app_rps - sum(pinned.values())),
+        load_rps=max(0.0, seen_rps - sum(pinned_seen.values())),
+        ahead_rps=max(0.0, app_rps - sum(pinned.values())),
         free_cpus=free,
         capacity=entry.capacity,
         overflow=overflow,

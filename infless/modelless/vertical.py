@@ -12,13 +12,22 @@ n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,
 where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
 (`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
 may also force a smaller batch. Options that do not fit the cores are dropped; if none
-fits, the one with the most measured throughput per core stays. Ties go to the more
+fits, the one with the most measured throughput per core stays. A current variant that
+is no longer an option moves at once, to the best option for the rate ahead of the rise
+(`AppLoad.ahead_rps`): mid-step the measured load is only the part of the step seen so
+far, and a variant that fits that part would be left again at the next tick. Ties go to the more
 accurate variant. With nothing chosen yet, an application starts on the option that is
 best once loaded (C·n, then accuracy, then the load term).
 
-Upgrades. When the current variant's live instances do not carry the load plus slack
-(counted at their own sizes, which Algorithm 1 chose: `AppLoad.live_qps`), the load forces
-a move. Another option that serves more requests per core by its profile, and
+The load is the application's measured rate (`scaling.demand`), not the rate Algorithm 1
+provisions for ahead of a rise: that one reads a step as a steep ramp, several times the
+rate that came, and a variant chosen for it would be switched away from on every step.
+
+Upgrades. When the current variant's ready instances do not carry the load plus slack
+(counted at their own sizes, which Algorithm 1 chose: `AppLoad.live_qps`; the instances
+still starting do not count — Algorithm 1 starts them for the rate ahead, and counting
+them would have the current variant replicated before the switch is weighed), the load
+forces a move. Another option that serves more requests per core by its profile, and
 costs less (load term included), wins at once: an *upgrade*. If none costs less, the
 current variant is replicated.
 
@@ -79,13 +88,16 @@ class AppLoad:
     goals: Goals  # the application's goals (its latency bound defaults to the SLO)
     cards: tuple[VariantCard, ...]
     live: Mapping[str, int]  # variant -> instances starting or serving
-    load_rps: float  # the demand that may go to any variant meeting the goals
+    load_rps: float  # the demand that may go to any variant meeting the goals (measured)
     free_cpus: int | None = None  # cores free on the servers (None: unbounded)
     capacity: Capacity = field(default_factory=Capacity)  # measured / profiled Q
     overflow: str | None = None  # the variant kept warm whatever is chosen (its one instance)
     # variant -> what its live instances sustain at their own <b, c> (None: not known; the
     # load is then weighed in instances of the card's configuration)
     live_qps: Mapping[str, float] | None = None
+    # the demand planned for ahead of a rise (`scaling.demand`'s planning rate): where a
+    # variant that no longer fits goes (None: the measured load)
+    ahead_rps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +207,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
             best = fixed  # start where a fixed deployment would, until the tail is measured
         if current is None:
             return decided(best.card.name, "start")
-        return decided(best.card.name, "upgrade", reason="unfit")  # the current one cannot
+        # the current one cannot carry the measured load: go where the rise is heading, not
+        # to a variant that fits only the part of a step seen so far
+        ahead = options(replace(load, load_rps=max(load.load_rps, load.ahead_rps or 0.0)), cfg)
+        best = _best_fitting(ahead, load.capacity, cfg) or best
+        return decided(best.card.name, "upgrade", reason="unfit")
     pressed = _pressed(now, load, cfg)
     if not settled:
         return decided(current, "replicate" if pressed else "keep")

@@ -87,6 +87,7 @@ class Harness:
         self.calls: list[asyncio.Task[list[Outcome]]] = []
         self.most_instances = 0
         self.configs_seen: set[tuple[int, int]] = set()
+        self.next_tick_s: float | None = None
 
     def request(self, value: float) -> None:
         call = self.frontend.open("f")
@@ -105,16 +106,17 @@ class Harness:
     async def drive(self, rate_rps: float, seconds: float, step_s: float = 0.005) -> None:
         """Open-loop arrivals at `rate_rps`; the autoscaler ticks every 0.5 s of fake time."""
         owed = 0.0
-        next_tick_s = self.clock.now() + 0.5
+        if self.next_tick_s is None:
+            self.next_tick_s = self.clock.now() + 0.5
         for _ in range(round(seconds / step_s)):
             owed += rate_rps * step_s
             while owed >= 1.0:
                 self.request(float(len(self.calls)))
                 owed -= 1.0
             await self.clock.advance(step_s)
-            if self.clock.now() >= next_tick_s:
+            if self.clock.now() >= self.next_tick_s:  # on the same beat across calls
                 self.autoscaler.tick()
-                next_tick_s += 0.5
+                self.next_tick_s += 0.5
             ready = self.ready()
             self.most_instances = max(self.most_instances, len(ready))
             self.configs_seen.update(ready)

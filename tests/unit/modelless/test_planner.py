@@ -141,6 +141,24 @@ def upgraded_at_600_rps() -> tuple[
     return catalog, planner, running, out
 
 
+def test_a_step_the_target_carries_does_not_switch_it_on_the_rate_planned_ahead() -> None:
+    """A step from a trickle to 300 rps, which one fp32 instance carries (~444 rps): the
+    planning rate reads the step as a steep ramp (several times 300 rps for seconds) and
+    Algorithm 1 gets it; the variant is chosen on the rate measured, and stays."""
+    catalog, planner = setup()
+    given(catalog, target="fp32")
+    given(catalog, fp32=ACTIVE)
+    running = {"fp32": [instance("m--fp32", 1)]}
+    ticks(planner, catalog, running, {"fp32": 2.0}, 10.0)
+    planned = []
+    for second in range(4):
+        _, out = ticks(planner, catalog, running, {"fp32": 300.0}, 0.5, start=10.0 + second / 2)
+        planned.append(out.rate_rps("m--fp32"))
+        assert current(catalog).target == "fp32"
+    assert max(planned) > 2 * 300.0
+    assert current(catalog).switches == 0
+
+
 def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> None:
     catalog, planner, running, (out_view, out) = upgraded_at_600_rps()
     assert current(catalog).switches == 1

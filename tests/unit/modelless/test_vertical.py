@@ -109,6 +109,21 @@ def test_options_that_do_not_fit_the_cores_are_dropped() -> None:
     assert (got.target, got.move, got.reason) == ("int8", "upgrade", "unfit")
 
 
+def test_a_variant_out_of_the_options_goes_where_the_rise_is_heading() -> None:
+    """Mid-step the measured load is the part of the step seen so far: fp32 no longer fits
+    (two instances, one core), bf16 would carry what arrived on one — but the rate
+    planned for ahead of the rise needs two of bf16, and int8 carries it on one core."""
+    rps = QPS["fp32"] * 1.2
+    seen = load(rps, {"fp32": 1}, free=0)
+    got = decide(seen, "fp32", Hold(), CFG)
+    assert (got.target, got.reason) == ("bf16", "unfit")
+    got = decide(replace(seen, ahead_rps=QPS["bf16"] * 1.5), "fp32", Hold(), CFG)
+    assert (got.target, got.move, got.reason) == ("int8", "upgrade", "unfit")
+    # a measured load within the current variant's instances: the rate ahead moves nothing
+    calm = replace(load(QPS["fp32"] * 0.5, {"fp32": 1}, free=0), ahead_rps=QPS["bf16"] * 1.5)
+    assert decide(calm, "fp32", Hold(), CFG).target == "fp32"
+
+
 def test_retarget_moves_the_movable_demand_once_the_target_serves() -> None:
     variants = ["fp32", "int8"]
     rates = {"fp32": 100.0, "int8": 20.0}

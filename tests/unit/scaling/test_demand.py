@@ -126,6 +126,49 @@ async def test_trend_extrapolates_a_ramp_beyond_poisson_noise() -> None:
     assert ahead == pytest.approx(plain + 3.0 * growth)
 
 
+async def feed_and_estimate(
+    state: DemandState, clock: FakeClock, rate_rps: float, seconds: float, cfg: DemandConfig
+) -> tuple[DemandState, list[Demand]]:
+    """`feed` in half-second ticks, estimating after each as the control loop does."""
+    estimates: list[Demand] = []
+    for _ in range(round(seconds / 0.5)):
+        state = await feed(state, clock, rate_rps, 0.5, cfg)
+        demand, state = estimate(state, clock.now() + 0.01, cfg)
+        estimates.append(demand)
+    return state, estimates
+
+
+async def test_a_step_is_measured_as_the_new_rate_and_planned_for_ahead_of_it() -> None:
+    cfg = DemandConfig(trend_lookahead_s=2.0)
+    clock = FakeClock(start=0.0)
+    state, _ = await feed_and_estimate(DemandState(), clock, 50.0, 20.0, cfg)
+    _, after = await feed_and_estimate(state, clock, 500.0, 15.0, cfg)
+    measured = [d.measured_rate_rps("f") for d in after]
+    # the latest buckets once the rise is beyond noise: the new rate at the next tick,
+    # never beyond it, for the whole peak
+    assert min(measured) >= 500.0 * 0.95
+    assert max(measured) <= 500.0 * 1.05
+    # the planning rate reads the step as a steep ramp: capacity for the backlog it builds
+    planned = [d.rate_rps("f") for d in after]
+    assert max(planned) > 2 * 500.0
+    assert all(p >= m for p, m in zip(planned, measured, strict=True))
+
+
+async def test_the_measured_rate_holds_after_a_burst_and_decays() -> None:
+    cfg = DemandConfig(trend_lookahead_s=2.0)
+    clock = FakeClock(start=0.0)
+    state, _ = await feed_and_estimate(DemandState(), clock, 400.0, 10.0, cfg)
+    _, after = await feed_and_estimate(state, clock, 0.0, 5.0, cfg)
+    expected = 400.0 * math.exp(-5.0 / cfg.decay_tau_s)
+    assert after[-1].measured_rate_rps("f") == pytest.approx(expected, rel=0.05)
+
+
+def test_a_demand_without_a_measurement_measures_its_planning_rate() -> None:
+    demand = Demand({"f": 12.0})
+    assert demand.measured_rate_rps("f") == 12.0
+    assert Demand({"f": 12.0}, {"f": 5.0}).measured_rate_rps("f") == 5.0
+
+
 async def test_a_small_growth_within_poisson_noise_is_no_trend() -> None:
     cfg = DemandConfig(trend_lookahead_s=2.0)
     clock = FakeClock(start=0.0)
