@@ -159,6 +159,21 @@ def test_a_step_the_target_carries_does_not_switch_it_on_the_rate_planned_ahead(
     assert current(catalog).switches == 0
 
 
+def test_instances_still_starting_do_not_hide_the_pressure_that_weighs_a_switch() -> None:
+    """600 rps on one ready fp32 instance and one Algorithm 1 started for the rate ahead:
+    counted, the two would carry the load and the switch would never be weighed; the
+    ready one does not, and int8 on one core costs less than fp32 on two: an upgrade for
+    the load at once."""
+    catalog, planner = setup()
+    given(catalog, target="fp32")
+    given(catalog, fp32=ACTIVE)
+    starting = instance("m--fp32", 2, InstanceState.STARTING)
+    running = {"fp32": [instance("m--fp32", 1), starting]}
+    ticks(planner, catalog, running, {"fp32": 600.0}, 0.5)
+    assert current(catalog).target == "int8"  # at once, not by a steady move ticks later
+    assert planner.decisions["m"].reason == "load"
+
+
 def test_a_load_rise_moves_the_demand_to_the_faster_variant_once_it_serves() -> None:
     catalog, planner, running, (out_view, out) = upgraded_at_600_rps()
     assert current(catalog).switches == 1
