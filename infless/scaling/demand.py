@@ -14,7 +14,7 @@ The planning rate (`Demand.rates_rps`), what capacity is provisioned for:
   a steep ramp for the second or two it spans: the estimate overshoots (about three times
   the new rate at a step from a low one), and the capacity it starts absorbs the backlog
   the step builds while instances start (in the simulator's bursty loads, a step read as
-  the new rate had 2.6 times the violations at 6 % fewer cores);
+  the new rate had 2.7 times the violations at 6 % fewer cores);
 - the decaying previous estimate holds the rate up after a burst ends and lets it fall with
   time constant tau ("slow decay"), so a function is not scaled in between two bursts and the
   §3.2 band is not left on every dip;
