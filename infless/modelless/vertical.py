@@ -15,9 +15,9 @@ may also force a smaller batch. Options that do not fit the cores are dropped; i
 fits, the one with the most measured throughput per core stays. A current variant that
 is no longer an option moves at once, to the best option for the rate ahead of the rise
 (`AppLoad.ahead_rps`): mid-step the measured load is only the part of the step seen so
-far, and a variant that fits that part would be left again at the next tick. Ties go to the more
-accurate variant. With nothing chosen yet, an application starts on the option that is
-best once loaded (C·n, then accuracy, then the load term).
+far, and a variant that fits that part would be left again at the next tick. Ties go to
+the more accurate variant. With nothing chosen yet, an application starts on the option
+that is best once loaded (C·n, then accuracy, then the load term).
 
 The load is the application's measured rate (`scaling.demand`), not the rate Algorithm 1
 provisions for ahead of a rise: that one reads a step as a steep ramp, several times the
@@ -209,8 +209,9 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
             return decided(best.card.name, "start")
         # the current one cannot carry the measured load: go where the rise is heading, not
         # to a variant that fits only the part of a step seen so far
-        ahead = options(replace(load, load_rps=max(load.load_rps, load.ahead_rps or 0.0)), cfg)
-        best = _best_fitting(ahead, load.capacity, cfg) or best
+        if load.ahead_rps is not None and load.ahead_rps > load.load_rps:
+            ahead = options(replace(load, load_rps=load.ahead_rps), cfg)
+            best = _best_fitting(ahead, load.capacity, cfg) or best
         return decided(best.card.name, "upgrade", reason="unfit")
     pressed = _pressed(now, load, cfg)
     if not settled:
