@@ -80,6 +80,7 @@ class Autoscaler:
         self._demand = DemandState()
         self._seen_arrivals: dict[str, int] = {}
         self._seen_refused: dict[str, int] = {}
+        self._seen_answered: dict[str, int] = {}
         self.pressure: dict[str, float] = {}  # demand factors from the latency feedback
         self._stability = Stability()
         self._last_tick_s: float | None = None
@@ -144,14 +145,19 @@ class Autoscaler:
             )
 
     def _feedback(self, owned: Sequence[FunctionState], idle_cores: int | None) -> None:
-        """Each owned function's demand factor from its p99 and its refusals this tick."""
+        """Each owned function's demand factor from its p99 and its refusals this tick. A
+        p99 that no answer moved since the last tick is stale (the function gets no
+        traffic: a model-less variant moved away from still shows the p99 of its last
+        seconds): it counts as unknown, so it cannot press a demand up tick after tick."""
         pressure: dict[str, float] = {}
         for function in owned:
             refused = function.refused - self._seen_refused.get(function.name, function.refused)
             self._seen_refused[function.name] = function.refused
+            answered = function.answered - self._seen_answered.get(function.name, 0)
+            self._seen_answered[function.name] = function.answered
             factor = next_pressure(
                 self.pressure.get(function.name, 1.0),
-                function.p99_ms,
+                function.p99_ms if answered > 0 else None,
                 function.view.slo_ms,
                 refused,
                 self._cfg.feedback,
@@ -211,6 +217,9 @@ class Autoscaler:
             del self._decisions[name]
         for name in [n for n in self._unpriced_said if n not in names]:
             del self._unpriced_said[name]
+        for seen in (self._seen_refused, self._seen_answered):
+            for name in [n for n in seen if n not in names]:
+                del seen[name]
 
     @staticmethod
     def _log(plan: ScalingPlan) -> None:

@@ -65,6 +65,7 @@ class FunctionState:
     measured: tuple[Measured, ...] = ()
     p99_ms: float | None = None  # the latency it delivered lately (None: too few answers)
     refused: int = 0  # requests refused for lack of capacity (429), ever
+    answered: int = 0  # requests answered, ever (a p99 no new answer moved is stale)
     serving: Serving = field(default_factory=Serving)
 
     @property

@@ -90,6 +90,7 @@ def function_state(function: DeployedFunction, now: float) -> FunctionState:
         ),
         p99_ms=function.latency.p99_ms(now),
         refused=function.router.rejected,
+        answered=function.latency.answered,
         serving=serving(ready),
     )
 
@@ -130,6 +131,7 @@ def instance_views(function: DeployedFunction, now: float) -> tuple[InstanceView
                     config=instance.config,
                     state=ViewState.READY,
                     exec_ms=instance.exec_ms_by_batch.get(b),
+                    service_ms=None if instance.model is None else instance.model.mean_ms(b),
                     started_s=instance.started_at_s,
                     idle_since_s=None if instance.busy else instance.last_active_s,
                 )

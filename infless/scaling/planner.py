@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infless.scaling.available import Knobs, candidates, knobs_from
 from infless.scaling.bounds import Bounds, rate_bounds
@@ -180,6 +180,13 @@ def instance_bounds(
     An instance whose config is (no longer) feasible — unpredictable, over its t_exec budget,
     or r_low > r_up — gets [0, 0]: it counts for nothing, draws no share, is released first,
     and new instances are planned as if it were not there.
+
+    r_up is capped by the service time the data plane measures (`InstanceView.service_ms`)
+    where that is longer than t_exec: an instance runs one batch at a time, so the pipe and
+    the wait for a core limit its rate as much as the forward does (under load on a small
+    host, Equation 1 on the forward alone let a peak's second instance go). Feasibility stays
+    the forward's (t_exec against the SLO), so contention does not flip an instance to
+    infeasible and have it replaced. Never below r_low: the band stays a band.
     """
     config = instance.config
     exec_ms = instance.exec_ms if knobs.prefer_measured else None
@@ -195,6 +202,11 @@ def instance_bounds(
     bounds = rate_bounds(config.batch_size, exec_ms, function.slo_ms, knobs.rounding)
     if not bounds.feasible:
         return Bounds(config.batch_size, exec_ms, function.slo_ms, 0.0, 0.0, 0.0)
+    service_ms = instance.service_ms if knobs.prefer_measured else None
+    if service_ms is not None and service_ms > exec_ms:
+        served = rate_bounds(config.batch_size, service_ms, function.slo_ms, knobs.rounding)
+        r_up = max(bounds.r_low_rps, min(bounds.r_up_rps, served.r_up_rps))
+        return replace(bounds, r_up_rps=r_up)
     return bounds
 
 

@@ -57,6 +57,10 @@ class InstanceView:
     exec_ms: float | None = None  # measured (or planned) t_exec at config.batch_size
     started_s: float = 0.0
     idle_since_s: float | None = None  # last moment it had work, None while it has work
+    # the mean time from dispatch to result the data plane measures now at config.batch_size
+    # (the worker's forward plus the pipe and the wait for a core; None: not known). An
+    # instance runs one batch at a time, so this, not t_exec, bounds the rate it serves.
+    service_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,6 +236,7 @@ class SimCluster:
             fn.last_start_s,
             p99_ms=fn.latency.p99_ms(self.now_s),
             refused=fn.refused,
+            answered=fn.latency.answered,
             serving=_serving(fn.ready),
         )
 

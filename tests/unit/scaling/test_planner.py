@@ -233,6 +233,34 @@ def test_measured_exec_time_beats_the_prediction() -> None:
     assert decision_of(unmeasured).r_max_rps > 41 * 8
 
 
+def test_an_instance_is_released_only_against_the_rate_its_service_time_allows() -> None:
+    # two batch-16 instances whose forward takes 12 ms (Equation 1: 1,328 RPS each) but
+    # whose batches take 19 ms from dispatch to result (832 RPS: one batch at a time)
+    cfg = ScalingConfig(headroom=0.3, release_headroom=0.45)
+
+    def pair(service_ms: float | None) -> PoolView:
+        live = (
+            InstanceView(
+                "a", "f", "s0", InstanceConfig(16, 1), exec_ms=12.0, service_ms=service_ms
+            ),
+            InstanceView(
+                "b", "f", "s0", InstanceConfig(16, 1), exec_ms=12.0, service_ms=service_ms
+            ),
+        )
+        return PoolView(servers(1, cpus=2, free=0), (fn(*live),), LATER)
+
+    forward_only = plan(pair(None), Demand({"f": 900.0}), PRED, cfg)
+    assert len(forward_only.stops) == 1  # 1,328 RPS covers 900 × 1.45 by the forward alone
+    measured = plan(pair(19.0), Demand({"f": 900.0}), PRED, cfg)
+    assert measured.stops == ()
+    assert decision_of(measured).r_max_rps == 2 * 52 * 16
+    # feasibility stays the forward's: a service time over half the SLO replaces nothing
+    crowded = plan(pair(30.0), Demand({"f": 400.0}), PRED, cfg)
+    assert crowded.stops == ()
+    assert crowded.starts == ()
+    assert decision_of(crowded).r_max_rps == 2 * 33 * 16
+
+
 def test_gpu_shares_are_placed_on_one_device() -> None:
     pred = AnalyticPredictor({"m": AnalyticModel(2.0, 40.0, gpu_per_pct=0.5)})
     view = PoolView(
