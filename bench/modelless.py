@@ -199,6 +199,8 @@ def print_runs(runs: list[Run]) -> None:
             for p in run.phases
         )
         print(f"   per phase: {per_phase}")
+        late = " ".join(f"{second}:{n}" for second, n in sorted(run.late_by_second.items()))
+        print(f"   late by second sent: {late or 'none'}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -21,8 +21,9 @@ import aiohttp
 from bench.harness import Gateway
 from loadgen.quietgc import young_collections_only
 
-# one answer: latency ms, HTTP status, the variant that served it, the phase it was sent in
-Answer = tuple[float, int, str, int]
+# one answer: latency ms, HTTP status, the variant that served it, the phase it was sent in,
+# and when it was sent (seconds since the arm's first request was due)
+Answer = tuple[float, int, str, int, float]
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Run:
     spilled: int = 0  # queries sent to another variant: the selected one had no room
     by_variant: dict[str, int] = field(default_factory=dict)
     phases: list[dict[str, float]] = field(default_factory=list)
+    late_by_second: dict[int, int] = field(default_factory=dict)  # violations by second sent
 
 
 class CorePoller:
@@ -90,14 +92,15 @@ async def open_loop(
 
         async def one(body: bytes, phase: int) -> None:
             t0 = time.perf_counter()
+            sent_s = t0 - start
             try:
                 async with session.post(url, data=body, headers=headers) as response:
                     await response.read()
                     variant = response.headers.get("X-Infless-Variant", "")
                     ms = (time.perf_counter() - t0) * 1000
-                    answers.append((ms, response.status, variant, phase))
+                    answers.append((ms, response.status, variant, phase, sent_s))
             except (aiohttp.ClientError, TimeoutError):
-                answers.append(((time.perf_counter() - t0) * 1000, 599, "", phase))
+                answers.append(((time.perf_counter() - t0) * 1000, 599, "", phase, sent_s))
 
         tasks: list[asyncio.Task[None]] = []
         start = time.perf_counter()
@@ -139,6 +142,10 @@ def summarize(
     run.refused = sum(1 for a in answers if a[1] == 429)
     run.errors = sum(1 for a in answers if a[1] not in (200, 429))
     run.violations = sum(1 for a in answers if a[1] != 200 or a[0] > slo_ms)
+    for answer in answers:
+        if answer[1] != 200 or answer[0] > slo_ms:
+            second = int(answer[4])
+            run.late_by_second[second] = run.late_by_second.get(second, 0) + 1
     if latencies:
         run.p50_ms = round(statistics.median(latencies), 1)
         run.p99_ms = _p99(latencies)

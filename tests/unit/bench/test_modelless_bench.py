@@ -14,12 +14,12 @@ PHASES = [(10.0, 1.0), (100.0, 1.0)]
 
 def test_violations_are_late_answers_refusals_and_errors() -> None:
     answers: list[Answer] = [
-        (5.0, 200, "fp32", 0),
-        (60.0, 200, "fp32", 0),  # late: over the 50-ms SLO
-        (1.0, 429, "", 1),
-        (2.0, 599, "", 1),
-        (10.0, 200, "int8", 1),
-        (12.0, 200, "int8", 1),
+        (5.0, 200, "fp32", 0, 0.5),
+        (60.0, 200, "fp32", 0, 0.5),  # late: over the 50-ms SLO
+        (1.0, 429, "", 1, 1.5),
+        (2.0, 599, "", 1, 1.5),
+        (10.0, 200, "int8", 1, 1.5),
+        (12.0, 200, "int8", 1, 1.5),
     ]
     run = summarize("model-less", answers, PHASES, 50.0, ACCURACY, None)
     assert (run.requests, run.ok, run.refused, run.errors, run.violations) == (6, 4, 1, 1, 3)
@@ -27,10 +27,11 @@ def test_violations_are_late_answers_refusals_and_errors() -> None:
     assert run.accuracy == pytest.approx(0.975)
     assert [p["violations"] for p in run.phases] == [1, 2]
     assert [p["requests"] for p in run.phases] == [2, 4]
+    assert run.late_by_second == {0: 1, 1: 2}
 
 
 def test_a_fixed_arms_answers_count_its_variant() -> None:
-    run = summarize("fixed int8", [(5.0, 200, "", 0)], PHASES, 50.0, ACCURACY, "int8")
+    run = summarize("fixed int8", [(5.0, 200, "", 0, 0.5)], PHASES, 50.0, ACCURACY, "int8")
     assert run.by_variant == {"int8": 1}
     assert run.accuracy == 0.95
 
@@ -48,8 +49,8 @@ def test_the_verdict_wants_no_more_violations_and_a_higher_accuracy() -> None:
 
 
 def test_an_arm_over_rounds_sums_its_answers_and_cores() -> None:
-    first = (Run("fixed int8", core_s=10.0), [(5.0, 200, "", 0), (1.0, 429, "", 1)])
-    second = (Run("fixed int8", core_s=12.5), [(70.0, 200, "", 0), (6.0, 200, "", 1)])
+    first = (Run("fixed int8", core_s=10.0), [(5.0, 200, "", 0, 0.5), (1.0, 429, "", 1, 1.5)])
+    second = (Run("fixed int8", core_s=12.5), [(70.0, 200, "", 0, 0.5), (6.0, 200, "", 1, 1.5)])
     run = combine("fixed int8", [first, second], PHASES, 50.0, ACCURACY, "int8")
     assert (run.requests, run.ok, run.refused, run.violations) == (4, 3, 1, 2)
     assert run.core_s == 22.5
