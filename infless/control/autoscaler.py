@@ -57,7 +57,7 @@ class PlanningStep(Protocol):
     (`modelless.planner.ModellessPlanner`) moves an application's demand to the variant that
     should carry it and says which variants need not stay warm."""
 
-    def adjust(self, view: PoolView, demand: Demand, tick_s: float) -> tuple[PoolView, Demand]: ...
+    def adjust(self, view: PoolView, demand: Demand) -> tuple[PoolView, Demand]: ...
 
 
 class Autoscaler:
@@ -118,7 +118,7 @@ class Autoscaler:
         until the demand itself (not the pressure) has fallen. Model-less applications'
         demand goes to the variant vertical scaling chose first."""
         if self.vertical is not None:
-            view, demand = self.vertical.adjust(view, demand, self._cfg.tick_s)
+            view, demand = self.vertical.adjust(view, demand)
         plan = self._policy(view, pressed(demand, self.pressure), self.predictor, self._cfg)
         plan, self._stability = hold(plan, view, demand, self._stability, self._cfg.stability)
         self._log(plan)

@@ -38,7 +38,7 @@ class VerticalScaling:
         self._memory = PlannerMemory()
         self.decisions: dict[str, VerticalDecision] = {}  # by model, the last pass's
 
-    def adjust(self, view: PoolView, demand: Demand, tick_s: float) -> tuple[PoolView, Demand]:
+    def adjust(self, view: PoolView, demand: Demand) -> tuple[PoolView, Demand]:
         """The view and demand Algorithm 1 should plan with (`modelless.planner`)."""
         if not self._catalog:
             return view, demand
@@ -46,7 +46,6 @@ class VerticalScaling:
             self._catalog.snapshot(),
             view,
             demand,
-            tick_s=tick_s,
             memory=self._memory,
             cfg=self._cfg,
             demand_cfg=self._demand_cfg,

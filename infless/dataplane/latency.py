@@ -11,7 +11,8 @@
   and batch (reading, decoding, encoding, writing: a tail quantile over recent requests).
   The latency of recent answers, per second (the autoscaler's p99 feedback). And the budget
   a new request gets: the SLO less that overhead, scaled by a factor. The factor shrinks
-  while the recent p99 runs above `target` × SLO and grows below `relax` × SLO, up to
+  while the p99 of the requests that arrived since its last change runs above `target` ×
+  SLO and grows below `relax` × SLO, up to
   `BUDGET_CEILING`. So what no model foresaw (cores taken by other processes, a loaded
   client) is corrected by what was measured. The overhead lasts as long as answers keep
   coming: with none for a second (every request refused), it halves every second, so a
@@ -132,7 +133,14 @@ class ExecModel:
         return {b: self.mean_ms(b) for b in sorted({*self._sizes, *self._residual})}
 
 
-STEER_EVERY_S = 0.5  # how often the budget is steered, from the answers of the last ~2 s
+# How often the budget is steered, at most: each time from the p99 of the requests that
+# arrived after the previous steer (admitted under the budget it set), once there are
+# STEER_MIN_ANSWERS of them. Answers to older requests are not its evidence: steering on
+# the last two seconds' answers kept cutting the budget for two seconds after a step had
+# been met by a second instance (a fixed bf16 arm live: the factor fell to 0.57, refusing
+# at a quarter of the capacity then ready).
+STEER_EVERY_S = 0.5
+STEER_MIN_ANSWERS = 20
 BUDGET_FLOOR = 0.3  # the budget never shrinks below this share of the SLO
 # ... and grows up to this share while the measured p99 stays well inside it: predictions
 # at the tail are conservative, so a request predicted a little late is admitted when the
@@ -171,6 +179,7 @@ class FunctionLatency:
         self._seconds: deque[tuple[int, list[float]]] = deque(maxlen=window_s + 1)
         self._target, self._relax = target, relax
         self._steered_s = -math.inf
+        self._fresh: list[float] = []  # latencies of requests that arrived after the last steer
         self.budget_factor = 1.0
         self.answered = 0
 
@@ -211,11 +220,13 @@ class FunctionLatency:
         bucket = seconds[-1][1]
         if len(bucket) < 8192:  # enough for a p99; a flood must not grow it
             bucket.append(latency_ms)
-        if now_s - self._steered_s >= STEER_EVERY_S:
+        fresh = self._fresh
+        if now_s - latency_ms / 1000.0 >= self._steered_s and len(fresh) < OVERHEAD_KEEP:
+            fresh.append(latency_ms)
+        if now_s - self._steered_s >= STEER_EVERY_S and len(fresh) >= STEER_MIN_ANSWERS:
             self._steered_s = now_s
-            recent = [v for s, b in seconds if s >= second - 1 for v in b]
-            if len(recent) >= 20:
-                self._steer(quantile(recent, 0.99))
+            self._steer(quantile(fresh, 0.99))
+            fresh.clear()
 
     def _steer(self, p99_ms: float) -> None:
         if p99_ms > self._target * self.slo_ms:

@@ -82,7 +82,6 @@ def plan_vertical(
     view: PoolView,
     demand: Demand,
     *,
-    tick_s: float,
     memory: PlannerMemory,
     cfg: ModellessConfig,
     demand_cfg: DemandConfig,
@@ -90,7 +89,10 @@ def plan_vertical(
     """One pass of model-vertical scaling (see the module docstring). `view.now_s` is the
     clock reading; `memory` is the previous pass's `VerticalPlan.memory`."""
     now = view.now_s
-    since = now - tick_s if memory.last_s is None else memory.last_s
+    # the first pass reads the counters only: an interval before it would be a guess (the
+    # simulator's t = 0 prewarm pass read an empty one, and the applications' estimates
+    # then saw a step from zero that their functions' did not)
+    since = None if memory.last_s is None else memory.last_s
     functions = {f.name: f for f in view.functions}
     readings = [
         r for r in snapshot if any(c.function in functions for c in r.entry.catalogue.cards)
@@ -317,13 +319,14 @@ def _overflow(entry: ModelEntry, present: list[VariantCard], cfg: ModellessConfi
 def _count(
     readings: Sequence[ModelReading],
     memory: PlannerMemory,
-    since: float,
+    since: float | None,
     now: float,
     cfg: DemandConfig,
 ) -> tuple[Demand, DemandState, dict[str, int]]:
     """One arrival-rate estimate per application and per variant's pinned queries, from the
-    traffic counters (the same estimator as any function's demand). Returns the estimate,
-    the estimator's new state and the counters seen."""
+    traffic counters (the same estimator as any function's demand; `since` None: the
+    counters are read, no interval recorded). Returns the estimate, the estimator's new
+    state and the counters seen."""
     counts = memory.counts
     seen = dict(memory.seen)
     for reading in readings:
@@ -334,7 +337,8 @@ def _count(
         for key, count in counters.items():
             new = max(0, count - seen.get(key, 0))
             seen[key] = count
-            counts = record_interval(counts, key, new, since, now, cfg)
+            if since is not None:
+                counts = record_interval(counts, key, new, since, now, cfg)
     estimated, counts = estimate(counts, now, cfg)
     return estimated, counts, seen
 

@@ -278,7 +278,7 @@ def test_near_the_slo_modelless_has_no_more_violations_than_the_best_fixed_varia
     # carried both low phases, its mean within the SLO and its tail past it.
     assert violations["modelless"] <= violations["bf16"]
     assert bf16.accuracy is not None
-    assert min(accuracy) >= bf16.accuracy
+    assert min(accuracy) >= bf16.accuracy - 1e-12  # a mean of equal values may round below
 
 
 def test_at_a_step_from_the_accurate_variant_the_fast_one_scales_out_in_the_same_tick() -> None:

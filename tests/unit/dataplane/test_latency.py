@@ -80,6 +80,23 @@ def test_the_budget_is_the_slo_less_overheads_and_shrinks_while_p99_runs_high() 
     assert p99 == pytest.approx(5.0)
 
 
+def test_the_budget_is_steered_on_the_requests_admitted_since_it_last_changed() -> None:
+    """A backlog from before a change (a step, met since by a second instance) drains
+    late for a second: those answers are not the new budget's evidence and cut nothing
+    more; requests admitted since answer fast, and the budget grows back."""
+    latency = FunctionLatency(slo_ms=50.0)
+    for k in range(20):  # late answers: the factor shrinks once
+        latency.answered_in(100.0 + k * 0.001, 48.0, overhead_ms=1.0)
+    assert latency.budget_factor == pytest.approx(0.85)
+    for k in range(200):  # the backlog: every one of them arrived at 99.952 s
+        waited_ms = 1000.0 * (0.02 + k * 0.005) + 48.0
+        latency.answered_in(100.02 + k * 0.005, waited_ms, overhead_ms=1.0)
+    assert latency.budget_factor == pytest.approx(0.85)
+    for k in range(60):  # requests admitted since: fast
+        latency.answered_in(101.1 + k * 0.01, 5.0, overhead_ms=1.0)
+    assert latency.budget_factor == pytest.approx(0.85 * 1.1)
+
+
 def test_the_overhead_tail_spans_seconds_not_a_few_batches() -> None:
     """At 2,000 answers a second, two late batches (64 answers) among 4,000 leave the
     overhead's tail where the rest put it; two seconds of slower ones move it."""

@@ -81,7 +81,7 @@ def given(catalog: ModellessCatalog, target: str | None = None, **states: Varian
 def test_no_registered_model_changes_nothing() -> None:
     planner = VerticalScaling(ModellessCatalog(), ModellessConfig(), DemandConfig())
     v, d = view(1.0, {}), Demand({"plain": 5.0})
-    assert planner.adjust(v, d, 0.5) == (v, d)
+    assert planner.adjust(v, d) == (v, d)
 
 
 def test_first_tick_picks_a_target_and_lets_the_others_go_cold() -> None:
@@ -89,7 +89,6 @@ def test_first_tick_picks_a_target_and_lets_the_others_go_cold() -> None:
     out_view, out_demand = planner.adjust(
         view(1.0, {"fp32": [instance("m--fp32", 1)]}),
         Demand({"m--fp32": 10.0, "plain": 3.0}),
-        0.5,
     )
     assert current(catalog).target == "fp32"
     warm = {f.name: f.keep_warm for f in out_view.functions}
@@ -119,7 +118,7 @@ def ticks(
         for variant, rps in (pinned or {}).items():
             traffic.pinned[variant] = traffic.pinned.get(variant, 0) + int(rps * 0.5)
         own = Demand({f"m--{v}": rps for v, rps in served.items()})
-        out = planner.adjust(view(now, running), own, 0.5)
+        out = planner.adjust(view(now, running), own)
     return out
 
 
@@ -169,7 +168,8 @@ def test_instances_still_starting_do_not_hide_the_pressure_that_weighs_a_switch(
     given(catalog, fp32=ACTIVE)
     starting = instance("m--fp32", 2, InstanceState.STARTING)
     running = {"fp32": [instance("m--fp32", 1), starting]}
-    ticks(planner, catalog, running, {"fp32": 600.0}, 0.5)
+    ticks(planner, catalog, running, {}, 0.5)  # the first pass reads the counters only
+    ticks(planner, catalog, running, {"fp32": 600.0}, 0.5, start=0.5)
     assert current(catalog).target == "int8"  # at once, not by a steady move ticks later
     assert planner.decisions["m"].reason == "load"
 
@@ -230,14 +230,14 @@ def test_the_cores_of_a_retired_variant_without_demand_are_free_for_this_pass() 
     given(catalog, fp32=ACTIVE, int8=ACTIVE)
     full = ServerView("local", 2, 0)  # fp32 and int8 hold both cores
     running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
-    out_view, out = planner.adjust(view(0.5, running, server=full), Demand(), 0.5)
+    out_view, out = planner.adjust(view(0.5, running, server=full), Demand())
     assert function(out_view, "m--fp32").retired
     assert out.rate_rps("m--fp32") == 0.0
     # Algorithm 1 stops fp32 and may start int8's next instance on its core in this pass
     assert out_view.servers[0].free_cpus == 1
     # with queries pinned to it, fp32 keeps its instance: its core stays taken
     ticks(planner, catalog, running, {"int8": 100.0}, 1.0, start=0.5, pinned={"fp32": 20.0})
-    out_view, out = planner.adjust(view(2.0, running, server=full), Demand(), 0.5)
+    out_view, out = planner.adjust(view(2.0, running, server=full), Demand())
     assert out.rate_rps("m--fp32") > 0.0
     assert out_view.servers[0].free_cpus == 0
 
@@ -251,10 +251,10 @@ def test_a_retired_instance_that_outlives_its_stop_has_its_core_handed_out_once(
     given(catalog, fp32=ACTIVE, int8=ACTIVE)
     full = ServerView("local", 2, 0)
     running = {"fp32": [instance("m--fp32", 1)], "int8": [instance("m--int8", 1)]}
-    out_view, _ = planner.adjust(view(0.5, running, server=full), Demand(), 0.5)
+    out_view, _ = planner.adjust(view(0.5, running, server=full), Demand())
     assert out_view.servers[0].free_cpus == 1
     for now in (1.0, 1.5):  # fp32's instance was not stopped
-        out_view, _ = planner.adjust(view(now, running, server=full), Demand(), 0.5)
+        out_view, _ = planner.adjust(view(now, running, server=full), Demand())
         assert function(out_view, "m--fp32").retired
         assert out_view.servers[0].free_cpus == 0
 
@@ -271,7 +271,6 @@ def test_with_every_core_taken_the_weakest_variant_makes_room_for_the_target() -
         out_view, out = planner.adjust(
             view(tick * 0.5, running, other=False, server=full),
             Demand({"m--bf16": 900.0, "m--fp32": 0.0}),
-            0.5,
         )
     assert current(catalog).target == "int8"
     # fp32 (less capacity) gives its core up wholly; bf16 serves on until int8 does
@@ -375,12 +374,12 @@ def test_without_an_overflow_variant_the_others_go_cold() -> None:
 
 def test_the_overflow_variant_starts_once_the_target_serves() -> None:
     catalog, planner = setup()
-    out_view, _ = planner.adjust(view(0.5, {}), Demand(), 0.5)
+    out_view, _ = planner.adjust(view(0.5, {}), Demand())
     assert current(catalog).target == "fp32"  # one core each at no load: the most accurate
     assert not function(out_view, "m--int8").keep_warm  # its core is fp32's to start on
     running = {"fp32": [instance("m--fp32", 1)]}
     given(catalog, fp32=ACTIVE)
-    out_view, _ = planner.adjust(view(1.0, running), Demand(), 0.5)
+    out_view, _ = planner.adjust(view(1.0, running), Demand())
     assert function(out_view, "m--int8").keep_warm
     assert not function(out_view, "m--bf16").keep_warm
 
@@ -425,9 +424,7 @@ def plan_at(
     snapshot: tuple[ModelReading, ...], pool: PoolView, demand: Demand, memory: PlannerMemory
 ) -> VerticalPlan:
     """One pure pass at 0.5-s ticks with `CFG`."""
-    return plan_vertical(
-        snapshot, pool, demand, tick_s=0.5, memory=memory, cfg=CFG, demand_cfg=DemandConfig()
-    )
+    return plan_vertical(snapshot, pool, demand, memory=memory, cfg=CFG, demand_cfg=DemandConfig())
 
 
 def test_the_planner_returns_decisions_and_mutates_nothing_it_reads() -> None:
