@@ -5,7 +5,9 @@ beside the gateway, the client and other workers runs slower: on a 2-core machin
 half as fast. It also pays for decoding and encoding its batches.
 
 The monitor measures that share in every window where a variant served at least
-`capacity_min_batches` batches. The share is the profile's t_exec at the mean batch
+`capacity_min_batches` batches, once its instances are past their warm-in
+(`WindowLoad.warming`: a fresh worker's first batches pay one-time costs; the tail
+stretch below skips those windows too). The share is the profile's t_exec at the mean batch
 served, over the worker's measured service time per batch (wall clock, as it serves).
 In a window where the variant refused `SATURATED` of its arrivals or more (at capacity,
 not a burst's few refusals) with a steady number of replicas, a second figure counts: the
@@ -63,7 +65,9 @@ class Capacity:
 def observed(load: WindowLoad, min_batches: int) -> float | None:
     """Profiled over measured service time per batch in one window; None with too few
     batches to say."""
-    if load.batches < max(1, min_batches) or load.service_ms <= 0 or load.profiled_ms <= 0:
+    if load.warming or load.batches < max(1, min_batches):
+        return None
+    if load.service_ms <= 0 or load.profiled_ms <= 0:
         return None
     ratio = load.profiled_ms * load.batches / load.service_ms
     return min(HIGHEST, max(LOWEST, ratio))
@@ -75,7 +79,7 @@ def delivered(load: WindowLoad) -> float | None:
     window its replicas would have been busy serving what they served at profiled speed —
     at capacity they are busy all along, so that share is what they sustain against their
     profile, gaps between batches included. None otherwise."""
-    if not load.stable or load.replicas <= 0 or load.window_s <= 0:
+    if load.warming or not load.stable or load.replicas <= 0 or load.window_s <= 0:
         return None
     if load.refused <= 0 or load.refused < SATURATED * (load.refused + load.completed):
         return None
@@ -116,7 +120,7 @@ def stretch(load: WindowLoad, factor: float) -> float | None:
     """How far the host stretched the tail in one window: the answered p99 over the
     profiled t_exec at `factor` of its speed (at least 1); None without a p99, or where
     instances batch (their wait for a batch is planned)."""
-    if load.p99_ms is None or load.completed <= 0 or load.batch_size != 1:
+    if load.warming or load.p99_ms is None or load.completed <= 0 or load.batch_size != 1:
         return None
     forward_ms = load.profiled_ms / max(factor, LOWEST)
     return max(1.0, load.p99_ms / max(forward_ms, 1e-6))

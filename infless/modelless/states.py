@@ -47,6 +47,16 @@ class WindowLoad:
     refused: int = 0  # samples refused for lack of capacity
     stable: bool = True  # as many ready instances at its start as at its end
     p99_ms: float | None = None  # the answered latency at its tail lately (None: too few)
+    # its instances had served fewer than WARM_IN_BATCHES batches when it began: a fresh
+    # worker's first calls pay one-time costs (kernels for input shapes not seen yet), so
+    # such a window says nothing of the host's contention (capacity factors, tail stretch)
+    warming: bool = False
+
+
+# A variant's first batches after its instances start from none (live, fp32's first
+# window read 0.53-0.61 of its profile and 3.15 times its tail in one run, and the
+# application left fp32 on that one window; the next windows read 0.99-1.08).
+WARM_IN_BATCHES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,7 @@ def window_load(
         refused=max(0, now.refused - before.refused),
         stable=now.ready == before.ready,
         p99_ms=p99_ms,
+        warming=before.batches < WARM_IN_BATCHES,
     )
 
 

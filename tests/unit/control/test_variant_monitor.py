@@ -55,16 +55,17 @@ def test_a_window_sets_each_variants_state_through_the_catalogues_writer() -> No
     catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
     target = FakeTarget()
     monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
-    # fp32 serves batches of 8 at its profiled 18 ms; int8 refuses; bf16 has no instance
+    # fp32 (past its warm-in) serves batches of 8 at its profiled 18 ms; int8 refuses;
+    # bf16 has no instance
     target.serving = {
-        "m--fp32": serving(0, 0, 0.0),
+        "m--fp32": serving(800, 100, 1800.0),
         "m--int8": serving(0, 0, 0.0),
         "m--bf16": serving(0, 0, 0.0, ready=0),
     }
     monitor.tick()
     before = catalog.get("m")
     target.now_s = 1.0
-    target.serving["m--fp32"] = serving(80, 10, 180.0)
+    target.serving["m--fp32"] = serving(880, 110, 1980.0)
     target.serving["m--int8"] = serving(8, 1, 6.0)
     target.refused["m--int8"] = 5
     monitor.tick()
@@ -97,14 +98,36 @@ def test_the_answered_p99_of_a_one_at_a_time_variant_measures_the_host_tail() ->
     catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
     target = FakeTarget()
     monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
-    one = Serving(served=0, batches=0, exec_ms=0.0, ready=1, max_batch=1, max_cpus=1)
+    # past its warm-in: 100 queries served one at a time at fp32's profiled 4 ms
+    one = Serving(served=100, batches=100, exec_ms=400.0, ready=1, max_batch=1, max_cpus=1)
     target.serving = {"m--fp32": one}
     monitor.tick()
-    # 40 queries one at a time at fp32's profiled 4 ms; the router saw a p99 of 10 ms
+    # 40 more; the router saw a p99 of 10 ms
     target.now_s = 1.0
-    target.serving["m--fp32"] = replace(one, served=40, batches=40, exec_ms=160.0)
+    target.serving["m--fp32"] = replace(one, served=140, batches=140, exec_ms=560.0)
     target.p99_ms["m--fp32"] = 10.0
     monitor.tick()
     entry = catalog.get("m")
     assert entry is not None
     assert entry.capacity.tail_ratio == 2.5
+
+
+def test_a_fresh_variants_first_batches_measure_neither_its_capacity_nor_the_tail() -> None:
+    """Its first window after its instance started from none: slow (a fresh worker's
+    first calls pay one-time costs) and late, but neither its factor nor the host's tail
+    moves — the application would leave the variant on that one window."""
+    catalog = ModellessCatalog()
+    catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
+    target = FakeTarget()
+    monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
+    one = Serving(served=0, batches=0, exec_ms=0.0, ready=1, max_batch=1, max_cpus=1)
+    target.serving = {"m--fp32": one}
+    monitor.tick()
+    target.now_s = 1.0  # 40 queries at ten times the profiled 4 ms, a p99 of 60 ms
+    target.serving["m--fp32"] = replace(one, served=40, batches=40, exec_ms=1600.0)
+    target.p99_ms["m--fp32"] = 60.0
+    monitor.tick()
+    entry = catalog.get("m")
+    assert entry is not None
+    assert "fp32" not in entry.capacity.own
+    assert entry.capacity.tail_ratio is None
