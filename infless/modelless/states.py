@@ -54,8 +54,9 @@ class WindowLoad:
 
 
 # A variant's first batches after its instances start from none (live, fp32's first
-# window read 0.53-0.61 of its profile and 3.15 times its tail in one run, and the
-# application left fp32 on that one window; the next windows read 0.99-1.08).
+# window read about a tenth of its profile's speed, its capacity factor fell to 0.53-0.61
+# on it, its tail read 3.15 times the forward in one run, and the application left fp32
+# on that one window; later windows put the factor at 0.99-1.08).
 WARM_IN_BATCHES = 100
 
 
