@@ -93,22 +93,43 @@ def test_nothing_registered_takes_no_snapshot() -> None:
     VariantMonitor(Unreachable(), ModellessCatalog(), ModellessConfig()).tick()
 
 
-def test_the_answered_p99_of_a_one_at_a_time_variant_measures_the_host_tail() -> None:
+def one_window_of_fp32_one_at_a_time(
+    served_before: int, served: int, exec_ms: float, p99_ms: float
+) -> ModelEntry:
+    """fp32 on one batch-1 instance, having served `served_before` queries, then `served`
+    more in one 1-s window taking `exec_ms` in all, answered with a p99 of `p99_ms`: the
+    entry after that window."""
     catalog = ModellessCatalog()
     catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
     target = FakeTarget()
     monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
-    # past its warm-in: 100 queries served one at a time at fp32's profiled 4 ms
-    one = Serving(served=100, batches=100, exec_ms=400.0, ready=1, max_batch=1, max_cpus=1)
-    target.serving = {"m--fp32": one}
+    before = Serving(
+        served=served_before,
+        batches=served_before,
+        exec_ms=4.0 * served_before,  # at fp32's profiled 4 ms
+        ready=1,
+        max_batch=1,
+        max_cpus=1,
+    )
+    target.serving = {"m--fp32": before}
     monitor.tick()
-    # 40 more; the router saw a p99 of 10 ms
     target.now_s = 1.0
-    target.serving["m--fp32"] = replace(one, served=140, batches=140, exec_ms=560.0)
-    target.p99_ms["m--fp32"] = 10.0
+    target.serving["m--fp32"] = replace(
+        before,
+        served=served_before + served,
+        batches=served_before + served,
+        exec_ms=before.exec_ms + exec_ms,
+    )
+    target.p99_ms["m--fp32"] = p99_ms
     monitor.tick()
     entry = catalog.get("m")
     assert entry is not None
+    return entry
+
+
+def test_the_answered_p99_of_a_one_at_a_time_variant_measures_the_host_tail() -> None:
+    # past its warm-in: 40 queries at the profiled 4 ms; the router saw a p99 of 10 ms
+    entry = one_window_of_fp32_one_at_a_time(100, 40, 160.0, 10.0)
     assert entry.capacity.tail_ratio == 2.5
 
 
@@ -116,18 +137,7 @@ def test_a_fresh_variants_first_batches_measure_neither_its_capacity_nor_the_tai
     """Its first window after its instance started from none: slow (a fresh worker's
     first calls pay one-time costs) and late, but neither its factor nor the host's tail
     moves — the application would leave the variant on that one window."""
-    catalog = ModellessCatalog()
-    catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
-    target = FakeTarget()
-    monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
-    one = Serving(served=0, batches=0, exec_ms=0.0, ready=1, max_batch=1, max_cpus=1)
-    target.serving = {"m--fp32": one}
-    monitor.tick()
-    target.now_s = 1.0  # 40 queries at ten times the profiled 4 ms, a p99 of 60 ms
-    target.serving["m--fp32"] = replace(one, served=40, batches=40, exec_ms=1600.0)
-    target.p99_ms["m--fp32"] = 60.0
-    monitor.tick()
-    entry = catalog.get("m")
-    assert entry is not None
+    # 40 queries at ten times the profiled 4 ms, a p99 of 60 ms
+    entry = one_window_of_fp32_one_at_a_time(0, 40, 1600.0, 60.0)
     assert "fp32" not in entry.capacity.own
     assert entry.capacity.tail_ratio is None
