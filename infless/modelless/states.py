@@ -49,14 +49,14 @@ class WindowLoad:
     p99_ms: float | None = None  # the answered latency at its tail lately (None: too few)
     # its instances had served fewer than WARM_IN_BATCHES batches when it began: a fresh
     # worker's first calls pay one-time costs (kernels for input shapes not seen yet), so
-    # such a window says nothing of the host's contention (capacity factors, tail stretch)
+    # such a window says nothing of the host's contention (the capacity factors skip it)
     warming: bool = False
 
 
 # A variant's first batches after its instances start from none (live, fp32's first
 # window read about a tenth of its profile's speed, its capacity factor fell to 0.53-0.61
-# on it, its tail read 3.15 times the forward in one run, and the application left fp32
-# on that one window; later windows put the factor at 0.99-1.08).
+# on it, and the application left fp32 on that one window; later windows put the factor
+# at 0.99-1.08).
 WARM_IN_BATCHES = 100
 
 
