@@ -13,6 +13,7 @@ import random
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,11 +142,9 @@ def summarize(
     run.ok = len(latencies)
     run.refused = sum(1 for a in answers if a[1] == 429)
     run.errors = sum(1 for a in answers if a[1] not in (200, 429))
-    run.violations = sum(1 for a in answers if a[1] != 200 or a[0] > slo_ms)
-    for answer in answers:
-        if answer[1] != 200 or answer[0] > slo_ms:
-            second = int(answer[4])
-            run.late_by_second[second] = run.late_by_second.get(second, 0) + 1
+    violating = [a for a in answers if a[1] != 200 or a[0] > slo_ms]
+    run.violations = len(violating)
+    run.late_by_second = dict(Counter(int(a[4]) for a in violating))
     if latencies:
         run.p50_ms = round(statistics.median(latencies), 1)
         run.p99_ms = _p99(latencies)
