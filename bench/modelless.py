@@ -201,6 +201,11 @@ def print_runs(runs: list[Run]) -> None:
         print(f"   per phase: {per_phase}")
         late = " ".join(f"{second}:{n}" for second, n in sorted(run.late_by_second.items()))
         print(f"   late by second sent: {late or 'none'}")
+        lost = "; ".join(
+            f"{variant or '?'}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            for variant, kinds in sorted(run.lost_by_variant.items())
+        )
+        print(f"   violations by variant: {lost or 'none'}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -47,6 +47,9 @@ class Run:
     by_variant: dict[str, int] = field(default_factory=dict)
     phases: list[dict[str, float]] = field(default_factory=list)
     late_by_second: dict[int, int] = field(default_factory=dict)  # violations by second sent
+    # violations by the variant that refused or served late ("" when none was named) and
+    # by kind: "429", "late" (answered after the SLO), "error"
+    lost_by_variant: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class CorePoller:
@@ -145,6 +148,10 @@ def summarize(
     violating = [a for a in answers if a[1] != 200 or a[0] > slo_ms]
     run.violations = len(violating)
     run.late_by_second = dict(Counter(int(a[4]) for a in violating))
+    for a in violating:
+        kind = "late" if a[1] == 200 else "429" if a[1] == 429 else "error"
+        counts = run.lost_by_variant.setdefault(a[2] or fixed or "", {})
+        counts[kind] = counts.get(kind, 0) + 1
     if latencies:
         run.p50_ms = round(statistics.median(latencies), 1)
         run.p99_ms = _p99(latencies)

@@ -53,7 +53,7 @@ class InstanceRegistry:
         generation = self._generations.get(entry.instance_id, 0)
         self._generations[entry.instance_id] = generation + 1
         worker_id = entry.instance_id if generation == 0 else f"{entry.instance_id}-r{generation}"
-        cores = server.allocator.assign(entry.config.cpus)
+        cores = server.allocator.assign(entry.config.cpus, worker_id)
         self._holding.add(worker_id)
         instance = Instance(
             instance_id=entry.instance_id,

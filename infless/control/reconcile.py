@@ -145,6 +145,9 @@ class Reconciler:
                 task.cancel()
             return
         instance.stop_accepting()
+        server = self._servers.get(instance.server_id)
+        if server is not None:  # a start in this pass may take its cores (`CpuAllocator`)
+            server.allocator.retire(instance.worker_id)
         self.background(self.drain(function, instance))
 
     def _spawn(self, function: DeployedFunction, entry: d.WantedInstance) -> None:
@@ -297,7 +300,7 @@ class Reconciler:
             if self._instances.let_go(instance.worker_id):
                 server = self._servers.get(instance.server_id)
                 if server is not None:
-                    server.allocator.release(instance.cpu_ids)
+                    server.allocator.release(instance.worker_id)
         else:
             self._forget(instance)
         self._changed(function)
@@ -308,7 +311,7 @@ class Reconciler:
             return
         server = self._servers.get(instance.server_id)
         if server is not None:  # a server that left took its cores and workers with it
-            server.allocator.release(instance.cpu_ids)
+            server.allocator.release(instance.worker_id)
             self.background(server.starter.release(instance.worker_id))
 
     def _changed(self, function: DeployedFunction) -> None:

@@ -72,7 +72,7 @@ class VerticalScaling:
             capacity = entry.capacity
             log.info(
                 "modelless: %s %s %s -> %s at %.1f rps, for %s (capacity factors %s, host "
-                "%.2f, tail stretch %s)",
+                "%.2f, tail stretch %s; options as instances x rps each: %s)",
                 decided.model,
                 decision.move,
                 decision.previous,
@@ -82,4 +82,6 @@ class VerticalScaling:
                 {k: round(v, 2) for k, v in capacity.own.items()},
                 capacity.host,
                 None if capacity.tail_ratio is None else round(capacity.tail_ratio, 2),
+                ", ".join(f"{o.card.name} {o.instances} x {o.qps:.0f}" for o in decision.options)
+                or "none",
             )

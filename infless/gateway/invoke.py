@@ -159,7 +159,7 @@ class Invoker:
         except InflessError as error:
             answer = error_answer(error)
         else:
-            answer = _outcome_answer(outcome, fmt, call.variant)
+            answer = _outcome_answer(outcome, fmt)
         return self._close(call, answer, call_id, start_ns)
 
     def start(self, name: str, headers: Mapping[str, str], body: bytes) -> Answer | Started:
@@ -185,7 +185,7 @@ class Invoker:
         except InflessError as error:
             answer = error_answer(error)
         else:
-            answer = _outcome_answer(outcome, started.fmt, started.call.variant)
+            answer = _outcome_answer(outcome, started.fmt)
         return self._close(started.call, answer, started.call_id, started.start_ns)
 
     def expire(self, started: Started) -> Answer:
@@ -204,6 +204,8 @@ class Invoker:
 
     def _close(self, call: FunctionCall, answer: Answer, call_id: str, start_ns: int) -> Answer:
         duration_s = self.frontend.close(call, answer.status)
+        if call.variant is not None:  # a model-less call's variant, a refusal's too
+            answer.headers["X-Infless-Variant"] = call.variant
         answer.headers["X-Call-Id"] = call_id
         answer.headers["X-Start-Time"] = str(start_ns)
         answer.headers["X-Duration-Seconds"] = f"{duration_s:.6f}"
@@ -222,15 +224,13 @@ def _sample(
     return decode_sample(body, fmt, headers, function.input_specs)
 
 
-def _outcome_answer(outcome: Outcome, fmt: str, variant: str | None) -> Answer:
+def _outcome_answer(outcome: Outcome, fmt: str) -> Answer:
     handled = outcome.answer
     if handled is not None:
         answer = Answer(handled.status, handled.body, handled.content_type, {})
     else:
         answer = outputs_answer(outcome.outputs, fmt)
     answer.headers.update(timing_headers(outcome))
-    if variant is not None:
-        answer.headers["X-Infless-Variant"] = variant
     return answer
 
 

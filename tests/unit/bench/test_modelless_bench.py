@@ -16,7 +16,7 @@ def test_violations_are_late_answers_refusals_and_errors() -> None:
     answers: list[Answer] = [
         (5.0, 200, "fp32", 0, 0.5),
         (60.0, 200, "fp32", 0, 0.5),  # late: over the 50-ms SLO
-        (1.0, 429, "", 1, 1.5),
+        (1.0, 429, "int8", 1, 1.5),
         (2.0, 599, "", 1, 1.5),
         (10.0, 200, "int8", 1, 1.5),
         (12.0, 200, "int8", 1, 1.5),
@@ -28,6 +28,7 @@ def test_violations_are_late_answers_refusals_and_errors() -> None:
     assert [p["violations"] for p in run.phases] == [1, 2]
     assert [p["requests"] for p in run.phases] == [2, 4]
     assert run.late_by_second == {0: 1, 1: 2}
+    assert run.lost_by_variant == {"fp32": {"late": 1}, "int8": {"429": 1}, "": {"error": 1}}
 
 
 def test_a_fixed_arms_answers_count_its_variant() -> None:

@@ -16,6 +16,7 @@ from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import InstanceState
 from infless.dataplane.request import Array, Pending
 from infless.errors import Overloaded
+from infless.gateway.invoke import Answer, Invoker, Started
 from infless.modelless.catalog import ModelEntry, ModellessCatalog
 from infless.modelless.states import VariantState
 from infless.types import FunctionSpec
@@ -170,3 +171,22 @@ async def test_a_query_with_another_variant_to_go_to_is_held_to_the_slo() -> Non
         assert call.slo_held is overflow_running
         frontend.close(call, 499)
         await pool.stop()
+
+
+async def test_every_answer_to_a_model_less_query_names_its_variant_a_refusal_too() -> None:
+    """Through the invoke route's `Invoker`: the 429s of a burst the target alone cannot
+    admit name the variant that refused them, as its 200s name the one that served them."""
+    frontend, clock, pool, _ = await serving(overflow_running=False)
+    invoker = Invoker(frontend)
+    headers = {"Content-Type": "application/json"}
+    started = [invoker.start("m", headers, b'{"inputs": [1, 2]}') for _ in range(60)]
+    refused = [a for a in started if isinstance(a, Answer)]
+    assert refused
+    assert {a.status for a in refused} == {429}
+    assert {a.headers["X-Infless-Variant"] for a in refused} == {"fp32"}
+    admitted = [s for s in started if isinstance(s, Started)]
+    while not all(s.pending.future.done() for s in admitted):
+        await clock.advance(0.005)
+    served = [invoker.finish(s) for s in admitted]
+    assert {(a.status, a.headers["X-Infless-Variant"]) for a in served} == {(200, "fp32")}
+    await pool.stop()

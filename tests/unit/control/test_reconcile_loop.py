@@ -25,7 +25,8 @@ from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from infless.dataplane.request import Outcome, Pending
-from infless.types import FunctionSpec
+from infless.scaling.view import ScalingPlan, StartInstance, StopInstance
+from infless.types import FunctionSpec, InstanceConfig
 from tests.support.clock import FakeClock
 from tests.support.doubling import DOUBLING_MANIFEST
 from tests.support.inprocess import InProcessModel, InProcessStarter
@@ -236,3 +237,49 @@ async def test_a_retune_changes_the_batch_settings_the_loop_decided() -> None:
     assert queue.settings.exec_ms > 30.0  # it follows the measured service times
     assert queue.settings != before
     await harness.pool.stop()
+
+
+async def test_a_start_in_the_pass_that_stops_another_functions_instance_takes_its_core() -> None:
+    """One plan stops g's instance (core 1) and starts one of f (whose first is on core 0):
+    the new instance goes to the core g's instance drains on, not beside f's — model-less
+    vertical scaling hands a retired variant's core to the new target this way. Both
+    cores held by live instances afterwards, one each."""
+    clock = FakeClock()
+    starter = InProcessStarter(
+        clock, lambda order: InProcessModel(latency_ms=lambda b, c: 10.0), start_s=START_S
+    )
+    cores = CpuAllocator((0, 1))
+    pool = WorkerPool(
+        clock, [Server(LOCAL_SERVER, starter, cores, 2)], BatchingConfig(), autoscaled=True
+    )
+    for name in ("f", "g"):
+        spec = replace(SPEC, name=name, min_instances=1, instances=1)
+        pool.deploy(spec, Path(f"/nonexistent/{name}"), MANIFEST)
+    for _ in range(20):
+        await clock.advance(0.005)
+        await pool.settled()
+    (kept,) = pool.get("f").router.instances
+    (going,) = pool.get("g").router.instances
+    assert (kept.cpu_ids, going.cpu_ids) == ((0,), (1,))
+
+    start = StartInstance(
+        function="f",
+        config=InstanceConfig(1, 1),
+        server_id=LOCAL_SERVER,
+        gpu_index=None,
+        exec_ms=10.0,
+        r_low_rps=1.0,
+        r_up_rps=100.0,
+        batch_timeout_ms=0.0,
+        efficiency=1.0,
+    )
+    pool.apply(ScalingPlan((start, StopInstance("g", going.instance_id, "zero-demand")), ()))
+    await pool.settled()
+    new = next(i for i in pool.get("f").router.instances if i is not kept)
+    assert new.cpu_ids == (1,)
+    for _ in range(40):
+        await clock.advance(0.005)
+        await pool.settled()
+    assert state(going) is InstanceState.DEAD
+    assert cores.load() == {0: 1, 1: 1}
+    await pool.stop()
