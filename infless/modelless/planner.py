@@ -312,7 +312,9 @@ def _make_room(
 def _overflow(entry: ModelEntry, present: list[VariantCard], cfg: ModellessConfig) -> str | None:
     """The variant kept warm beside the target (`vertical.overflow_card`), if the
     `[modelless] overflow` setting asks for one."""
-    card = overflow_card(present, entry.planning_goals) if cfg.overflow else None
+    if not cfg.overflow:
+        return None
+    card = overflow_card(present, entry.planning_goals, entry.capacity, entry.overflow)
     return card.name if card is not None else None
 
 

@@ -57,7 +57,8 @@ which variant carries the application's load, and `retarget` moves the demand th
 (`modelless.planner` runs both in the autoscaler's planning pass).
 
 The overflow variant (`overflow_card`, with `[modelless] overflow`) is the one a fixed
-deployment would pick: the cheapest per request that meets the goals. It stays warm
+deployment would pick: the cheapest per request that meets the goals, at the speed
+measured here. It stays warm
 beside the target, and a query the target cannot admit in time goes there
 (`catalog.choose`). Its cores are not the other options' to take (`AppLoad.overflow`).
 Pure: no I/O, no clock.
@@ -76,6 +77,7 @@ from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
 
 Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
+OVERFLOW_MARGIN = 1.25  # the overflow variant moves only to one this much cheaper per request
 # why a switch was made (`VerticalDecision.reason`); "" for the moves that switch nothing
 Why = Literal["", "tail", "load", "unfit", "steady"]
 
@@ -151,14 +153,32 @@ def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
     return opt.instances * opt.card.cpus <= load.free_cpus + held - reserved
 
 
-def overflow_card(cards: Sequence[VariantCard], goals: Goals) -> VariantCard | None:
+def overflow_card(
+    cards: Sequence[VariantCard],
+    goals: Goals,
+    capacity: Capacity | None = None,
+    current: str | None = None,
+) -> VariantCard | None:
     """The variant kept warm beside the target: the cheapest per request that meets `goals`
-    (what one would deploy as a fixed variant: the most requests per core)."""
-    return min(
-        (c for c in cards if meets(c, goals)),
-        key=lambda c: (c.cost_per_request, -c.accuracy, c.name),
-        default=None,
-    )
+    here (what one would deploy as a fixed variant: the most requests per core), at the
+    speed this host runs each variant (`sustained_qps` at its capacity factor; as profiled
+    where nothing was measured). A variant whose larger batches fit half the SLO only just
+    loses them on a slower host: live, fp32's batch 2 to 8 (20.8–23.5 ms profiled, 25 ms
+    allowed) fell out at a factor of 0.75, leaving it 52 rps a core against bf16's 208,
+    and the standby fp32 instance held one of two cores through a peak bf16 needed both
+    for. `current`, the overflow variant now, stays unless another is cheaper by
+    `OVERFLOW_MARGIN` (a noisy factor must not move the standby back and forth)."""
+    here = capacity if capacity is not None else Capacity()
+
+    def cost(card: VariantCard) -> float:
+        return card.cpus / max(sustained_qps(card, here.factor(card.name)), 1e-9)
+
+    eligible = [c for c in cards if meets(c, goals)]
+    best = min(eligible, key=lambda c: (cost(c), -c.accuracy, c.name), default=None)
+    kept = next((c for c in eligible if c.name == current), None)
+    if best is not None and kept is not None and cost(kept) <= cost(best) * OVERFLOW_MARGIN:
+        return kept
+    return best
 
 
 def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:

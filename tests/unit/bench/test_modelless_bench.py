@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.modelless import round_order
+from bench.modelless import best_fixed, fixed_arms, round_order
 from bench.modelless_load import Answer, Run, combine, summarize, verdict
 
 ACCURACY = {"fp32": 1.0, "int8": 0.95}
@@ -59,8 +59,29 @@ def test_an_arm_over_rounds_sums_its_answers_and_cores() -> None:
 
 
 def test_rounds_alternate_which_arm_runs_first() -> None:
-    arms = {"modelless", "fp32", "fastest"}
-    assert round_order(0, arms) == ["modelless", "fp32", "fastest"]
-    assert round_order(1, arms) == ["fastest", "modelless"]
-    assert round_order(2, arms) == ["modelless", "fastest"]
-    assert round_order(1, {"modelless"}) == ["modelless"]
+    fixed = ["bf16", "fp32", "int8"]
+    assert round_order(0, fixed, True) == ["modelless", "bf16", "fp32", "int8"]
+    assert round_order(1, fixed, True) == ["fp32", "int8", "bf16", "modelless"]
+    assert round_order(2, fixed, True) == ["modelless", "int8", "bf16", "fp32"]
+    assert round_order(1, [], True) == ["modelless"]
+    assert round_order(1, ["fp32"], False) == ["fp32"]
+
+
+def test_the_fixed_arms_are_every_variant_meeting_both_goals_or_those_named() -> None:
+    eligible, servable = ["bf16", "fp32"], ["bf16", "fp32", "int8"]
+    assert fixed_arms({"modelless", "fixed"}, eligible, servable, "fp32") == ["bf16", "fp32"]
+    assert fixed_arms({"fastest"}, eligible, servable, "fp32") == ["fp32"]
+    assert fixed_arms({"int8", "nope"}, eligible, servable, "fp32") == ["int8"]
+
+
+def test_the_best_fixed_arm_has_the_fewest_violations_then_the_higher_accuracy() -> None:
+    runs = [
+        Run("model-less", violations=1),
+        Run("fixed fp32", violations=900, accuracy=1.0),
+        Run("fixed bf16", violations=40, accuracy=0.97),
+        Run("fixed torchscript", violations=40, accuracy=1.0),
+    ]
+    best = best_fixed(runs)
+    assert best is not None
+    assert best.name == "fixed torchscript"
+    assert best_fixed(runs[:1]) is None

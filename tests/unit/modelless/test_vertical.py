@@ -10,7 +10,7 @@ import pytest
 from infless.modelless.capacity import Capacity
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
-from infless.modelless.profiles import Goals
+from infless.modelless.profiles import Goals, LatencyPoint, VariantProfile
 from infless.modelless.vertical import (
     AppLoad,
     Hold,
@@ -328,3 +328,53 @@ def test_a_downgrade_to_accuracy_needs_a_measured_tail_with_headroom() -> None:
     assert (got.target, got.move) == ("bf16", "keep")
     got = decide(near({"bf16": 1}, 1.0), "bf16", Hold(), cfg)
     assert (got.target, got.move) == ("fp32", "downgrade")
+
+
+# today's lstm-2365 profiles on this host (ms at 1 core): fp32's batches 2-8 only just fit
+# half of a 50-ms SLO, bf16's batch 4 with room
+KNIFE_EDGE = cards_for(
+    [
+        VariantProfile(
+            model="m",
+            name=name,
+            transform=name,
+            status="ready",
+            accuracy=accuracy,
+            metric="top1-agreement",
+            latency=[LatencyPoint(b, 1, ms) for b, ms in points.items()],
+            load_ms=50.0,
+            peak_memory_bytes=300 << 20,
+        )
+        for name, accuracy, points in (
+            ("fp32", 1.0, {1: 14.3, 2: 20.8, 4: 21.5, 8: 23.5, 16: 35.8}),
+            ("bf16", 0.9727, {1: 6.8, 2: 10.4, 4: 14.4, 8: 25.6, 16: 48.4}),
+        )
+    ],
+    50.0,
+)
+KNIFE_GOALS = Goals(latency_ms=50.0, min_accuracy=0.95)
+
+
+def test_the_overflow_variant_is_the_cheapest_per_request_at_the_speed_measured_here() -> None:
+    as_profiled = overflow_card(KNIFE_EDGE, KNIFE_GOALS)
+    assert as_profiled is not None
+    assert as_profiled.name == "fp32"  # 340 rps a core at batch 8 against bf16's 278
+    # a host running everything at 0.75 of its profile: fp32's batches past 1 miss half the
+    # SLO (52 rps a core), bf16's batch 4 still fits (208)
+    slow = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(host=0.75))
+    assert slow is not None
+    assert slow.name == "bf16"
+    slow_fp32 = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(own={"fp32": 0.75}))
+    assert slow_fp32 is not None
+    assert slow_fp32.name == "bf16"
+
+
+def test_the_overflow_variant_moves_only_to_one_cheaper_by_a_margin() -> None:
+    # back at profiled speed fp32 is cheaper by 340 / 278 = 1.22: within the margin, the
+    # current overflow stays; bf16 slowed to 0.9 makes it 1.36
+    kept = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(), current="bf16")
+    assert kept is not None
+    assert kept.name == "bf16"
+    moved = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(own={"bf16": 0.9}), current="bf16")
+    assert moved is not None
+    assert moved.name == "fp32"
