@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -42,7 +41,7 @@ from infless.dataplane.latency import FunctionLatency
 from infless.dataplane.router import FunctionRouter
 from infless.errors import FunctionNotFound, WorkerUnavailable
 from infless.models.package import PackageManifest
-from infless.scaling.view import Action, ScalingPlan, StopInstance
+from infless.scaling.view import ScalingPlan
 from infless.types import FunctionSpec
 
 log = logging.getLogger(__name__)
@@ -179,16 +178,9 @@ class WorkerPool:
 
     # -- the scaling port ----------------------------------------------------------------
     def apply(self, plan: ScalingPlan) -> None:
-        """The plan's actions, function by function: those that stop an instance first, so
-        that a start of the same pass gets the stopping instance's cores (`CpuAllocator`)."""
-        per_function: dict[str, list[Action]] = defaultdict(list)
-        for action in plan.actions:
-            per_function[action.function].append(action)
-
-        def starts_only(item: tuple[str, list[Action]]) -> bool:
-            return not any(isinstance(action, StopInstance) for action in item[1])
-
-        for name, actions in sorted(per_function.items(), key=starts_only):
+        """The plan's actions, function by function (`ScalingPlan.by_function`: a start of
+        the pass gets the cores of an instance it stops, `CpuAllocator`)."""
+        for name, actions in plan.by_function():
             if name in self.functions:
                 self.change(name, partial(d.applied, actions=actions))
 

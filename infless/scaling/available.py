@@ -39,6 +39,8 @@ class Knobs:
     prefer_measured: bool = True
     downsize: bool = True
     downsize_ratio: float = 0.75
+    upsize: bool = True
+    upsize_gain: float = 1.25
     efficiency: Literal["served", "paper"] = "served"
     min_fragment: float = 0.25
     affinity_weight: float = 0.5  # e_ij × (1 + this × affinity); 0: placement ignores sharing
@@ -59,6 +61,8 @@ def knobs_from(cfg: ScalingConfig) -> Knobs:
         prefer_measured=cfg.prefer_measured,
         downsize=cfg.downsize,
         downsize_ratio=cfg.downsize_ratio,
+        upsize=cfg.upsize,
+        upsize_gain=cfg.upsize_gain,
         efficiency=cfg.efficiency,
         min_fragment=cfg.min_fragment,
         affinity_weight=cfg.affinity_weight,

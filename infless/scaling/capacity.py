@@ -61,6 +61,7 @@ class CapacityIndex:
         self.beta = beta
         self.gpu_core_reserve = max(0, gpu_core_reserve)
         self.ids = [s.server_id for s in servers]
+        self.positions = {server_id: pos for pos, server_id in enumerate(self.ids)}
         self.cpu_capacity = [s.cpus for s in servers]
         self.free_cpus = [max(0, s.free_cpus) for s in servers]
         self.free_gpu = [_free_shares(s) for s in servers]
@@ -231,6 +232,14 @@ class CapacityIndex:
         self._reindex(pos)
         self._placed_on(pos)
         return device
+
+    def retake(self, pos: int, cpus: int) -> None:
+        """Take back cores `unplace` gave for a trial (no fit test: they were held before,
+        and a reserve for GPU instances may not leave them placeable again)."""
+        self._unindex(pos)
+        self.free_cpus[pos] -= cpus
+        self._reindex(pos)
+        self._placed_on(pos)
 
     def unplace(self, pos: int, cpus: int, gpu_pct: int, device: int | None) -> None:
         """Give back what `place` took (used to try a plan and undo it)."""

@@ -96,6 +96,10 @@ class ScalingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     prefer_measured: bool = True  # an instance's measured t_exec beats the prediction
     downsize: bool = True  # start a smaller instance when the kept ones are underfed
     downsize_ratio: float = 0.75  # ... if the new set needs at most this share of resources
+    # replace the weakest instance by a larger one on its cores when no server has room for
+    # the demand left uncovered, if the new one serves at least `upsize_gain` × as much
+    upsize: bool = True
+    upsize_gain: float = 1.25
     keep_alive_s: float = 300.0  # openfaas+ / batch: idle surplus instances live this long
     baseline_cpus: int = 2  # openfaas+ / batch: the fixed cores of every instance
     baseline_gpu_pct: int = 0  # openfaas+ / batch: the fixed GPU share of every instance
@@ -162,8 +166,7 @@ def check_scaling(cfg: ScalingConfig, section: str = "scaling") -> list[str]:
         problems.append(
             f"{section}.prediction_factor = {cfg.prediction_factor}: must be > 0 (1.0 = as is)"
         )
-    if not 0 < cfg.downsize_ratio <= 1:
-        problems.append(f"{section}.downsize_ratio = {cfg.downsize_ratio}: must be in (0, 1]")
+    problems.extend(_check_resizing(cfg, section))
     problems.extend(_check_baselines(cfg, section))
     problems.extend(check_feedback(cfg.feedback, f"{section}.feedback"))
     problems.extend(check_stability(cfg.stability, f"{section}.stability"))
@@ -195,6 +198,15 @@ def _check_efficiency(cfg: ScalingConfig, section: str) -> list[str]:
             f"{section}.affinity_weight = {cfg.affinity_weight}: must be a finite number >= 0 "
             "(0 = placement ignores sharing; default 0.5)"
         )
+    return problems
+
+
+def _check_resizing(cfg: ScalingConfig, section: str) -> list[str]:
+    problems = []
+    if not 0 < cfg.downsize_ratio <= 1:
+        problems.append(f"{section}.downsize_ratio = {cfg.downsize_ratio}: must be in (0, 1]")
+    if cfg.upsize_gain <= 1:
+        problems.append(f"{section}.upsize_gain = {cfg.upsize_gain}: must be above 1")
     return problems
 
 

@@ -23,7 +23,14 @@ capacity index so functions compete for the same servers):
    hysteresis that keeps a noisy estimate from starting and releasing capacity every tick);
 5. downsizing (an extension): when the kept instances stay underfed (Σ r_low > R) and a fresh
    Algorithm-1 set for R needs ≤ `downsize_ratio` of their resources, start that set; once it
-   is ready, step 4 releases the oversized instances (they are the underfed ones).
+   is ready, step 4 releases the oversized instances (they are the underfed ones);
+6. upsizing (an extension, the converse): when step 2 left demand uncovered because no
+   server has room, nothing is starting, and the weakest ready CPU instance (least r_up per
+   unit) can be replaced on its own cores by one whose r_up is ≥ `upsize_gain` × its own,
+   stop it and start that one in the same pass (the data plane gives the new instance the
+   stopping one's cores). Instances sized for a low rate otherwise held every core through
+   a peak: live, a batch-1 and a batch-2 instance carried a step that two batch-4 instances
+   of the same variant served with a third fewer refusals.
 
 Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zero
 `affinity_weight` give the literal form):
@@ -161,6 +168,43 @@ def equation10(knobs: Knobs) -> Equation10:
     return Equation10(served, knobs.min_fragment, knobs.affinity_weight)
 
 
+def _upsize(
+    function: FunctionView,
+    ready: list[InstanceView],
+    live: list[InstanceView],
+    stops: list[StopInstance],
+    bounds: dict[str, Bounds],
+    cands: Sequence[Candidate],
+    unmet_rps: float,
+    index: CapacityIndex,
+    chooser: Chooser,
+    knobs: Knobs,
+) -> list[_Placed]:
+    """Step 6: the replacement of the weakest ready CPU instance, on its cores (taken from
+    `index`; the weakest taken out of `ready` and `live`, its stop added to `stops`), or
+    nothing (all as it was) when no replacement serves `upsize_gain` × more."""
+    cpu_only = [i for i in ready if i.config.gpu_pct == 0 and i.server_id in index.positions]
+    if not cpu_only:
+        return []
+
+    def per_unit(i: InstanceView) -> tuple[float, str]:
+        return bounds[i.instance_id].r_up_rps / max(i.config.cpus, 1), i.instance_id
+
+    weakest = min(cpu_only, key=per_unit)
+    pos, cpus = index.positions[weakest.server_id], weakest.config.cpus
+    old_rps = bounds[weakest.instance_id].r_up_rps
+    index.unplace(pos, cpus, 0, None)
+    trial, _ = schedule(function, cands, unmet_rps + old_rps, index, 1, chooser)
+    if trial and trial[0].pos == pos and trial[0].start.r_up_rps >= knobs.upsize_gain * old_rps:
+        ready.remove(weakest)
+        live.remove(weakest)
+        stops.append(StopInstance(function.name, weakest.instance_id, "upsize"))
+        return trial
+    undo(trial, index, function, chooser)
+    index.retake(pos, cpus)
+    return []
+
+
 def undo(
     placed: Sequence[_Placed], index: CapacityIndex, function: FunctionView, chooser: Chooser
 ) -> None:
@@ -249,6 +293,8 @@ def plan_function(
     need = max(function.min_instances, 1 if (function.keep_warm or demand_rps > 0) else 0)
     missing = min(need - len(live), max_new) - len(placed)
     placed.extend(_start_kept_warm(function, cands, index, chooser, missing))
+    if knobs.upsize and unmet > _EPS and not placed and len(live) == len(ready):
+        placed = _upsize(function, ready, live, stops, bounds, cands, unmet, index, chooser, knobs)
 
     n_starting = len(live) - len(ready)
     floor = 1 if (demand_rps > 0 or function.keep_warm) else 0

@@ -13,7 +13,8 @@ smaller ones ("downsize") and back. `hold` filters a plan:
   instance kept warm at zero demand could otherwise never see its demand "fall");
 - starts planned while the function's demand is below its band (the downsize, which
   adds no capacity) are dropped until the function has been below the band for
-  `downsize_after_s`.
+  `downsize_after_s` — and with them the stop of an instance they were to replace
+  (`upsize`), which must not go alone.
 `Stability` remembers each instance's demand at start and since when each function has been
 below its band. Pure: no I/O, no clock (the view carries `now`).
 """
@@ -54,17 +55,26 @@ def hold(
             below[decision.function] = state.below_since_s.get(decision.function, view.now_s)
     kept = []
     downsized: set[str] = set()
+    held_starts: set[str] = set()  # functions whose starts are dropped this pass
+
+    def held(stop: StopInstance) -> bool:
+        if stop.reason == "upsize":  # goes only with the start that replaces it
+            return stop.function in held_starts
+        if stop.reason not in HELD_REASONS:
+            return False
+        name, started_s = started.get(stop.instance_id, ("", -1e18))
+        young = view.now_s - started_s < cfg.min_lifetime_s
+        fallen = demand.rate_rps(name) < cfg.fall_ratio * seen.get(stop.instance_id, 0.0)
+        return young and not fallen and name not in retired
+
     for action in plan.actions:
         if isinstance(action, StartInstance) and action.function in below:
             if view.now_s - below[action.function] < cfg.downsize_after_s:
+                held_starts.add(action.function)
                 continue
             downsized.add(action.function)
-        if isinstance(action, StopInstance) and action.reason in HELD_REASONS:
-            name, started_s = started.get(action.instance_id, ("", -1e18))
-            young = view.now_s - started_s < cfg.min_lifetime_s
-            fallen = demand.rate_rps(name) < cfg.fall_ratio * seen.get(action.instance_id, 0.0)
-            if young and not fallen and name not in retired:
-                continue
+        if isinstance(action, StopInstance) and held(action):
+            continue
         kept.append(action)
     for name in downsized:  # the next downsize waits its turn again
         below[name] = view.now_s

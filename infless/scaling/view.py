@@ -109,7 +109,9 @@ class StartInstance:
 class StopInstance:
     function: str
     instance_id: str
-    reason: str  # "release" (below the band), "keep-alive", "over-max", "zero-demand"
+    # "release" (below the band), "keep-alive", "over-max", "zero-demand", "upsize" (replaced
+    # by a larger instance on its cores, started in the same plan)
+    reason: str
     kind: Literal["stop"] = "stop"
 
 
@@ -180,3 +182,16 @@ class ScalingPlan:
 
     def decision(self, function: str) -> FunctionDecision | None:
         return next((d for d in self.decisions if d.function == function), None)
+
+    def by_function(self) -> list[tuple[str, list[Action]]]:
+        """The actions grouped by function, in the order to apply them: the functions that
+        stop an instance first, so that a start of the same plan gets the cores of the
+        instance stopping (a model-less switch, an upsize); otherwise in plan order."""
+        grouped: dict[str, list[Action]] = {}
+        for action in self.actions:
+            grouped.setdefault(action.function, []).append(action)
+
+        def starts_only(item: tuple[str, list[Action]]) -> bool:
+            return not any(isinstance(action, StopInstance) for action in item[1])
+
+        return sorted(grouped.items(), key=starts_only)

@@ -19,7 +19,7 @@ Simulation only: no I/O, no clock (`now_s` is set by the engine).
 from __future__ import annotations
 
 import itertools
-from collections import Counter, defaultdict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -36,7 +36,6 @@ from infless.scaling.config import ScalingConfig
 from infless.scaling.memory import ModelMemory
 from infless.scaling.predictors import LatencyPredictor
 from infless.scaling.view import (
-    Action,
     FunctionView,
     InstanceState,
     InstanceView,
@@ -241,10 +240,7 @@ class SimCluster:
         )
 
     def apply(self, plan: ScalingPlan) -> None:
-        per_function: dict[str, list[Action]] = defaultdict(list)
-        for action in plan.actions:
-            per_function[action.function].append(action)
-        for name, actions in per_function.items():
+        for name, actions in plan.by_function():  # stops first, as the gateway's pool
             self.change(self.functions[name], partial(d.applied, actions=actions))
 
     def change(
@@ -307,6 +303,7 @@ class SimCluster:
             fn.ready.remove(instance)
         fn.dispatcher.forget(instance.instance_id)
         instance.state = SimState.DRAINING
+        instance.server.lent_cpus += instance.config.cpus
         self.events.append((self.now_s, "stop", instance.instance_id))
         if not instance.busy and not instance.queued:
             self.finish(instance)
@@ -316,6 +313,7 @@ class SimCluster:
         instance.state = SimState.STOPPED
         instance.stopped_s = self.now_s
         c = instance.config
+        instance.server.lent_cpus -= c.cpus
         instance.server.release(c.cpus, c.gpu_pct, instance.device, instance.model_key)
         self.functions[instance.function].instances.pop(instance.instance_id, None)
         self.stops += 1

@@ -44,6 +44,10 @@ class SimServer:
         self.gpu_pct = [100] * gpus
         self.free_gpu_pct = [100] * gpus
         self.overruns = 0
+        # cores held by draining instances: a start may share them while they finish (the
+        # gateway's allocator hands a stopping instance's cores to the start of the same
+        # pass: a model-less switch, an upsize), which is no overrun
+        self.lent_cpus = 0
         self.instances = 0  # live or draining instances holding capacity here
         self.models: Counter[str] = Counter()  # those instances per model (the store's tensors)
 
@@ -51,7 +55,7 @@ class SimServer:
         self.instances += 1
         self.models[model_key] += 1
         self.free_cpus -= cpus
-        if self.free_cpus < 0:
+        if self.free_cpus + self.lent_cpus < 0:
             self.overruns += 1
         if gpu_pct > 0:
             if device is None or not 0 <= device < len(self.free_gpu_pct):

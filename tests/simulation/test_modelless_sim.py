@@ -303,8 +303,9 @@ def test_at_a_step_from_the_accurate_variant_the_fast_one_scales_out_in_the_same
         return min(t for t, e, i in sim.cluster.events if e == "start" and t >= 20.0)
 
     assert first_start_after_step(modelless) == first_start_after_step(fixed)
-    # the one hand-over: bf16's instance shares fp32's core while fp32 drains its queue
-    assert result.capacity_overruns == 1
+    # the hand-over: bf16's instance shares fp32's core while fp32 drains its queue, as the
+    # gateway's allocator lends it (no overrun); nothing else shares a core
+    assert result.capacity_overruns == 0
 
 
 # -- the scenario ----------------------------------------------------------------------------

@@ -10,14 +10,17 @@ import pytest
 from infless.scaling.config import FeedbackConfig, StabilityConfig
 from infless.scaling.demand import Demand
 from infless.scaling.feedback import next_pressure, pressed
+from infless.scaling.shares import Regime
 from infless.scaling.stability import Stability, hold
 from infless.scaling.view import (
+    FunctionDecision,
     FunctionView,
     InstanceView,
     PoolView,
     ScalingPlan,
     ServerView,
     SetShare,
+    StartInstance,
     StopInstance,
 )
 from infless.types import InstanceConfig
@@ -92,3 +95,36 @@ def test_a_retired_function_releases_its_young_instance_at_once() -> None:
     retired = PoolView(retired.servers, (replace(retired.functions[0], retired=True),), 5.0)
     gone, _ = hold(plan, retired, Demand({}), state, cfg)
     assert gone.actions == plan.actions
+
+
+def test_an_upsize_stop_is_dropped_with_the_start_that_was_to_replace_it() -> None:
+    cfg = StabilityConfig(downsize_after_s=30.0)
+    start = StartInstance(
+        function="f",
+        config=InstanceConfig(8, 1),
+        server_id="s",
+        gpu_index=None,
+        exec_ms=20.0,
+        r_low_rps=100.0,
+        r_up_rps=400.0,
+        batch_timeout_ms=30.0,
+        efficiency=1.0,
+    )
+    below = FunctionDecision(
+        function="f",
+        demand_rps=90.0,
+        regime=Regime.BELOW,
+        r_min_rps=100.0,
+        r_max_rps=400.0,
+        starting_rps=0.0,
+        planned_rps=400.0,
+        unmet_rps=10.0,
+    )
+    plan = ScalingPlan((start, StopInstance("f", "f-1", "upsize")), (below,))
+    held, _ = hold(plan, _view(40.0, 0.0), Demand({"f": 90.0}), Stability(), cfg)
+    assert held.actions == ()
+    within = replace(below, regime=Regime.BAND)
+    kept, _ = hold(
+        replace(plan, decisions=(within,)), _view(40.0, 0.0), Demand({"f": 90.0}), Stability(), cfg
+    )
+    assert kept.actions == plan.actions

@@ -304,3 +304,39 @@ def test_thousands_of_servers() -> None:
     # at this demand the whole-server b = 32 config is the most efficient: one per server
     assert Counter(s.config.batch_size for s in result.starts).most_common(1)[0][0] == 32
     assert len({s.server_id for s in result.starts}) == len(result.starts)
+
+
+# a model that batches well on one core: b1 10 ms (100 RPS), b8 20 ms (400 RPS)
+BATCHING = TablePredictor(
+    {("m", 1, 1, 0): 10.0, ("m", 2, 1, 0): 12.0, ("m", 4, 1, 0): 15.0, ("m", 8, 1, 0): 20.0}
+)
+
+
+def test_an_instance_sized_for_a_low_rate_is_replaced_by_a_larger_one_when_cores_run_out() -> None:
+    # a peak reaches two batch-1 instances holding both cores of the server: the weakest is
+    # stopped and a larger instance started on its core, in the same plan
+    small = (ready("a", 1, 1), ready("b", 1, 1))
+    view = PoolView(servers(1, cpus=2, free=0), (fn(*small, max_batch=8),), LATER)
+    result = plan(view, Demand({"f": 700.0}), BATCHING, CFG)
+    (start,) = result.starts
+    (stop,) = result.stops
+    assert (stop.instance_id, stop.reason) == ("a", "upsize")  # equal: the first by id
+    assert (start.server_id, start.config) == ("s0", InstanceConfig(8, 1))
+    assert start.r_up_rps == 400.0
+    off = plan(view, Demand({"f": 700.0}), BATCHING, ScalingConfig(upsize=False))
+    assert (off.starts, off.stops) == ((), ())
+
+
+def test_no_upsize_while_an_instance_starts_or_without_a_gain_worth_a_restart() -> None:
+    # a third instance still starting: what it adds is not known yet, nothing is replaced
+    starting = InstanceView("c", "f", "s0", InstanceConfig(1, 1), state=InstanceState.STARTING)
+    live = (ready("a", 1, 1), ready("b", 1, 1), starting)
+    busy = PoolView(servers(1, cpus=2, free=0), (fn(*live, max_batch=8),), LATER)
+    assert plan(busy, Demand({"f": 700.0}), BATCHING, CFG).stops == ()
+    # batch 4 (267 RPS) to batch 8 (400): 1.5x, worth it; at most batch 4 allowed, batch 2
+    # (167) to batch 4 is 1.6x; but from batch 4 nothing larger fits: demand left unmet
+    fours = (ready("a", 4, 1), ready("b", 4, 1))
+    capped = PoolView(servers(1, cpus=2, free=0), (fn(*fours, max_batch=4),), LATER)
+    result = plan(capped, Demand({"f": 700.0}), BATCHING, CFG)
+    assert (result.starts, result.stops) == ((), ())
+    assert decision_of(result).unmet_rps > 0
