@@ -28,9 +28,8 @@ capacity index so functions compete for the same servers):
    server has room, nothing is starting, and the weakest ready CPU instance (least r_up per
    unit) can be replaced on its own cores by one whose r_up is ≥ `upsize_gain` × its own,
    stop it and start that one in the same pass (the data plane gives the new instance the
-   stopping one's cores). Instances sized for a low rate otherwise held every core through
-   a peak: live, a batch-1 and a batch-2 instance carried a step that two batch-4 instances
-   of the same variant served with a third fewer refusals.
+   stopping one's cores): instances sized for a low rate no longer hold every core through
+   a peak (docs/benchmarks.md, model-less, 2026-11-28 session 15).
 
 Equation 10, deviations (`efficiency = "paper"`, a tiny `min_fragment` and a zero
 `affinity_weight` give the literal form):
@@ -182,7 +181,11 @@ def _upsize(
 ) -> list[_Placed]:
     """Step 6: the replacement of the weakest ready CPU instance, on its cores (taken from
     `index`; the weakest taken out of `ready` and `live`, its stop added to `stops`), or
-    nothing (all as it was) when no replacement serves `upsize_gain` × more."""
+    nothing (all as it was) when no replacement serves `upsize_gain` × more.
+
+    The replacement must be larger (a larger batch or more cores), its gain judged on
+    predictions for both: a ready instance's measured times on a loaded host are longer
+    than a new one's prediction (read as a gain, batch 1 replaced batch 1 live)."""
     cpu_only = [i for i in ready if i.config.gpu_pct == 0 and i.server_id in index.positions]
     if not cpu_only:
         return []
@@ -195,7 +198,7 @@ def _upsize(
     old_rps = bounds[weakest.instance_id].r_up_rps
     index.unplace(pos, cpus, 0, None)
     trial, _ = schedule(function, cands, unmet_rps + old_rps, index, 1, chooser)
-    if trial and trial[0].pos == pos and trial[0].start.r_up_rps >= knobs.upsize_gain * old_rps:
+    if trial and trial[0].pos == pos and _larger(trial[0].start, weakest, cands, old_rps, knobs):
         ready.remove(weakest)
         live.remove(weakest)
         stops.append(StopInstance(function.name, weakest.instance_id, "upsize"))
@@ -203,6 +206,23 @@ def _upsize(
     undo(trial, index, function, chooser)
     index.retake(pos, cpus)
     return []
+
+
+def _larger(
+    new: StartInstance,
+    old: InstanceView,
+    cands: Sequence[Candidate],
+    old_rps: float,
+    knobs: Knobs,
+) -> bool:
+    """Whether `new` is a larger configuration than `old`'s serving `upsize_gain` × its r_up
+    (`old`'s as predicted where its configuration is a candidate, else as measured)."""
+    was, now = old.config, new.config
+    if now.batch_size <= was.batch_size and now.cpus <= was.cpus:
+        return False
+    same = next((c for c in cands if c.config == was), None)
+    base_rps = same.bounds.r_up_rps if same is not None else old_rps
+    return new.r_up_rps >= knobs.upsize_gain * base_rps
 
 
 def undo(

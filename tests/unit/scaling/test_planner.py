@@ -340,3 +340,17 @@ def test_no_upsize_while_an_instance_starts_or_without_a_gain_worth_a_restart() 
     result = plan(capped, Demand({"f": 700.0}), BATCHING, CFG)
     assert (result.starts, result.stops) == ((), ())
     assert decision_of(result).unmet_rps > 0
+
+
+def test_an_upsize_is_to_a_larger_instance_judged_on_predictions_for_both() -> None:
+    # two batch-1 instances measuring 35 ms on a loaded host (28 RPS each by Equation 1)
+    # against a prediction of 10 ms (100): a new batch-1 instance is no larger, however
+    # slow the measured ones look
+    slow = (ready("a", 1, 1, exec_ms=35.0), ready("b", 1, 1, exec_ms=35.0))
+    ones = PoolView(servers(1, cpus=2, free=0), (fn(*slow, max_batch=1),), LATER)
+    result = plan(ones, Demand({"f": 700.0}), BATCHING, CFG)
+    assert (result.starts, result.stops) == ((), ())
+    # with batches allowed, batch 8 (400 RPS predicted) against batch 1 (100 predicted)
+    eights = PoolView(servers(1, cpus=2, free=0), (fn(*slow, max_batch=8),), LATER)
+    (start,) = plan(eights, Demand({"f": 700.0}), BATCHING, CFG).starts
+    assert start.config == InstanceConfig(8, 1)
