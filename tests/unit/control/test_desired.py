@@ -17,6 +17,7 @@ from infless.scaling.view import (
     StopInstance,
 )
 from infless.types import InstanceConfig
+from tests.support.plans import start_instance
 
 UNIFORM = InstanceConfig(batch_size=8, cpus=1)
 
@@ -36,17 +37,7 @@ class Mint:
 
 
 def start(b: int, c: int) -> StartInstance:
-    return StartInstance(
-        function="f",
-        config=InstanceConfig(b, c),
-        server_id="s1",
-        gpu_index=None,
-        exec_ms=10.0,
-        r_low_rps=50.0,
-        r_up_rps=400.0,
-        batch_timeout_ms=40.0,
-        efficiency=1.0,
-    )
+    return start_instance(b, c)
 
 
 def test_a_new_function_gets_uniform_instances_for_its_owner() -> None:

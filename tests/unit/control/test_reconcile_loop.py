@@ -25,11 +25,12 @@ from infless.control.servers import LOCAL_SERVER, Server
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.instance import RETUNE_EVERY_BATCHES, Instance, InstanceState
 from infless.dataplane.request import Outcome, Pending
-from infless.scaling.view import ScalingPlan, StartInstance, StopInstance
-from infless.types import FunctionSpec, InstanceConfig
+from infless.scaling.view import ScalingPlan, StopInstance
+from infless.types import FunctionSpec
 from tests.support.clock import FakeClock
 from tests.support.doubling import DOUBLING_MANIFEST
 from tests.support.inprocess import InProcessModel, InProcessStarter
+from tests.support.plans import start_instance
 
 START_S = 0.05  # every start takes this long on the fake clock
 MANIFEST = DOUBLING_MANIFEST
@@ -262,17 +263,7 @@ async def test_a_start_in_the_pass_that_stops_another_functions_instance_takes_i
     (going,) = pool.get("g").router.instances
     assert (kept.cpu_ids, going.cpu_ids) == ((0,), (1,))
 
-    start = StartInstance(
-        function="f",
-        config=InstanceConfig(1, 1),
-        server_id=LOCAL_SERVER,
-        gpu_index=None,
-        exec_ms=10.0,
-        r_low_rps=1.0,
-        r_up_rps=100.0,
-        batch_timeout_ms=0.0,
-        efficiency=1.0,
-    )
+    start = start_instance(1, 1, server_id=LOCAL_SERVER, r_low_rps=1.0, r_up_rps=100.0)
     pool.apply(ScalingPlan((start, StopInstance("g", going.instance_id, "zero-demand")), ()))
     await pool.settled()
     new = next(i for i in pool.get("f").router.instances if i is not kept)

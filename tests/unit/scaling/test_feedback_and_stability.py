@@ -20,10 +20,10 @@ from infless.scaling.view import (
     ScalingPlan,
     ServerView,
     SetShare,
-    StartInstance,
     StopInstance,
 )
 from infless.types import InstanceConfig
+from tests.support.plans import start_instance
 
 CFG = FeedbackConfig()
 
@@ -99,17 +99,7 @@ def test_a_retired_function_releases_its_young_instance_at_once() -> None:
 
 def test_an_upsize_stop_is_dropped_with_the_start_that_was_to_replace_it() -> None:
     cfg = StabilityConfig(downsize_after_s=30.0)
-    start = StartInstance(
-        function="f",
-        config=InstanceConfig(8, 1),
-        server_id="s",
-        gpu_index=None,
-        exec_ms=20.0,
-        r_low_rps=100.0,
-        r_up_rps=400.0,
-        batch_timeout_ms=30.0,
-        efficiency=1.0,
-    )
+    start = start_instance(8, 1, server_id="s", exec_ms=20.0, r_low_rps=100.0)
     below = FunctionDecision(
         function="f",
         demand_rps=90.0,
