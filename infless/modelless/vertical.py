@@ -58,9 +58,9 @@ which variant carries the application's load, and `retarget` moves the demand th
 
 The overflow variant (`overflow_card`, with `[modelless] overflow`) is the one a fixed
 deployment would pick: the cheapest per request that meets the goals, at the speed
-measured here. It stays warm
-beside the target, and a query the target cannot admit in time goes there
-(`catalog.choose`). Its cores are not the other options' to take (`AppLoad.overflow`).
+measured here. It stays warm beside the target, and a query the target cannot admit in
+time goes there (`catalog.choose`). Its cores are not the other options' to take
+(`AppLoad.overflow`).
 Pure: no I/O, no clock.
 """
 
