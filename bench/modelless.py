@@ -328,8 +328,8 @@ def best_fixed(runs: Iterable[Run]) -> Run | None:
     return min(fixed, key=lambda r: (r.violations, -r.accuracy, r.name), default=None)
 
 
-def print_verdict(modelless: Run, fixed: Run, why: str) -> None:
-    v = verdict(modelless, fixed)
+def print_verdict(modelless: Run, fixed: Run, v: dict[str, Any], why: str) -> None:
+    """One line: `v`, the verdict of `modelless` against `fixed` (chosen for `why`)."""
     print(
         f"model-less vs {fixed.name} ({why}): violations {modelless.violations} vs "
         f"{fixed.violations} ({'not more' if v['no_more_violations'] else 'MORE'}), "
@@ -502,10 +502,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
             )
             if "model-less" in round_runs and round_best is not None
         ]
-        print_verdict(modelless, best, "fewest violations of the fixed arms")
+        print_verdict(modelless, best, figures["verdict"], "fewest violations of the fixed arms")
         if pick is not None and pick is not best:
-            figures["verdict_vs_profiles_pick"] = verdict(modelless, pick)
-            print_verdict(modelless, pick, "the profiles' pick")
+            figures["verdict_vs_profiles_pick"] = against_pick = verdict(modelless, pick)
+            print_verdict(modelless, pick, against_pick, "the profiles' pick")
     print(f"selection over 100 variants: {select_us} us per query")
     print(json.dumps(figures))
     return 0

@@ -220,6 +220,14 @@ class CapacityIndex:
                 f"server {self.ids[pos]!r} cannot fit {cpus} cores + {gpu_pct}% GPU "
                 f"(free: {self.free_cpus[pos]} cores, GPU {self.free_gpu[pos]})"
             )
+        return self._take(pos, cpus, gpu_pct)
+
+    def retake(self, pos: int, cpus: int) -> None:
+        """Take back cores `unplace` gave for a trial (no fit test: they were held before,
+        and a reserve for GPU instances may not leave them placeable again)."""
+        self._take(pos, cpus, 0)
+
+    def _take(self, pos: int, cpus: int, gpu_pct: int) -> int | None:
         self._unindex(pos)
         self.free_cpus[pos] -= cpus
         device: int | None = None
@@ -232,14 +240,6 @@ class CapacityIndex:
         self._reindex(pos)
         self._placed_on(pos)
         return device
-
-    def retake(self, pos: int, cpus: int) -> None:
-        """Take back cores `unplace` gave for a trial (no fit test: they were held before,
-        and a reserve for GPU instances may not leave them placeable again)."""
-        self._unindex(pos)
-        self.free_cpus[pos] -= cpus
-        self._reindex(pos)
-        self._placed_on(pos)
 
     def unplace(self, pos: int, cpus: int, gpu_pct: int, device: int | None) -> None:
         """Give back what `place` took (used to try a plan and undo it)."""

@@ -303,7 +303,7 @@ class SimCluster:
             fn.ready.remove(instance)
         fn.dispatcher.forget(instance.instance_id)
         instance.state = SimState.DRAINING
-        instance.server.lent_cpus += instance.config.cpus
+        instance.server.lend(instance.config.cpus)
         self.events.append((self.now_s, "stop", instance.instance_id))
         if not instance.busy and not instance.queued:
             self.finish(instance)
@@ -313,7 +313,6 @@ class SimCluster:
         instance.state = SimState.STOPPED
         instance.stopped_s = self.now_s
         c = instance.config
-        instance.server.lent_cpus -= c.cpus
         instance.server.release(c.cpus, c.gpu_pct, instance.device, instance.model_key)
         self.functions[instance.function].instances.pop(instance.instance_id, None)
         self.stops += 1

@@ -44,9 +44,9 @@ class SimServer:
         self.gpu_pct = [100] * gpus
         self.free_gpu_pct = [100] * gpus
         self.overruns = 0
-        # cores held by draining instances: a start may share them while they finish (the
-        # gateway's allocator hands a stopping instance's cores to the start of the same
-        # pass: a model-less switch, an upsize), which is no overrun
+        # cores held by draining instances (`lend`): a start may share them while they
+        # finish (the gateway's allocator hands a stopping instance's cores to the start of
+        # the same pass: a model-less switch, an upsize), which is no overrun
         self.lent_cpus = 0
         self.instances = 0  # live or draining instances holding capacity here
         self.models: Counter[str] = Counter()  # those instances per model (the store's tensors)
@@ -65,7 +65,13 @@ class SimServer:
             if self.free_gpu_pct[device] < 0:
                 self.overruns += 1
 
+    def lend(self, cpus: int) -> None:
+        """An instance here stops: its cores are lent until it has drained (`release`)."""
+        self.lent_cpus += cpus
+
     def release(self, cpus: int, gpu_pct: int, device: int | None, model_key: str) -> None:
+        """A drained instance is gone (its cores were lent since it stopped)."""
+        self.lent_cpus -= cpus
         self.instances -= 1
         self.models[model_key] -= 1
         if self.models[model_key] <= 0:
