@@ -12,7 +12,9 @@ n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,
 where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
 (`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
 may also force a smaller batch. Options that do not fit the cores are dropped; if none
-fits, the one with the most measured throughput per core stays. A current variant that
+fits, the one serving the most per core at the host's speed stays (`per_core_here`: one
+factor for all, so that a variant measured low while it refuses under an overload does not
+lose its place to a slower one, which the load would leave again). A current variant that
 is no longer an option moves at once, to the best option for the rate ahead of the rise
 (`AppLoad.ahead_rps`): mid-step the measured load is only the part of the step seen so
 far, and a variant that fits that part would be left again at the next tick. Ties go to
@@ -27,7 +29,8 @@ Upgrades. When the current variant's ready instances do not carry the load plus 
 (counted at their own sizes, which Algorithm 1 chose: `AppLoad.live_qps`; the instances
 still starting do not count — Algorithm 1 starts them for the rate ahead, and counting
 them would have the current variant replicated before the switch is weighed), the load
-forces a move. Another option that serves more requests per core by its profile, and
+forces a move. Another option that serves more requests per core at the host's speed
+(`per_core_here`: its profile at the host factor, one factor for all variants), and
 costs less (load term included), wins at once: an *upgrade*. If none costs less, the
 current variant is replicated.
 
@@ -186,8 +189,8 @@ def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:
     by_name = {c.name: c for c in load.cards}
     candidates = [option(c, load, cfg) for c in load.cards if meets(c, load.goals)]
     fitting = [o for o in candidates if _fits(o, load, by_name)]
-    if not fitting and candidates:  # nothing fits: the most throughput per core, measured
-        fitting = [max(candidates, key=lambda o: o.qps / o.card.cpus)]
+    if not fitting and candidates:  # nothing fits: the most per core at the host's speed
+        fitting = [max(candidates, key=lambda o: per_core_here(o.card, load.capacity))]
     return tuple(sorted(fitting, key=_rank))
 
 
@@ -244,11 +247,15 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         if escape is not None:
             return decided(escape.card.name, "upgrade", reason="tail")
     if pressed:  # the load needs more than the current variant runs
-        # only towards variants that serve more per core by their profiles: the measured
-        # factors size the options, they do not reverse the variants' order (a variant
+        # only towards variants that serve more per core at the host's speed: one factor
+        # for all, so a variant's own measurement does not reverse the order (a variant
         # refusing on a busy host measures low, and would send the load to a slower one)
-        faster = _per_core(now.card)
-        others = [o for o in ranked if o.card.name != current and _per_core(o.card) > faster]
+        faster = per_core_here(now.card, load.capacity)
+        others = [
+            o
+            for o in ranked
+            if o.card.name != current and per_core_here(o.card, load.capacity) > faster
+        ]
         best = min(others, key=_rank, default=now)
         if round(best.cost, 9) >= round(now.cost, 9):  # a switch must cost less: else replicate
             best = now
@@ -325,9 +332,14 @@ def _quickest(ranked: Sequence[Option]) -> Option:
     return min(ranked, key=lambda o: (o.card.latency_b1_ms, _rank(o)))
 
 
-def _per_core(card: VariantCard) -> float:
-    """Requests a second per core at the card's configuration, by its profile."""
-    return card.qps / card.cpus
+def per_core_here(card: VariantCard, capacity: Capacity) -> float:
+    """Requests a second per core the card sustains at the host's speed (`Capacity.host`,
+    the same factor for every variant): its profile's order, except that batches the
+    SLO no longer allows at that speed drop out. As profiled, fp32 of lstm-2365 serves
+    340 rps a core at batch 8 against bf16's 278; at 0.75 of that speed its batches
+    past 1 miss half the SLO and it serves 52 against bf16's 208 — ranked by the profile,
+    the load stayed on fp32 through a live peak, refusing three quarters of it."""
+    return sustained_qps(card, capacity.host) / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:

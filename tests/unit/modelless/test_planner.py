@@ -471,3 +471,30 @@ def test_a_target_whose_tail_misses_hands_its_demand_to_the_overflow_variant_in_
     assert out.rate_rps("m--fp32") == 0.0
     assert out.rate_rps("m--bf16") > 15.0
     assert not function(out_view, "m--fp32").keep_warm
+
+
+def test_a_bridge_gives_its_core_to_the_target_only_when_no_core_is_free() -> None:
+    """int8 serves on one ready instance short of a 2,000-rps load; fp32 bridges on
+    another core. On a roomy server int8's next instances start on free cores and fp32
+    bridges on until they carry the load; on two cores both held, fp32 is retired, and its
+    core is free for int8's next instance in this pass."""
+    for server, retired in ((ROOMY, False), (ServerView("local", 2, 0), True)):
+        catalog, planner = setup()
+        given(catalog, target="int8")
+        given(catalog, fp32=ACTIVE, int8=ACTIVE)
+        running = {"int8": [instance("m--int8", 1)]}
+        planner.adjust(view(0.5, running, other=False, server=server), Demand())  # counters
+        running["fp32"] = [instance("m--fp32", 1)]
+        traffic = current(catalog).traffic
+        handed = []  # the cores free in each pass (fp32's counts in one: `handed` memory)
+        for tick in range(2, 6):
+            traffic.served["int8"] = traffic.served.get("int8", 0) + 1000
+            out_view, out = planner.adjust(
+                view(tick * 0.5, running, other=False, server=server),
+                Demand({"m--int8": 2000.0, "m--fp32": 100.0}),
+            )
+            handed.append(out_view.servers[0].free_cpus - server.free_cpus)
+        assert current(catalog).target == "int8"
+        assert function(out_view, "m--fp32").retired is retired
+        assert (out.rate_rps("m--fp32") == 0.0) is retired
+        assert sum(handed) == (1 if retired else 0)

@@ -378,3 +378,34 @@ def test_the_overflow_variant_moves_only_to_one_cheaper_by_a_margin() -> None:
     moved = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(own={"bf16": 0.9}), current="bf16")
     assert moved is not None
     assert moved.name == "fp32"
+
+
+def test_under_pressure_the_variants_are_ordered_by_what_they_serve_at_the_hosts_speed() -> None:
+    """fp32 measured at 0.75 of its profile keeps only batch 1 (52 rps a core); bf16 at
+    that speed keeps batch 4 (208). As profiled fp32 serves more per core (340 against
+    278), so on a host measured at profiled speed the load stays on fp32 however its own
+    factor reads; on a host measured at 0.75 it goes to bf16 at once."""
+
+    def pressed(host: float) -> AppLoad:
+        return AppLoad(
+            "m", KNIFE_GOALS, KNIFE_EDGE, {"fp32": 1}, 150.0, None,
+            Capacity(host=host, own={"fp32": 0.75}),
+        )  # fmt: skip
+
+    got = decide(pressed(1.0), "fp32", Hold(), CFG)
+    assert (got.target, got.move) == ("fp32", "replicate")
+    got = decide(pressed(0.75), "fp32", Hold(), CFG)
+    assert (got.target, got.move, got.reason) == ("bf16", "upgrade", "load")
+
+
+def test_an_overload_no_option_fits_stays_on_the_variant_serving_most_at_the_hosts_speed() -> None:
+    """900 rps on two cores both held: bf16 would need more than two, and so would fp32.
+    bf16 refuses and measures 30 % of its profile, fp32 (barely used) 90 %: by their own
+    factors fp32 serves more per core and would be the one option left, and the load would
+    move to the slower variant. At the host's speed bf16 serves more: it stays."""
+    goals = Goals(latency_ms=50.0, min_accuracy=0.99)  # int8 is out
+    measured = Capacity(own={"bf16": 0.3, "fp32": 0.9})
+    busy = AppLoad("m", goals, CARDS, {"bf16": 1, "fp32": 1}, 900.0, 0, measured)
+    assert [o.card.name for o in options(busy, CFG)] == ["bf16"]
+    got = decide(busy, "bf16", Hold(), CFG)
+    assert (got.target, got.move) == ("bf16", "replicate")
