@@ -16,6 +16,11 @@ model whose variant functions are in the view, the planner:
 
 Until the target serves and its ready instances carry the load, the variants it replaces
 keep their demand but may not grow, and take the queries it has no room for (spill-over).
+With no core free for the target's next instance, that lasts only while they serve about
+as much per core as the target would (`vertical.outserves`, at the host's speed): under a
+load no variant carries on the cores there are, the target never carries it, and a slower
+variant bridged on through a live peak, refusing most of what selection sent it while
+the target, on its cores, would have served three times as much.
 They give up the cores the target's new instances need: the weakest wholly, the one
 carrying the most (the bridge) down to one instance while the target serves nothing yet.
 Those with no instance stay without. Once the target carries the load, the others are let
@@ -52,6 +57,7 @@ from infless.modelless.vertical import (
     Hold,
     VerticalDecision,
     decide,
+    outserves,
     overflow_card,
     retarget,
 )
@@ -233,8 +239,12 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     # room for spill over to them)
     serving = entry.states.get(decision.target, VariantState.INACTIVE) is not VariantState.INACTIVE
     target = entry.card(decision.target)
-    carried = target is not None and load.load_rps <= _qps(
-        target, functions[target.function], factors[target.name], ready=True
+    short = _cores_short(entry, decision, live, free)
+    bridging = [c for c in present if c.name not in (decision.target, keep) and live[c.name]]
+    carried = target is not None and (
+        load.load_rps <= _qps(target, functions[target.function], factors[target.name], True)
+        # no core free for its next instance, and the bridge's cores serve more as its own
+        or (short > 0 and outserves(target, bridging, entry.capacity))
     )
     target_serving = serving and carried
     own = {c.name: rates.get(c.function, 0.0) for c in present}
@@ -250,7 +260,6 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
             card = next(c for c in present if c.name == keep)
             rates[card.function] = max(moved[keep], own[keep])
         return decided(frozenset(c.name for c in let_go))
-    short = _cores_short(entry, decision, live, free)
     released = _make_room(
         entry=entry,
         present=present,

@@ -81,6 +81,9 @@ from infless.modelless.selection import meets
 
 Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
 OVERFLOW_MARGIN = 1.25  # the overflow variant moves only to one this much cheaper per request
+# with no core free, a switch's target takes the cores of the variants bridging for it once
+# it serves this much more per core than each of them (`outserves`)
+HANDOVER_MARGIN = 1.25
 # why a switch was made (`VerticalDecision.reason`); "" for the moves that switch nothing
 Why = Literal["", "tail", "load", "unfit", "steady"]
 
@@ -279,6 +282,13 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     if ticks >= cfg.scale_down_ticks:
         return decided(steady.card.name, "downgrade", reason="steady")
     return decided(current, "keep", Hold(steady.card.name, ticks))
+
+
+def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:
+    """Whether `target` serves `HANDOVER_MARGIN` more per core at the host's speed than
+    each of `others` (`per_core_here`): their cores are then worth more as its instances."""
+    mine = per_core_here(target, capacity)
+    return all(mine >= HANDOVER_MARGIN * per_core_here(o, capacity) for o in others)
 
 
 def _pressed(now: Option, load: AppLoad, cfg: ModellessConfig) -> bool:

@@ -473,20 +473,22 @@ def test_a_target_whose_tail_misses_hands_its_demand_to_the_overflow_variant_in_
     assert not function(out_view, "m--fp32").keep_warm
 
 
-def test_a_bridge_gives_its_core_to_the_target_only_when_no_core_is_free() -> None:
-    """int8 serves on one ready instance short of a 2,000-rps load; fp32 bridges on
-    another core. On a roomy server int8's next instances start on free cores and fp32
-    bridges on until they carry the load; on two cores both held, fp32 is retired, and its
-    core is free for int8's next instance in this pass."""
-    for server, retired in ((ROOMY, False), (ServerView("local", 2, 0), True)):
+def test_with_no_core_free_a_target_serving_more_per_core_takes_its_bridges_cores() -> None:
+    """int8 serves on one ready instance short of a 2,000-rps load; fp32 bridges on two
+    more cores. On a roomy server int8's next instance starts on a free core and fp32
+    bridges on until int8 carries the load. On three cores all held, int8 would never
+    carry it with fp32 there (it needs one core more): fp32, serving a quarter of what
+    int8 would per core, is retired now and both its cores are free for int8 in this
+    pass — not one of them, with fp32 frozen on the other refusing most of what it gets."""
+    for server, retired in ((ROOMY, False), (ServerView("local", 3, 0), True)):
         catalog, planner = setup()
         given(catalog, target="int8")
         given(catalog, fp32=ACTIVE, int8=ACTIVE)
         running = {"int8": [instance("m--int8", 1)]}
         planner.adjust(view(0.5, running, other=False, server=server), Demand())  # counters
-        running["fp32"] = [instance("m--fp32", 1)]
+        running["fp32"] = [instance("m--fp32", 1), instance("m--fp32", 2)]
         traffic = current(catalog).traffic
-        handed = []  # the cores free in each pass (fp32's counts in one: `handed` memory)
+        handed = []  # the cores free in each pass (each instance's once: `handed` memory)
         for tick in range(2, 6):
             traffic.served["int8"] = traffic.served.get("int8", 0) + 1000
             out_view, out = planner.adjust(
@@ -497,4 +499,5 @@ def test_a_bridge_gives_its_core_to_the_target_only_when_no_core_is_free() -> No
         assert current(catalog).target == "int8"
         assert function(out_view, "m--fp32").retired is retired
         assert (out.rate_rps("m--fp32") == 0.0) is retired
-        assert sum(handed) == (1 if retired else 0)
+        assert ("fp32" in current(catalog).released) is retired
+        assert sum(handed) == (2 if retired else 0)

@@ -16,6 +16,7 @@ from infless.modelless.vertical import (
     Hold,
     decide,
     options,
+    outserves,
     overflow_card,
     retarget,
     tail_fits,
@@ -409,3 +410,10 @@ def test_an_overload_no_option_fits_stays_on_the_variant_serving_most_at_the_hos
     assert [o.card.name for o in options(busy, CFG)] == ["bf16"]
     got = decide(busy, "bf16", Hold(), CFG)
     assert (got.target, got.move) == ("bf16", "replicate")
+
+
+def test_a_target_outserves_its_bridge_only_by_a_margin_at_the_hosts_speed() -> None:
+    fp32, bf16 = KNIFE_EDGE
+    assert not outserves(bf16, [fp32], Capacity())  # 278 against 340 rps a core
+    assert outserves(bf16, [fp32], Capacity(host=0.75))  # 208 against 52
+    assert outserves(fp32, [], Capacity())  # nothing bridging
