@@ -105,6 +105,26 @@ def test_a_variant_being_released_serves_only_when_no_other_runs() -> None:
     assert (got.card.name, got.state) == ("fp32", ACTIVE)  # rather than a cold start
 
 
+def test_a_busy_target_keeps_its_queries_from_a_released_variant_cheaper_by_its_profile() -> None:
+    """Through an overload the target is Overloaded in every window; int8, the variant
+    moved away from and cheaper per request by its profile, serves on while it drains. By
+    score alone the queries would go to int8; they stay with the target."""
+    states = {"int8": ACTIVE, "bf16": OVERLOADED}
+    goals = Goals(min_accuracy=0.9)
+    assert chosen(select(catalogue(), states, goals)) == "int8"  # nothing released
+    assert chosen(select(catalogue(), states, goals, "bf16", released={"int8"})) == "bf16"
+    # busy too, or not yet started: still the target
+    busy = {"int8": OVERLOADED, "bf16": INTERFERED}
+    assert chosen(select(catalogue(), busy, goals, "bf16", released={"int8"})) == "bf16"
+    # a busy variant that is neither the target nor released comes before a released one
+    three = {"int8": OVERLOADED, "fp32": OVERLOADED}
+    assert chosen(select(catalogue(), three, goals, "bf16", released={"int8"})) == "fp32"
+    # nothing else running, nothing kept: a released variant is not cold-started first
+    cold = select(catalogue(), {}, goals, "bf16", released={"fp32"})
+    assert isinstance(cold, Selected)
+    assert (cold.card.name, cold.state) == ("bf16", INACTIVE)
+
+
 def test_with_nothing_active_the_fastest_to_load_and_run_is_started() -> None:
     result = select(catalogue(), {}, Goals(min_accuracy=0.9))
     assert isinstance(result, Selected)
