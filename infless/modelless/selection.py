@@ -29,8 +29,7 @@ cards and their live states:
 
 `fallbacks` orders the other running variants that meet a query's goals — Active and kept
 first, then the busy ones, then the released ones, each by score — for a query its first
-choice cannot
-admit in time (the catalogue's spill-over, `ModellessCatalog.choose`).
+choice cannot admit in time (the catalogue's spill-over, `ModellessCatalog.choose`).
 
 Pure and cheap: one pass over the cards (a few microseconds per hundred variants; measured
 in `bench/modelless.py`). No I/O, no clock.
