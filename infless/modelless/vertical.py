@@ -226,18 +226,11 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
         return decided(None, "keep")
     now = next((o for o in ranked if o.card.name == current), None)
     if current is None or now is None:  # nothing chosen yet, or the current one is out
-        fitting = _best_fitting(ranked, load.capacity, cfg)
-        best = _quickest(ranked) if fitting is None else fitting
-        fixed = next((o for o in ranked if o.card.name == load.overflow), None)
-        if current is None and fixed is not None and _unproven(best.card, load.capacity):
-            best = fixed  # start where a fixed deployment would, until the tail is measured
+        best = _first_or_out(ranked, load, current is None, cfg)
         if current is None:
             return decided(best.card.name, "start")
-        # the current one cannot carry the measured load: go where the rise is heading, not
-        # to a variant that fits only the part of a step seen so far
-        if load.ahead_rps is not None and load.ahead_rps > load.load_rps:
-            ahead = options(replace(load, load_rps=load.ahead_rps), cfg)
-            best = _best_fitting(ahead, load.capacity, cfg) or best
+        if best.card.name == current:  # the rate ahead leaves it the best there is
+            return decided(current, "replicate")
         return decided(best.card.name, "upgrade", reason="unfit")
     pressed = _pressed(now, load, cfg)
     if not settled:
@@ -282,6 +275,29 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     if ticks >= cfg.scale_down_ticks:
         return decided(steady.card.name, "downgrade", reason="steady")
     return decided(current, "keep", Hold(steady.card.name, ticks))
+
+
+def _first_or_out(
+    ranked: Sequence[Option], load: AppLoad, first: bool, cfg: ModellessConfig
+) -> Option:
+    """Where an application goes with nothing chosen yet (`first`), or from a current
+    variant that is no longer an option: the best option whose tail fits (else the
+    quickest). A first choice that serves one query at a time on a host whose tail is not
+    measured yet is the overflow variant instead, where a fixed deployment would start. A
+    current variant out of the options cannot carry the measured load: the move goes
+    where the rise is heading, not to a variant that fits only the part of a step seen so
+    far."""
+    fitting = _best_fitting(ranked, load.capacity, cfg)
+    best = _quickest(ranked) if fitting is None else fitting
+    if first:
+        fixed = next((o for o in ranked if o.card.name == load.overflow), None)
+        if fixed is not None and _unproven(best.card, load.capacity):
+            return fixed
+        return best
+    if load.ahead_rps is not None and load.ahead_rps > load.load_rps:
+        ahead = options(replace(load, load_rps=load.ahead_rps), cfg)
+        best = _best_fitting(ahead, load.capacity, cfg) or best
+    return best
 
 
 def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:

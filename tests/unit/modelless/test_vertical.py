@@ -417,3 +417,16 @@ def test_a_target_outserves_its_bridge_only_by_a_margin_at_the_hosts_speed() -> 
     assert not outserves(bf16, [fp32], Capacity())  # 278 against 340 rps a core
     assert outserves(bf16, [fp32], Capacity(host=0.75))  # 208 against 52
     assert outserves(fp32, [], Capacity())  # nothing bridging
+
+
+def test_a_variant_out_of_the_options_that_is_still_the_best_for_the_rate_ahead_stays() -> None:
+    """fp32 beside the overflow variant bf16 on two cores: at 400 rps fp32 would need two
+    instances and only one core is not the overflow's, so it is out, and bf16 alone fits.
+    The rate ahead (1,000 rps) fits nothing, and fp32 serves the most per core: the move
+    lands on fp32 itself — a replication, not a switch (live it was logged and counted as
+    "upgrade bf16 -> bf16")."""
+    live = {"fp32": 1, "bf16": 1}
+    out = AppLoad("m", KNIFE_GOALS, KNIFE_EDGE, live, 400.0, 0, overflow="bf16", ahead_rps=1000.0)
+    assert [o.card.name for o in options(out, CFG)] == ["bf16"]
+    got = decide(out, "fp32", Hold(), CFG)
+    assert (got.target, got.move, got.reason) == ("fp32", "replicate", "")
