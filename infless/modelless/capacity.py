@@ -37,21 +37,32 @@ the stretch is averaged into the running figure like the host factor; a window w
 nothing to measure brings it `capacity_recovery` of the way back to 1 (an old burst's
 tail must not bar a variant for good). A variant's predicted p99 here is its batch-1
 time at its factor times the stretch (`vertical.tail_fits`): how vertical scaling judges
-whether a slower, more accurate variant leaves headroom under the SLO. Pure: no I/O, no
-clock.
+whether a slower, more accurate variant leaves headroom under the SLO.
+
+Two judgements are made at the host factor alone, one factor for every variant: what a
+variant serves per core here (`per_core_here`: its profile's order, less the batches the
+SLO no longer allows at that speed), by which vertical scaling orders the variants under
+load, and whether a switch's target serves enough more per core than the variants
+bridging for it to take their cores (`outserves`). A variant's own factor would let one
+measured low while it refuses under an overload lose its place to a slower one. Pure: no
+I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from infless.modelless.cards import VariantCard, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import WindowLoad
 
 LOWEST, HIGHEST = 0.05, 2.0  # a factor is kept within these bounds
 WEIGHT = 0.5  # of a new observation in the running averages
 SATURATED = 0.2  # share of a window's arrivals refused: the variant is at capacity
+# with no core free, a switch's target takes the cores of the variants bridging for it once
+# it serves this much more per core than each of them (`outserves`)
+HANDOVER_MARGIN = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +161,20 @@ def next_tail(
         return None if prev is None else prev + (1.0 - prev) * cfg.capacity_recovery
     mean = sum(ratio * windows[v].completed for v, ratio in seen.items()) / answers
     return mean if prev is None else (1.0 - WEIGHT) * prev + WEIGHT * mean
+
+
+def per_core_here(card: VariantCard, capacity: Capacity) -> float:
+    """Requests a second per core the card sustains at the host's speed (`Capacity.host`,
+    the same factor for every variant): its profile's order, except that batches the
+    SLO no longer allows at that speed drop out. As profiled, fp32 of lstm-2365 serves
+    340 rps a core at batch 8 against bf16's 278; at 0.75 of that speed its batches
+    past 1 miss half the SLO and it serves 52 against bf16's 208 — ranked by the profile,
+    the load stayed on fp32 through a live peak, refusing three quarters of it."""
+    return sustained_qps(card, capacity.host) / card.cpus
+
+
+def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:
+    """Whether `target` serves `HANDOVER_MARGIN` more per core at the host's speed than
+    each of `others` (`per_core_here`): their cores are then worth more as its instances."""
+    mine = per_core_here(target, capacity)
+    return all(mine >= HANDOVER_MARGIN * per_core_here(o, capacity) for o in others)

@@ -17,7 +17,7 @@ model whose variant functions are in the view, the planner:
 Until the target serves and its ready instances carry the load, the variants it replaces
 keep their demand but may not grow, and take the queries it has no room for (spill-over).
 With no core free for the target's next instance, that lasts only while they serve about
-as much per core as the target would (`vertical.outserves`, at the host's speed): under a
+as much per core as the target would (`capacity.outserves`, at the host's speed): under a
 load no variant carries on the cores there are, the target never carries it, and a slower
 variant bridged on through a live peak, refusing most of what selection sent it while
 the target, on its cores, would have served three times as much.
@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from infless.modelless.capacity import outserves
 from infless.modelless.cards import VariantCard, instance_qps, sustained_qps
 from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
@@ -57,7 +58,6 @@ from infless.modelless.vertical import (
     Hold,
     VerticalDecision,
     decide,
-    outserves,
     overflow_card,
     retarget,
 )

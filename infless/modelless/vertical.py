@@ -12,7 +12,7 @@ n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,
 where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
 (`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
 may also force a smaller batch. Options that do not fit the cores are dropped; if none
-fits, the one serving the most per core at the host's speed stays (`per_core_here`: one
+fits, the one serving the most per core at the host's speed stays (`capacity.per_core_here`: one
 factor for all, so that a variant measured low while it refuses under an overload does not
 lose its place to a slower one, which the load would leave again). A current variant that
 is no longer an option moves at once, to the best option for the rate ahead of the rise
@@ -30,7 +30,7 @@ Upgrades. When the current variant's ready instances do not carry the load plus 
 still starting do not count — Algorithm 1 starts them for the rate ahead, and counting
 them would have the current variant replicated before the switch is weighed), the load
 forces a move. Another option that serves more requests per core at the host's speed
-(`per_core_here`: its profile at the host factor, one factor for all variants), and
+(`capacity.per_core_here`: its profile at the host factor, one factor for all variants), and
 costs less (load term included), wins at once: an *upgrade*. If none costs less, the
 current variant is replicated.
 
@@ -73,7 +73,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from infless.modelless.capacity import Capacity
+from infless.modelless.capacity import Capacity, per_core_here
 from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
@@ -81,9 +81,6 @@ from infless.modelless.selection import meets
 
 Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
 OVERFLOW_MARGIN = 1.25  # the overflow variant moves only to one this much cheaper per request
-# with no core free, a switch's target takes the cores of the variants bridging for it once
-# it serves this much more per core than each of them (`outserves`)
-HANDOVER_MARGIN = 1.25
 # why a switch was made (`VerticalDecision.reason`); "" for the moves that switch nothing
 Why = Literal["", "tail", "load", "unfit", "steady"]
 
@@ -300,13 +297,6 @@ def _first_or_out(
     return best
 
 
-def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:
-    """Whether `target` serves `HANDOVER_MARGIN` more per core at the host's speed than
-    each of `others` (`per_core_here`): their cores are then worth more as its instances."""
-    mine = per_core_here(target, capacity)
-    return all(mine >= HANDOVER_MARGIN * per_core_here(o, capacity) for o in others)
-
-
 def _pressed(now: Option, load: AppLoad, cfg: ModellessConfig) -> bool:
     """Whether the load needs more than the current variant runs: more, with the slack,
     than its live instances sustain at their own sizes (Algorithm 1 sizes them, not always
@@ -356,16 +346,6 @@ def _b1_here(card: VariantCard, capacity: Capacity) -> float:
 def _quickest(ranked: Sequence[Option]) -> Option:
     """The option with the least batch-1 time by its profile (none fits the tail)."""
     return min(ranked, key=lambda o: (o.card.latency_b1_ms, _rank(o)))
-
-
-def per_core_here(card: VariantCard, capacity: Capacity) -> float:
-    """Requests a second per core the card sustains at the host's speed (`Capacity.host`,
-    the same factor for every variant): its profile's order, except that batches the
-    SLO no longer allows at that speed drop out. As profiled, fp32 of lstm-2365 serves
-    340 rps a core at batch 8 against bf16's 278; at 0.75 of that speed its batches
-    past 1 miss half the SLO and it serves 52 against bf16's 208 — ranked by the profile,
-    the load stayed on fp32 through a live peak, refusing three quarters of it."""
-    return sustained_qps(card, capacity.host) / card.cpus
 
 
 def _rank(o: Option) -> tuple[float, float]:

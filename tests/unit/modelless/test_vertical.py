@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from infless.modelless.capacity import Capacity
+from infless.modelless.capacity import Capacity, outserves
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals, LatencyPoint, VariantProfile
@@ -16,7 +16,6 @@ from infless.modelless.vertical import (
     Hold,
     decide,
     options,
-    outserves,
     overflow_card,
     retarget,
     tail_fits,
