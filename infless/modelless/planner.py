@@ -5,10 +5,11 @@ At each tick, before Algorithm 1 plans, the control shell (`control.vertical`) h
 catalogue's snapshot, the pool view and the demand estimate here. For every registered
 model whose variant functions are in the view, the planner:
 
-- measures the model's load: one estimate of its queries, less what queries pinned to a
-  variant bring there — the measured rate for the variant decision, the planning rate
-  (ahead of a rise, `scaling.demand`) for the demand it hands Algorithm 1: a step read at
-  three times its rate would otherwise switch to a faster variant the load does not need;
+- measures the model's load (`modelless.app_demand`): one estimate of its queries, less
+  what queries pinned to a variant bring there — the measured rate for the variant
+  decision, the planning rate (ahead of a rise, `scaling.demand`) for the demand it hands
+  Algorithm 1: a step read at three times its rate would otherwise switch to a faster
+  variant the load does not need;
 - lets `vertical.decide` pick the variant that carries it under the loosest goals of its
   applications (the target; per-query selection prefers it);
 - moves the demand there (`vertical.retarget`);
@@ -46,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from infless.modelless.app_demand import app_key, count_arrivals, pinned_key
 from infless.modelless.capacity import outserves
 from infless.modelless.cards import VariantCard, instance_qps, sustained_qps
 from infless.modelless.catalog import ModelReading
@@ -62,7 +64,7 @@ from infless.modelless.vertical import (
     retarget,
 )
 from infless.scaling.config import DemandConfig
-from infless.scaling.demand import Demand, DemandState, estimate, record_interval
+from infless.scaling.demand import Demand
 from infless.scaling.view import FunctionView, InstanceState, PoolView
 
 
@@ -103,7 +105,9 @@ def plan_vertical(
     readings = [
         r for r in snapshot if any(c.function in functions for c in r.entry.catalogue.cards)
     ]
-    counted, counts, seen = _count(readings, memory, since, now, demand_cfg)
+    counted, counts, seen = count_arrivals(
+        readings, memory.counts, memory.seen, since, now, demand_cfg
+    )
     tick = _Pass(
         functions=functions,
         counted=counted,
@@ -188,14 +192,14 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     present = [c for c in entry.catalogue.cards if c.function in functions]
     # Algorithm 1 plans for the estimate's planning rate (ahead of a rise); the variant is
     # chosen for the measured rate, so that a step's overshoot does not switch it
-    app_rps = tick.counted.rate_rps(_app_key(entry.model))
-    seen_rps = tick.counted.measured_rate_rps(_app_key(entry.model))
+    app_rps = tick.counted.rate_rps(app_key(entry.model))
+    seen_rps = tick.counted.measured_rate_rps(app_key(entry.model))
     if reading.traffic.arrivals == 0:
         # no query yet: a demand handed in from outside (the simulator's t = 0 prewarm)
         # is on the variants' own rates
         app_rps = seen_rps = max(rates.get(c.function, 0.0) for c in present)
-    pinned = {c.name: tick.counted.rate_rps(_pinned_key(c.function)) for c in present}
-    pinned_seen = {c.name: tick.counted.measured_rate_rps(_pinned_key(c.function)) for c in present}
+    pinned = {c.name: tick.counted.rate_rps(pinned_key(c.function)) for c in present}
+    pinned_seen = {c.name: tick.counted.measured_rate_rps(pinned_key(c.function)) for c in present}
     live = {c.name: _live(functions[c.function]) for c in present}
     factors = {c.name: entry.capacity.factor(c.name) for c in present}
     live_qps = {
@@ -327,33 +331,6 @@ def _overflow(entry: ModelEntry, present: list[VariantCard], cfg: ModellessConfi
     return card.name if card is not None else None
 
 
-def _count(
-    readings: Sequence[ModelReading],
-    memory: PlannerMemory,
-    since: float | None,
-    now: float,
-    cfg: DemandConfig,
-) -> tuple[Demand, DemandState, dict[str, int]]:
-    """One arrival-rate estimate per application and per variant's pinned queries, from the
-    traffic counters (the same estimator as any function's demand; `since` None: the
-    counters are read, no interval recorded). Returns the estimate, the estimator's new
-    state and the counters seen."""
-    counts = memory.counts
-    seen = dict(memory.seen)
-    for reading in readings:
-        entry, traffic = reading.entry, reading.traffic
-        counters = {_app_key(entry.model): traffic.arrivals}
-        for card in entry.catalogue.cards:
-            counters[_pinned_key(card.function)] = traffic.pinned.get(card.name, 0)
-        for key, count in counters.items():
-            new = max(0, count - seen.get(key, 0))
-            seen[key] = count
-            if since is not None:
-                counts = record_interval(counts, key, new, since, now, cfg)
-    estimated, counts = estimate(counts, now, cfg)
-    return estimated, counts, seen
-
-
 def _settled(entry: ModelEntry, current: str | None, tick: _Pass) -> bool:
     """Whether the model's last move has landed: its new variant serves (the monitor saw
     it), or it has had `settle_s` to do so (a start that fails must not pin the model)."""
@@ -381,14 +358,6 @@ def _decide(entry: ModelEntry, load: AppLoad, tick: _Pass) -> VerticalDecision:
     if decision.target is not None and decision.target != current:
         tick.pending[entry.model] = (decision.target, tick.now_s)
     return decision
-
-
-def _app_key(model: str) -> str:
-    return f"app:{model}"
-
-
-def _pinned_key(function: str) -> str:
-    return f"pinned:{function}"
 
 
 def _live(function: FunctionView) -> int:

@@ -12,9 +12,10 @@ n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,
 where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
 (`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
 may also force a smaller batch. Options that do not fit the cores are dropped; if none
-fits, the one serving the most per core at the host's speed stays (`capacity.per_core_here`: one
-factor for all, so that a variant measured low while it refuses under an overload does not
-lose its place to a slower one, which the load would leave again). A current variant that
+fits, the one serving the most per core at the host's speed stays
+(`capacity.per_core_here`: one factor for all, so that a variant measured low while it
+refuses under an overload does not lose its place to a slower one, which the load would
+leave again). A current variant that
 is no longer an option moves at once, to the best option for the rate ahead of the rise
 (`AppLoad.ahead_rps`): mid-step the measured load is only the part of the step seen so
 far, and a variant that fits that part would be left again at the next tick. Ties go to
@@ -30,8 +31,8 @@ Upgrades. When the current variant's ready instances do not carry the load plus 
 still starting do not count — Algorithm 1 starts them for the rate ahead, and counting
 them would have the current variant replicated before the switch is weighed), the load
 forces a move. Another option that serves more requests per core at the host's speed
-(`capacity.per_core_here`: its profile at the host factor, one factor for all variants), and
-costs less (load term included), wins at once: an *upgrade*. If none costs less, the
+(`capacity.per_core_here`: its profile at the host factor, one factor for all variants),
+and costs less (load term included), wins at once: an *upgrade*. If none costs less, the
 current variant is replicated.
 
 Downgrades. Without load pressure an option is judged by what it costs once loaded (C·n),
