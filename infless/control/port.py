@@ -52,6 +52,9 @@ class Serving:
     max_batch: int = 1  # the largest batch size among them (1 with none)
     max_cpus: int = 1  # ... and core count
     queued: int = 0  # requests waiting in their queues now
+    # their service time's tail over its mean (the data plane's `ExecModel.tail_ratio`),
+    # averaged over those that measured one (None: none has yet)
+    tail_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from infless.control.functions import DeployedFunction
 from infless.control.port import ActivityView, FunctionState, Measured, Serving
 from infless.dataplane.instance import Instance, InstanceState
+from infless.dataplane.latency import mean_tail_ratio
 from infless.scaling.memory import ModelMemory
 from infless.scaling.view import FunctionView, InstanceView, ServerView
 from infless.scaling.view import InstanceState as ViewState
@@ -112,6 +113,7 @@ def serving(ready: list[Instance]) -> Serving:
         max_batch=max((i.config.batch_size for i in ready), default=1),
         max_cpus=max((i.config.cpus for i in ready), default=1),
         queued=sum(i.queue_length for i in ready),
+        tail_ratio=mean_tail_ratio(i.model for i in ready),
     )
 
 

@@ -2,7 +2,8 @@
 (`modelless.states`) and its model's capacity factors (`modelless.capacity`).
 
 Both come from what the variant's ready instances did in the last window (served,
-batches, the workers' summed service time, queued, refused), set against its profile.
+batches, the workers' summed service time, queued, refused, their service time's tail
+ratio), set against its profile.
 The monitor reads those counters through the scaling port (`ScalingTarget.snapshot`: each
 function's `Serving` and refusals), never the pool, the routers or the instances. So the
 server and the simulator run this same object. It is part of the control shell: it
@@ -88,4 +89,5 @@ class VariantMonitor:
             queued=serving.queued,
             window_s=window,
             p99_ms=function.p99_ms,
+            tail_ratio=serving.tail_ratio,
         )

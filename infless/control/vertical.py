@@ -72,7 +72,7 @@ class VerticalScaling:
             capacity = entry.capacity
             log.info(
                 "modelless: %s %s %s -> %s at %.1f rps, for %s (capacity factors %s, host "
-                "%.2f, tail stretch %s; options as instances x rps each: %s)",
+                "%.2f, tail stretch %s, batch tail %s; options as instances x rps each: %s)",
                 decided.model,
                 decision.move,
                 decision.previous,
@@ -82,6 +82,7 @@ class VerticalScaling:
                 {k: round(v, 2) for k, v in capacity.own.items()},
                 capacity.host,
                 None if capacity.tail_ratio is None else round(capacity.tail_ratio, 2),
+                None if capacity.batch_tail is None else round(capacity.batch_tail, 2),
                 ", ".join(f"{o.card.name} {o.instances} x {o.qps:.0f}" for o in decision.options)
                 or "none",
             )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 TAIL_WINDOW = 256  # recent batches (or requests) a tail quantile is taken over
 FIRST_TAIL_RATIO = 2.0  # the tail ratio assumed until TAIL_EVERY batches were served
@@ -117,6 +117,11 @@ class ExecModel:
             self.tail_ratio = max(1.0, quantile(list(self._ratios), self._q))
         self._tails = self._tail_table()
 
+    @property
+    def tail_measured(self) -> bool:
+        """Whether `tail_ratio` was measured here (else it is `FIRST_TAIL_RATIO`, assumed)."""
+        return self._served >= TAIL_EVERY
+
     def smallest_sustaining(self, rate_rps: float, utilization: float) -> int:
         """The smallest batch whose mean service time keeps the worker busy at most
         `utilization` of the time at `rate_rps` (the largest batch when none does)."""
@@ -131,6 +136,15 @@ class ExecModel:
     def by_batch(self) -> dict[int, float]:
         """The mean per batch size served or measured (what /system/instances shows)."""
         return {b: self.mean_ms(b) for b in sorted({*self._sizes, *self._residual})}
+
+
+def mean_tail_ratio(models: Iterable[ExecModel | None]) -> float | None:
+    """The tail ratio (a batch's service time at its tail over its mean) of the instances
+    that measured one, averaged; None when none has. What the model-less capacity reads
+    (`Serving.tail_ratio`): a batch size whose tail does not fit the SLO is not served here,
+    whatever its mean."""
+    ratios = [m.tail_ratio for m in models if m is not None and m.tail_measured]
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 # How often the budget is steered, at most: each time from the p99 of the requests that

@@ -39,13 +39,22 @@ tail must not bar a variant for good). A variant's predicted p99 here is its bat
 time at its factor times the stretch (`vertical.tail_fits`): how vertical scaling judges
 whether a slower, more accurate variant leaves headroom under the SLO.
 
+A batch's tail stretches past its mean too. The data plane serves a batch size only
+where its service time at its tail (the mean times the instance's measured tail ratio,
+`ExecModel.tail_ratio`) fits the SLO — half of it for a batch — so a variant whose batches
+fit only by their mean is served in small batches, at a fraction of the rate its profile
+promises. `batch_tail` is that ratio, averaged over the application's instances by the
+batches they served (`WindowLoad.tail_ratio`) and into a running figure; a window that
+measured none leaves it as it was. Every rate a card is credited with here is judged at
+it (`cards.sustained_qps`).
+
 Two judgements are made at the host factor alone, one factor for every variant: what a
 variant serves per core here (`per_core_here`: its profile's order, less the batches the
-SLO no longer allows at that speed), by which vertical scaling orders the variants under
-load, and whether a switch's target serves enough more per core than the variants
-bridging for it to take their cores (`outserves`). A variant's own factor would let one
-measured low while it refuses under an overload lose its place to a slower one. Pure: no
-I/O, no clock.
+SLO no longer allows at that speed and tail), by which vertical scaling orders the
+variants under load, and whether a switch's target serves enough more per core than the
+variants bridging for it to take their cores (`outserves`). A variant's own factor would
+let one measured low while it refuses under an overload lose its place to a slower one.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -72,9 +81,17 @@ class Capacity:
     host: float = 1.0  # for a variant never measured
     own: Mapping[str, float] = field(default_factory=dict)  # by variant, from its windows
     tail_ratio: float | None = None  # the p99 over the forward time here (None: unmeasured)
+    # a batch's service time at its tail over its mean, as the data plane measures it on
+    # the instances (None: unmeasured)
+    batch_tail: float | None = None
 
     def factor(self, variant: str) -> float:
         return self.own.get(variant, self.host)
+
+    @property
+    def batch_stretch(self) -> float:
+        """`batch_tail`, 1 where unmeasured (the profile's median as it is)."""
+        return 1.0 if self.batch_tail is None else self.batch_tail
 
 
 def observed(load: WindowLoad, min_batches: int) -> float | None:
@@ -127,8 +144,24 @@ def next_capacity(
         else:
             own[variant] = before + (host - before) * cfg.capacity_recovery
     return Capacity(
-        host=host, own=own, tail_ratio=next_tail(prev.tail_ratio, windows, own, host, cfg)
+        host=host,
+        own=own,
+        tail_ratio=next_tail(prev.tail_ratio, windows, own, host, cfg),
+        batch_tail=next_batch_tail(prev.batch_tail, windows),
     )
+
+
+def next_batch_tail(prev: float | None, windows: Mapping[str, WindowLoad]) -> float | None:
+    """The batches' tail over their mean after one window: the tail ratios the instances
+    measured (`WindowLoad.tail_ratio`), averaged over the variants that served by their
+    batches, then into the running figure (the first one is taken as it is). A window
+    with none leaves it as it was: a host's jitter is not gone because nothing ran."""
+    seen = [(w.tail_ratio, w.batches) for w in windows.values() if w.tail_ratio and w.batches]
+    batches = sum(b for _, b in seen)
+    if batches <= 0:
+        return prev
+    mean = sum(ratio * b for ratio, b in seen) / batches
+    return mean if prev is None else (1.0 - WEIGHT) * prev + WEIGHT * mean
 
 
 def stretch(load: WindowLoad, factor: float) -> float | None:
@@ -166,11 +199,12 @@ def next_tail(
 def per_core_here(card: VariantCard, capacity: Capacity) -> float:
     """Requests a second per core the card sustains at the host's speed (`Capacity.host`,
     the same factor for every variant): its profile's order, except that batches the
-    SLO no longer allows at that speed drop out. As profiled, fp32 of lstm-2365 serves
-    340 rps a core at batch 8 against bf16's 278; at 0.75 of that speed its batches
-    past 1 miss half the SLO and it serves 52 against bf16's 208 — ranked by the profile,
-    the load stayed on fp32 through a live peak, refusing three quarters of it."""
-    return sustained_qps(card, capacity.host) / card.cpus
+    SLO no longer allows at that speed and the batches' measured tail drop out. As
+    profiled, fp32 of lstm-2365 serves 340 rps a core at batch 8 against bf16's 278; at
+    0.75 of that speed its batches past 1 miss half the SLO and it serves 52 against
+    bf16's 208 — ranked by the profile, the load stayed on fp32 through a live peak,
+    refusing three quarters of it."""
+    return sustained_qps(card, capacity.host, capacity.batch_stretch) / card.cpus
 
 
 def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:

@@ -9,10 +9,11 @@ A card comes from a profile and the model's SLO. It holds:
 - from that configuration, the saturation throughput per instance Q, the hardware cost per
   instance C (cores) and the cost per request C/Q.
 
-`sustained_qps` is Q where the variant runs slower than profiled; `meets_slo_at` says
-whether it still meets the SLO there at all. Cards judge the points measured on CPU cores
-only: a variant's GPU points price GPU instances (`latency`), while the cores a card
-counts are what vertical scaling hands between variants. Pure: no I/O.
+`sustained_qps` is Q where the variant runs slower than profiled and a batch's tail
+stretches past its mean; `meets_slo_at` says whether it still meets the SLO there at all.
+Cards judge the points measured on CPU cores only: a variant's GPU points price GPU
+instances (`latency`), while the cores a card counts are what vertical scaling hands
+between variants. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -100,38 +101,58 @@ def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[Varian
     return tuple(sorted(cards, key=lambda c: (c.cost_per_request, -c.accuracy, c.name)))
 
 
-def sustained_qps(card: VariantCard, factor: float) -> float:
-    """Q where the variant runs at `factor` of its profiled speed: t_exec / factor at the
-    card's core count, the batch size serving the most requests while still feasible for
-    the SLO (a slower variant may have to batch less), times the factor. Without profiled
-    points, Q · factor; with no batch size feasible, batch 1's rate."""
+def _best_rate(
+    points: Sequence[tuple[int, float]], factor: float, tail: float, slo_ms: float
+) -> float:
+    """Requests a second at the best of `points` (b, t_exec ms) still feasible for the SLO
+    where the variant runs at `factor` of its profiled speed and a batch's tail is `tail`
+    times its mean: b / (t_exec / factor), judged at t_exec / factor · tail, as the data
+    plane judges a batch (`Router.capacity`). With none feasible, the smallest batch's
+    rate."""
     f = max(factor, 1e-3)
-    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
-    if not mine:
-        return card.qps * f
-    fits = [b * 1000.0 * f / t for b, t in mine if feasible(b, t / f, card.slo_ms)]
+    fits = [b * 1000.0 * f / t for b, t in points if feasible(b, t / f * tail, slo_ms)]
     if fits:
         return max(fits)
-    b, t = min(mine)
+    b, t = min(points)
     return b * 1000.0 * f / t
 
 
-def meets_slo_at(card: VariantCard, factor: float) -> bool:
-    """Whether some batch size of the card is still feasible for the SLO where the variant
-    runs at `factor` of its profiled speed (without profiled points: yes, as admitted)."""
+def sustained_qps(card: VariantCard, factor: float, tail: float = 1.0) -> float:
+    """Q where the variant runs at `factor` of its profiled speed and a batch's service time
+    at its tail is `tail` times its mean (`Capacity.batch_stretch`): the batch size at the
+    card's core count serving the most requests while still feasible for the SLO at its
+    tail (a slower host, or a noisier one, may leave the variant smaller batches). Without
+    profiled points, Q · factor; with no batch size feasible, batch 1's rate. Live,
+    torchscript's batch 8 of lstm-2365 (22.5 ms profiled, 25 allowed at a 50-ms SLO) fitted
+    by its mean at a host factor of 0.91, and vertical scaling moved a peak there counting
+    328 rps an instance; its tail did not fit, so the data plane kept its batches small,
+    and it refused three quarters of the peak."""
+    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
+    if not mine:
+        return card.qps * max(factor, 1e-3)
+    return _best_rate(mine, factor, tail, card.slo_ms)
+
+
+def meets_slo_at(card: VariantCard, factor: float, tail: float = 1.0) -> bool:
+    """Whether some batch size of the card is still feasible for the SLO at its tail where
+    the variant runs at `factor` of its profiled speed (without profiled points: yes, as
+    admitted)."""
     f = max(factor, 1e-3)
     mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
-    return not mine or any(feasible(b, t / f, card.slo_ms) for b, t in mine)
+    return not mine or any(feasible(b, t / f * tail, card.slo_ms) for b, t in mine)
 
 
-def instance_qps(card: VariantCard, batch_size: int, cpus: int, factor: float) -> float:
+def instance_qps(
+    card: VariantCard, batch_size: int, cpus: int, factor: float, tail: float = 1.0
+) -> float:
     """What one instance of the variant at <batch_size, cpus> sustains at `factor` of its
-    profiled speed: b / t_exec(b, c) · factor; the card's own Q at that factor where the
-    profile has no such point."""
-    t = next((t for b, c, t in card.points if b == batch_size and c == cpus and t > 0), None)
-    if t is None:
-        return sustained_qps(card, factor)
-    return batch_size * 1000.0 * max(factor, 1e-3) / t
+    profiled speed: the best batch up to its own that is feasible at its tail
+    (`sustained_qps`' rule: the data plane serves no larger batch); the card's own Q
+    there where the profile has no point at those cores and batch sizes."""
+    mine = [(b, t) for b, c, t in card.points if c == cpus and b <= batch_size and t > 0]
+    if not mine:
+        return sustained_qps(card, factor, tail)
+    return _best_rate(mine, factor, tail, card.slo_ms)
 
 
 def instances_needed(qps: float, load_rps: float, slack: float) -> int:

@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from infless.modelless.app_demand import app_key, count_arrivals, pinned_key
-from infless.modelless.capacity import outserves
+from infless.modelless.capacity import Capacity, outserves
 from infless.modelless.cards import VariantCard, instance_qps, sustained_qps
 from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
@@ -201,10 +201,7 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     pinned = {c.name: tick.counted.rate_rps(pinned_key(c.function)) for c in present}
     pinned_seen = {c.name: tick.counted.measured_rate_rps(pinned_key(c.function)) for c in present}
     live = {c.name: _live(functions[c.function]) for c in present}
-    factors = {c.name: entry.capacity.factor(c.name) for c in present}
-    live_qps = {
-        c.name: _qps(c, functions[c.function], factors[c.name], ready=True) for c in present
-    }
+    live_qps = {c.name: _qps(c, functions[c.function], entry.capacity, ready=True) for c in present}
     overflow = _overflow(entry, present, tick.cfg)
     load = AppLoad(
         model=entry.model,
@@ -246,7 +243,7 @@ def _plan(reading: ModelReading, tick: _Pass) -> AppDecision:
     short = _cores_short(entry, decision, live, free)
     bridging = [c for c in present if c.name not in (decision.target, keep) and live[c.name]]
     carried = target is not None and (
-        load.load_rps <= _qps(target, functions[target.function], factors[target.name], True)
+        load.load_rps <= _qps(target, functions[target.function], entry.capacity, True)
         # no core free for its next instance, and the bridge's cores serve more as its own
         or (short > 0 and outserves(target, bridging, entry.capacity))
     )
@@ -309,7 +306,10 @@ def _make_room(
     while the target serves nothing yet (with `bridge`: the queries must go somewhere).
     Returns the variants released (gone cold)."""
     others = [c for c in present if c.name != target]
-    others.sort(key=lambda c: live[c.name] * sustained_qps(c, entry.capacity.factor(c.name)))
+    here = entry.capacity
+    others.sort(
+        key=lambda c: live[c.name] * sustained_qps(c, here.factor(c.name), here.batch_stretch)
+    )
     for index, card in enumerate(others):
         floor = 1 if (bridge and index == len(others) - 1) or card.name == keep else 0
         give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))
@@ -364,12 +364,15 @@ def _live(function: FunctionView) -> int:
     return sum(1 for i in function.instances if i.state is not InstanceState.DRAINING)
 
 
-def _qps(card: VariantCard, function: FunctionView, factor: float, ready: bool = False) -> float:
+def _qps(
+    card: VariantCard, function: FunctionView, capacity: Capacity, ready: bool = False
+) -> float:
     """What the function's live (not draining) instances sustain — only the ready ones with
-    `ready` — each at its own <b, c> and the variant's capacity factor."""
+    `ready` — each at its own <b, c>, the variant's capacity factor and the batches' tail."""
+    factor, tail = capacity.factor(card.name), capacity.batch_stretch
     counted = (InstanceState.READY,) if ready else (InstanceState.READY, InstanceState.STARTING)
     return sum(
-        instance_qps(card, i.config.batch_size, i.config.cpus, factor)
+        instance_qps(card, i.config.batch_size, i.config.cpus, factor, tail)
         for i in function.instances
         if i.state in counted
     )

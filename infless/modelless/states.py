@@ -51,6 +51,8 @@ class WindowLoad:
     # worker's first calls pay one-time costs (kernels for input shapes not seen yet), so
     # such a window says nothing of the host's contention (the capacity factors skip it)
     warming: bool = False
+    # their service time's tail over its mean, as the data plane measures it (None: not yet)
+    tail_ratio: float | None = None
 
 
 # A variant's first batches after its instances start from none (live, fp32's first
@@ -81,6 +83,7 @@ def window_load(
     queued: int,
     window_s: float,
     p99_ms: float | None = None,
+    tail_ratio: float | None = None,
 ) -> WindowLoad:
     """The window between two readings of a variant's counters, with the profile's t_exec
     at the batch size its instances served on average (their batch size when idle)."""
@@ -99,6 +102,7 @@ def window_load(
         stable=now.ready == before.ready,
         p99_ms=p99_ms,
         warming=before.batches < WARM_IN_BATCHES,
+        tail_ratio=tail_ratio,
     )
 
 

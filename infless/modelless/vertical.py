@@ -10,8 +10,9 @@ The heuristic. At each tick it compares "replicate the current variant" with "mo
 variant v", for every v that meets the application's goals. Option v needs
 n_v = ceil(L·(1 + slack) / Q_v) instances and costs C_v·n_v + λ·C_v·T_load,v·max(n_v − N_v, 0),
 where N_v is its live instances. Q_v is what the variant sustains at its capacity factor
-(`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down, which
-may also force a smaller batch. Options that do not fit the cores are dropped; if none
+(`modelless.capacity`, `cards.sustained_qps`): its profiled latencies slowed down and
+judged at the tail the instances measured for their batches, as the data plane judges
+them, which may force a smaller batch. Options that do not fit the cores are dropped; if none
 fits, the one serving the most per core at the host's speed stays
 (`capacity.per_core_here`: one factor for all, so that a variant measured low while it
 refuses under an overload does not lose its place to a slower one, which the load would
@@ -140,7 +141,7 @@ class VerticalDecision:
 def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
     """`card` carrying the load: n instances at its measured share of the profiled Q, and
     the ILP's cost of running them."""
-    qps = sustained_qps(card, load.capacity.factor(card.name))
+    qps = sustained_qps(card, load.capacity.factor(card.name), load.capacity.batch_stretch)
     n = instances_needed(qps, load.load_rps, cfg.slack)
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
@@ -175,7 +176,8 @@ def overflow_card(
     here = capacity if capacity is not None else Capacity()
 
     def cost(card: VariantCard) -> float:
-        return card.cpus / max(sustained_qps(card, here.factor(card.name)), 1e-9)
+        qps = sustained_qps(card, here.factor(card.name), here.batch_stretch)
+        return card.cpus / max(qps, 1e-9)
 
     eligible = [c for c in cards if meets(c, goals)]
     best = min(eligible, key=lambda c: (cost(c), -c.accuracy, c.name), default=None)
@@ -263,7 +265,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     here = [
         o
         for o in roomy
-        if meets_slo_at(o.card, load.capacity.factor(o.card.name))
+        if meets_slo_at(o.card, load.capacity.factor(o.card.name), load.capacity.batch_stretch)
         and tail_fits(o.card, load.capacity, cfg)
     ]
     steady = min(here, key=_steady_rank, default=now)

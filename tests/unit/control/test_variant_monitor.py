@@ -79,10 +79,26 @@ def test_a_window_sets_each_variants_state_through_the_catalogues_writer() -> No
     }
     assert after.tracked["fp32"].latency_ms == 18.0
     assert after.capacity.own["fp32"] == 1.0  # served at its profiled speed
+    assert after.capacity.batch_tail is None  # no instance measured its batches' tail
     # the entry a reader held before the window is as it was
     assert before.states["fp32"] is VariantState.ACTIVE  # idle then, not degraded
     assert "fp32" not in before.capacity.own
     assert after.traffic is before.traffic
+
+
+def test_the_batches_tail_the_instances_measured_reaches_the_capacity() -> None:
+    catalog = ModellessCatalog()
+    catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
+    target = FakeTarget()
+    monitor = VariantMonitor(target, catalog, ModellessConfig(monitor_s=1.0))
+    target.serving = {"m--fp32": serving(800, 100, 1800.0)}
+    monitor.tick()
+    target.now_s = 1.0
+    target.serving["m--fp32"] = replace(serving(880, 110, 1980.0), tail_ratio=1.3)
+    monitor.tick()
+    entry = catalog.get("m")
+    assert entry is not None
+    assert entry.capacity.batch_tail == 1.3
 
 
 def test_nothing_registered_takes_no_snapshot() -> None:

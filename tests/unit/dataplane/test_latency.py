@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from infless.dataplane.latency import BUDGET_CEILING, ExecModel, FunctionLatency, LoopLag, quantile
+from infless.dataplane.latency import (
+    BUDGET_CEILING,
+    TAIL_EVERY,
+    ExecModel,
+    FunctionLatency,
+    LoopLag,
+    mean_tail_ratio,
+    quantile,
+)
 from infless.dataplane.policy import FILL_SLACK, slo_dispatch_at
 
 WARMUP = {1: 1.0, 2: 1.2, 4: 1.6, 8: 2.4, 16: 4.0, 32: 7.2}
@@ -34,6 +42,21 @@ def test_the_tail_ratio_follows_the_spread_of_served_batches() -> None:
     assert model.tail_ms(8) == pytest.approx(model.mean_ms(8) * model.tail_ratio)
     model.observe(5, 2.0)  # a size never measured joins the table
     assert 5 in model.by_batch()
+
+
+def test_only_measured_tail_ratios_are_averaged() -> None:
+    """An instance's tail ratio is assumed (2.0) until it served `TAIL_EVERY` batches: the
+    model-less capacity averages only the measured ones."""
+    fresh = ExecModel(WARMUP, max_batch=32)
+    steady, noisy = ExecModel(WARMUP, max_batch=32), ExecModel(WARMUP, max_batch=32)
+    for _ in range(TAIL_EVERY):
+        steady.observe(8, 2.4)
+        noisy.observe(8, 2.4)
+    noisy.tail_ratio = 1.5  # as if measured on a noisier core
+    assert not fresh.tail_measured
+    assert steady.tail_measured
+    assert mean_tail_ratio([fresh, None]) is None
+    assert mean_tail_ratio([fresh, steady, noisy]) == pytest.approx((steady.tail_ratio + 1.5) / 2)
 
 
 def test_the_smallest_sustaining_batch_grows_with_the_rate() -> None:

@@ -118,6 +118,26 @@ def test_an_unmeasured_tail_comes_back_towards_the_profile() -> None:
     assert got.tail_ratio == pytest.approx(3.0 - 0.1 * 2.0)  # capacity_recovery of the way
 
 
+def test_the_batches_tail_averages_the_instances_ratios_by_batches() -> None:
+    """The data plane judges a batch at its tail (its mean times the tail ratio its
+    instances measured); the capacity follows that ratio, weighed by batches served."""
+    fp32 = replace(window(30, 600.0), tail_ratio=1.4)
+    bf16 = replace(window(10, 100.0), tail_ratio=1.0)
+    first = next_capacity(Capacity(), {"fp32": fp32, "bf16": bf16}, CFG)
+    assert first.batch_tail == pytest.approx((1.4 * 30 + 1.0 * 10) / 40)  # taken as it is
+    again = next_capacity(first, {"fp32": replace(fp32, tail_ratio=1.1)}, CFG)
+    assert again.batch_tail == pytest.approx(0.5 * first.batch_stretch + 0.5 * 1.1)
+
+
+def test_without_a_measured_batch_tail_the_profile_counts_as_it_is() -> None:
+    assert Capacity().batch_stretch == 1.0
+    unmeasured = next_capacity(Capacity(), {"fp32": window(10, 100.0)}, CFG)
+    assert unmeasured.batch_tail is None
+    # a window with no measurement (idle, or no instance measured one) keeps the figure
+    kept = next_capacity(Capacity(batch_tail=1.3), {"fp32": window(0, 0.0)}, CFG)
+    assert kept.batch_tail == pytest.approx(1.3)
+
+
 def test_a_config_out_of_range_is_refused() -> None:
     from infless.modelless.config import check_modelless
 

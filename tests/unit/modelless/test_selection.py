@@ -7,7 +7,15 @@ from dataclasses import replace
 import pytest
 
 from infless.errors import GoalsUnmet, InvalidInput
-from infless.modelless.cards import VariantCard, card_for, cards_for, slo_problem, sustained_qps
+from infless.modelless.cards import (
+    VariantCard,
+    card_for,
+    cards_for,
+    instance_qps,
+    meets_slo_at,
+    slo_problem,
+    sustained_qps,
+)
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import Catalogue, NoVariant, Selected, fallbacks, select
@@ -46,6 +54,22 @@ def test_a_slowed_down_variant_batches_less_and_serves_less() -> None:
     assert sustained_qps(card, 0.5) == pytest.approx(4 * 1000.0 / 20.0)
     # so slow that no batch meets the SLO: batch 1's rate
     assert sustained_qps(card, 0.05) == pytest.approx(1000.0 / 80.0)
+
+
+def test_a_batch_whose_mean_fits_but_whose_tail_does_not_is_not_counted() -> None:
+    """The data plane serves a batch only where its tail fits (half the SLO for a batch):
+    at a measured tail of 1.5 x the mean, b8 (18 ms, 27 at its tail) is out and b4 (10 ms,
+    15) is the best left — also for an instance configured at b8."""
+    card = card_for(profile("fp32", 1.0, 4.0, 2.0), slo_ms=50.0)
+    assert card is not None
+    assert sustained_qps(card, 1.0, tail=1.5) == pytest.approx(4 * 1000.0 / 10.0)
+    assert instance_qps(card, 8, 1, 1.0) == pytest.approx(8 * 1000.0 / 18.0)
+    assert instance_qps(card, 8, 1, 1.0, tail=1.5) == pytest.approx(4 * 1000.0 / 10.0)
+    assert instance_qps(card, 2, 1, 1.0) == pytest.approx(2 * 1000.0 / 6.0)  # not b4's
+    # at a tenth of its speed batch 1 takes 40 ms: within the SLO by its mean, not at a
+    # tail of 1.5 x (60 ms) — then the variant does not meet the SLO at all
+    assert meets_slo_at(card, 0.1)
+    assert not meets_slo_at(card, 0.1, tail=1.5)
 
 
 def test_failed_variants_have_no_card() -> None:

@@ -411,6 +411,25 @@ def test_an_overload_no_option_fits_stays_on_the_variant_serving_most_at_the_hos
     assert (got.target, got.move) == ("bf16", "replicate")
 
 
+def test_a_peak_does_not_move_to_a_variant_whose_batches_fit_only_by_their_mean() -> None:
+    """bf16 on both cores at a peak of 560 rps: it would need three instances. At a host
+    factor of 0.95 fp32's batch 8 takes 24.7 ms by its mean, within the 25 a batch may
+    take, and two instances of it would carry the peak: as profiled, the load moves there.
+    The instances measured a batch's tail at 1.15 x its mean: fp32's batches past 1 do not
+    fit at their tail and the data plane would serve it one query at a time (66 rps a
+    core), while bf16's batch 4 still fits (264). Live (session 16, R9), the move was made
+    and fp32's sibling refused three quarters of the peak. bf16 stays."""
+
+    def peak(batch_tail: float | None) -> AppLoad:
+        measured = Capacity(host=0.95, batch_tail=batch_tail)
+        return AppLoad("m", KNIFE_GOALS, KNIFE_EDGE, {"bf16": 2}, 560.0, 0, measured)
+
+    got = decide(peak(None), "bf16", Hold(), CFG)
+    assert (got.target, got.move, got.reason) == ("fp32", "upgrade", "unfit")
+    got = decide(peak(1.15), "bf16", Hold(), CFG)
+    assert (got.target, got.move) == ("bf16", "replicate")
+
+
 def test_a_target_outserves_its_bridge_only_by_a_margin_at_the_hosts_speed() -> None:
     fp32, bf16 = KNIFE_EDGE
     assert not outserves(bf16, [fp32], Capacity())  # 278 against 340 rps a core
