@@ -55,6 +55,9 @@ class Serving:
     # their service time's tail over its mean (the data plane's `ExecModel.tail_ratio`),
     # averaged over those that measured one (None: none has yet)
     tail_ratio: float | None = None
+    # their mean service time per batch size now, as the data plane predicts it
+    # (`ExecModel.by_batch`), averaged over those that measured their tail (empty: none has)
+    service_ms_by_batch: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

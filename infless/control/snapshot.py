@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from infless.control.functions import DeployedFunction
 from infless.control.port import ActivityView, FunctionState, Measured, Serving
 from infless.dataplane.instance import Instance, InstanceState
-from infless.dataplane.latency import mean_tail_ratio
+from infless.dataplane.latency import mean_service_ms, mean_tail_ratio
 from infless.scaling.memory import ModelMemory
 from infless.scaling.view import FunctionView, InstanceView, ServerView
 from infless.scaling.view import InstanceState as ViewState
@@ -114,6 +114,7 @@ def serving(ready: list[Instance]) -> Serving:
         max_cpus=max((i.config.cpus for i in ready), default=1),
         queued=sum(i.queue_length for i in ready),
         tail_ratio=mean_tail_ratio(i.model for i in ready),
+        service_ms_by_batch=mean_service_ms(i.model for i in ready),
     )
 
 

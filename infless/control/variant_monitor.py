@@ -3,7 +3,7 @@
 
 Both come from what the variant's ready instances did in the last window (served,
 batches, the workers' summed service time, queued, refused, their service time's tail
-ratio), set against its profile.
+ratio and mean service time per batch size), set against its profile.
 The monitor reads those counters through the scaling port (`ScalingTarget.snapshot`: each
 function's `Serving` and refusals), never the pool, the routers or the instances. So the
 server and the simulator run this same object. It is part of the control shell: it
@@ -90,4 +90,5 @@ class VariantMonitor:
             window_s=window,
             p99_ms=function.p99_ms,
             tail_ratio=serving.tail_ratio,
+            service_ms_by_batch=serving.service_ms_by_batch,
         )

@@ -72,7 +72,8 @@ class VerticalScaling:
             capacity = entry.capacity
             log.info(
                 "modelless: %s %s %s -> %s at %.1f rps, for %s (capacity factors %s, host "
-                "%.2f, tail stretch %s, batch tail %s; options as instances x rps each: %s)",
+                "%.2f, tail stretch %s, batch tail %s, measured ms by batch %s; options as "
+                "instances x rps each: %s)",
                 decided.model,
                 decision.move,
                 decision.previous,
@@ -83,6 +84,10 @@ class VerticalScaling:
                 capacity.host,
                 None if capacity.tail_ratio is None else round(capacity.tail_ratio, 2),
                 None if capacity.batch_tail is None else round(capacity.batch_tail, 2),
+                {
+                    v: {b: round(ms, 1) for b, ms in t.ms_by_batch.items()}
+                    for v, t in capacity.service.items()
+                },
                 ", ".join(f"{o.card.name} {o.instances} x {o.qps:.0f}" for o in decision.options)
                 or "none",
             )

@@ -117,6 +117,16 @@ class ExecModel:
             self.tail_ratio = max(1.0, quantile(list(self._ratios), self._q))
         self._tails = self._tail_table()
 
+    def capacity_rps(self, slo_ms: float) -> float:
+        """The most requests a second this instance serves now: the best batch size whose
+        service time at its tail fits the SLO (INFless's feasibility: the SLO for one
+        request, half of it for a batch), at its mean; 0 when none fits."""
+        best = 0.0
+        for b in range(1, self.max_batch + 1):
+            if self.tail_ms(b) <= (slo_ms if b == 1 else slo_ms / 2.0):
+                best = max(best, b * 1000.0 / max(self.mean_ms(b), 1e-3))
+        return best
+
     @property
     def tail_measured(self) -> bool:
         """Whether `tail_ratio` was measured here (else it is `FIRST_TAIL_RATIO`, assumed)."""
@@ -145,6 +155,17 @@ def mean_tail_ratio(models: Iterable[ExecModel | None]) -> float | None:
     whatever its mean."""
     ratios = [m.tail_ratio for m in models if m is not None and m.tail_measured]
     return sum(ratios) / len(ratios) if ratios else None
+
+
+def mean_service_ms(models: Iterable[ExecModel | None]) -> dict[int, float]:
+    """The mean service time per batch size (`ExecModel.by_batch`) of the instances that
+    measured their tail (served `TAIL_EVERY` batches), averaged over them per size; empty
+    when none has. What the model-less capacity judges a running variant's batches by."""
+    measured = [m.by_batch() for m in models if m is not None and m.tail_measured]
+    sizes = sorted({b for table in measured for b in table})
+    return {
+        b: sum(t[b] for t in measured if b in t) / sum(1 for t in measured if b in t) for b in sizes
+    }
 
 
 # How often the budget is steered, at most: each time from the p99 of the requests that

@@ -79,17 +79,11 @@ class FunctionRouter:
         batch size it may run whose service time at its tail still fits the SLO (INFless's
         feasibility: the SLO for one request, half of it for a batch), at the mean service
         time it measured recently — so a slower host shows a proportionally lower capacity."""
-        found = []
-        for instance in self.instances:
-            model = instance.model
-            if instance.state is not InstanceState.READY or model is None:
-                continue
-            best = 0.0
-            for b in range(1, model.max_batch + 1):
-                if model.tail_ms(b) <= (slo_ms if b == 1 else slo_ms / 2.0):
-                    best = max(best, b * 1000.0 / max(model.mean_ms(b), 1e-3))
-            found.append((instance, best))
-        return found
+        return [
+            (instance, instance.model.capacity_rps(slo_ms))
+            for instance in self.instances
+            if instance.state is InstanceState.READY and instance.model is not None
+        ]
 
     def has_room(self, budget_s: float) -> bool:
         """Whether a ready instance would serve a request admitted now within `budget_s`,

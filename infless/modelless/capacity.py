@@ -75,6 +75,15 @@ HANDOVER_MARGIN = 1.25
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceTimes:
+    """A running variant's mean service time per batch size, as its instances measured it
+    (`WindowLoad.service_ms_by_batch`), on `cpus` cores each."""
+
+    cpus: int
+    ms_by_batch: Mapping[int, float]
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     """An application's capacity factors: measured / profiled throughput."""
 
@@ -84,9 +93,17 @@ class Capacity:
     # a batch's service time at its tail over its mean, as the data plane measures it on
     # the instances (None: unmeasured)
     batch_tail: float | None = None
+    # by running variant: the service times its instances measured per batch size
+    service: Mapping[str, ServiceTimes] = field(default_factory=dict)
 
     def factor(self, variant: str) -> float:
         return self.own.get(variant, self.host)
+
+    def measured(self, card: VariantCard) -> Mapping[int, float] | None:
+        """The service times the card's instances measured per batch size, where they run
+        at its core count (None: not running, or not measured yet)."""
+        times = self.service.get(card.name)
+        return times.ms_by_batch if times is not None and times.cpus == card.cpus else None
 
     @property
     def batch_stretch(self) -> float:
@@ -148,7 +165,31 @@ def next_capacity(
         own=own,
         tail_ratio=next_tail(prev.tail_ratio, windows, own, host, cfg),
         batch_tail=next_batch_tail(prev.batch_tail, windows),
+        service=next_service(prev.service, windows),
     )
+
+
+def next_service(
+    prev: Mapping[str, ServiceTimes], windows: Mapping[str, WindowLoad]
+) -> dict[str, ServiceTimes]:
+    """Each variant's measured service times after one window: the instances' table where
+    they measured one; kept while its instances have not re-measured; gone with its last
+    ready instance (a variant not running is judged by its profile at the factors)."""
+    service = dict(prev)
+    for variant, load in windows.items():
+        if load.replicas <= 0:
+            service.pop(variant, None)
+        elif load.service_ms_by_batch:
+            service[variant] = ServiceTimes(load.cpus, dict(load.service_ms_by_batch))
+    return service
+
+
+def qps_here(card: VariantCard, capacity: Capacity, factor: float | None = None) -> float:
+    """What one instance of the card sustains here (`cards.sustained_qps`): its profile at
+    its own capacity factor (or `factor`), its batches judged at their measured tail, and
+    the batch sizes its instances measured at what they measured."""
+    f = capacity.factor(card.name) if factor is None else factor
+    return sustained_qps(card, f, capacity.batch_stretch, capacity.measured(card))
 
 
 def next_batch_tail(prev: float | None, windows: Mapping[str, WindowLoad]) -> float | None:
@@ -204,7 +245,7 @@ def per_core_here(card: VariantCard, capacity: Capacity) -> float:
     0.75 of that speed its batches past 1 miss half the SLO and it serves 52 against
     bf16's 208 — ranked by the profile, the load stayed on fp32 through a live peak,
     refusing three quarters of it."""
-    return sustained_qps(card, capacity.host, capacity.batch_stretch) / card.cpus
+    return qps_here(card, capacity, capacity.host) / card.cpus
 
 
 def outserves(target: VariantCard, others: Sequence[VariantCard], capacity: Capacity) -> bool:

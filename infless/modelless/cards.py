@@ -19,7 +19,7 @@ between variants. Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from infless.modelless.profiles import VariantProfile, variant_function
@@ -102,57 +102,82 @@ def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[Varian
 
 
 def _best_rate(
-    points: Sequence[tuple[int, float]], factor: float, tail: float, slo_ms: float
+    points: Sequence[tuple[int, float]],
+    factor: float,
+    tail: float,
+    slo_ms: float,
+    measured: Mapping[int, float] | None,
 ) -> float:
     """Requests a second at the best of `points` (b, t_exec ms) still feasible for the SLO
-    where the variant runs at `factor` of its profiled speed and a batch's tail is `tail`
-    times its mean: b / (t_exec / factor), judged at t_exec / factor · tail, as the data
-    plane judges a batch (`Router.capacity`). With none feasible, the smallest batch's
-    rate."""
+    here: a batch takes what the variant's instances measured for it (`measured`, mean
+    service ms by batch size) where they did, else t_exec / factor; it is judged at that
+    time · `tail`, as the data plane judges a batch (`ExecModel.capacity_rps`), and serves
+    b per that time. With none feasible, the smallest batch's rate."""
     f = max(factor, 1e-3)
-    fits = [b * 1000.0 * f / t for b, t in points if feasible(b, t / f * tail, slo_ms)]
+    here = {b: t / f for b, t in points}
+    if measured:
+        here.update((b, ms) for b, ms in measured.items() if b in here and ms > 0)
+    fits = [b * 1000.0 / ms for b, ms in here.items() if feasible(b, ms * tail, slo_ms)]
     if fits:
         return max(fits)
-    b, t = min(points)
-    return b * 1000.0 * f / t
+    b = min(here)
+    return b * 1000.0 / here[b]
 
 
-def sustained_qps(card: VariantCard, factor: float, tail: float = 1.0) -> float:
-    """Q where the variant runs at `factor` of its profiled speed and a batch's service time
-    at its tail is `tail` times its mean (`Capacity.batch_stretch`): the batch size at the
-    card's core count serving the most requests while still feasible for the SLO at its
-    tail (a slower host, or a noisier one, may leave the variant smaller batches). Without
-    profiled points, Q · factor; with no batch size feasible, batch 1's rate. Live,
-    torchscript's batch 8 of lstm-2365 (22.5 ms profiled, 25 allowed at a 50-ms SLO) fitted
-    by its mean at a host factor of 0.91, and vertical scaling moved a peak there counting
-    328 rps an instance; its tail did not fit, so the data plane kept its batches small,
-    and it refused three quarters of the peak."""
+def sustained_qps(
+    card: VariantCard,
+    factor: float,
+    tail: float = 1.0,
+    measured: Mapping[int, float] | None = None,
+) -> float:
+    """Q here: the batch size at the card's core count serving the most requests while
+    still feasible for the SLO at its tail, where the variant runs at `factor` of its
+    profiled speed, a batch's service time at its tail is `tail` times its mean
+    (`Capacity.batch_stretch`), and the batch sizes its instances measured take what they
+    measured (`measured`: a slower host, a noisier one, or a batch size that slows down
+    more than the others may leave the variant smaller batches). Without profiled points,
+    Q · factor; with no batch size feasible, batch 1's rate. Live, torchscript's batch 8 of
+    lstm-2365 (22.5 ms profiled, 25 allowed at a 50-ms SLO) fitted by its mean at a host
+    factor of 0.91, and vertical scaling moved a peak there counting 328 rps an instance;
+    its tail did not fit, so the data plane kept its batches small, and it refused three
+    quarters of the peak."""
     mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
     if not mine:
         return card.qps * max(factor, 1e-3)
-    return _best_rate(mine, factor, tail, card.slo_ms)
+    return _best_rate(mine, factor, tail, card.slo_ms, measured)
 
 
-def meets_slo_at(card: VariantCard, factor: float, tail: float = 1.0) -> bool:
-    """Whether some batch size of the card is still feasible for the SLO at its tail where
-    the variant runs at `factor` of its profiled speed (without profiled points: yes, as
-    admitted)."""
+def meets_slo_at(
+    card: VariantCard,
+    factor: float,
+    tail: float = 1.0,
+    measured: Mapping[int, float] | None = None,
+) -> bool:
+    """Whether some batch size of the card is still feasible for the SLO at its tail here
+    (`sustained_qps`' terms; without profiled points: yes, as admitted)."""
     f = max(factor, 1e-3)
-    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
-    return not mine or any(feasible(b, t / f * tail, card.slo_ms) for b, t in mine)
+    mine = {b: t / f for b, c, t in card.points if c == card.cpus and t > 0}
+    if measured:
+        mine.update((b, ms) for b, ms in measured.items() if b in mine and ms > 0)
+    return not mine or any(feasible(b, ms * tail, card.slo_ms) for b, ms in mine.items())
 
 
 def instance_qps(
-    card: VariantCard, batch_size: int, cpus: int, factor: float, tail: float = 1.0
+    card: VariantCard,
+    batch_size: int,
+    cpus: int,
+    factor: float,
+    tail: float = 1.0,
+    measured: Mapping[int, float] | None = None,
 ) -> float:
-    """What one instance of the variant at <batch_size, cpus> sustains at `factor` of its
-    profiled speed: the best batch up to its own that is feasible at its tail
-    (`sustained_qps`' rule: the data plane serves no larger batch); the card's own Q
-    there where the profile has no point at those cores and batch sizes."""
+    """What one instance of the variant at <batch_size, cpus> sustains here: the best batch
+    up to its own that is feasible at its tail (`sustained_qps`' terms: the data plane
+    serves no larger batch); the card's own Q there where the profile has no point at
+    those cores and batch sizes."""
     mine = [(b, t) for b, c, t in card.points if c == cpus and b <= batch_size and t > 0]
     if not mine:
-        return sustained_qps(card, factor, tail)
-    return _best_rate(mine, factor, tail, card.slo_ms)
+        return sustained_qps(card, factor, tail, measured)
+    return _best_rate(mine, factor, tail, card.slo_ms, measured)
 
 
 def instances_needed(qps: float, load_rps: float, slack: float) -> int:

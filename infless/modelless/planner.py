@@ -48,8 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from infless.modelless.app_demand import app_key, count_arrivals, pinned_key
-from infless.modelless.capacity import Capacity, outserves
-from infless.modelless.cards import VariantCard, instance_qps, sustained_qps
+from infless.modelless.capacity import Capacity, outserves, qps_here
+from infless.modelless.cards import VariantCard, instance_qps
 from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import AppDecision, PlannerMemory, VerticalPlan
@@ -306,10 +306,7 @@ def _make_room(
     while the target serves nothing yet (with `bridge`: the queries must go somewhere).
     Returns the variants released (gone cold)."""
     others = [c for c in present if c.name != target]
-    here = entry.capacity
-    others.sort(
-        key=lambda c: live[c.name] * sustained_qps(c, here.factor(c.name), here.batch_stretch)
-    )
+    others.sort(key=lambda c: live[c.name] * qps_here(c, entry.capacity))
     for index, card in enumerate(others):
         floor = 1 if (bridge and index == len(others) - 1) or card.name == keep else 0
         give = max(0, min(live[card.name] - floor, -(-short // card.cpus)))
@@ -368,11 +365,20 @@ def _qps(
     card: VariantCard, function: FunctionView, capacity: Capacity, ready: bool = False
 ) -> float:
     """What the function's live (not draining) instances sustain — only the ready ones with
-    `ready` — each at its own <b, c>, the variant's capacity factor and the batches' tail."""
+    `ready` — each at its own <b, c>, at the speed the variant runs here (in
+    `capacity.qps_here`'s terms)."""
     factor, tail = capacity.factor(card.name), capacity.batch_stretch
+    measured = capacity.measured(card)  # at the card's core count
     counted = (InstanceState.READY,) if ready else (InstanceState.READY, InstanceState.STARTING)
     return sum(
-        instance_qps(card, i.config.batch_size, i.config.cpus, factor, tail)
+        instance_qps(
+            card,
+            i.config.batch_size,
+            i.config.cpus,
+            factor,
+            tail,
+            measured if i.config.cpus == card.cpus else None,
+        )
         for i in function.instances
         if i.state in counted
     )

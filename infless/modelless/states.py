@@ -19,7 +19,8 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from infless.modelless.config import StateThresholds
 from infless.modelless.profiles import VariantProfile
@@ -53,6 +54,10 @@ class WindowLoad:
     warming: bool = False
     # their service time's tail over its mean, as the data plane measures it (None: not yet)
     tail_ratio: float | None = None
+    # their mean service time per batch size now, as the data plane predicts it (empty:
+    # none measured its tail yet), on this many cores each (the largest count among them)
+    service_ms_by_batch: Mapping[int, float] = field(default_factory=dict)
+    cpus: int = 1
 
 
 # A variant's first batches after its instances start from none (live, fp32's first
@@ -84,6 +89,7 @@ def window_load(
     window_s: float,
     p99_ms: float | None = None,
     tail_ratio: float | None = None,
+    service_ms_by_batch: Mapping[int, float] | None = None,
 ) -> WindowLoad:
     """The window between two readings of a variant's counters, with the profile's t_exec
     at the batch size its instances served on average (their batch size when idle)."""
@@ -103,6 +109,8 @@ def window_load(
         p99_ms=p99_ms,
         warming=before.batches < WARM_IN_BATCHES,
         tail_ratio=tail_ratio,
+        service_ms_by_batch=dict(service_ms_by_batch or {}),
+        cpus=cpus,
     )
 
 

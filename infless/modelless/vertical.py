@@ -75,8 +75,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from infless.modelless.capacity import Capacity, per_core_here
-from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at, sustained_qps
+from infless.modelless.capacity import Capacity, per_core_here, qps_here
+from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
@@ -141,7 +141,7 @@ class VerticalDecision:
 def option(card: VariantCard, load: AppLoad, cfg: ModellessConfig) -> Option:
     """`card` carrying the load: n instances at its measured share of the profiled Q, and
     the ILP's cost of running them."""
-    qps = sustained_qps(card, load.capacity.factor(card.name), load.capacity.batch_stretch)
+    qps = qps_here(card, load.capacity)
     n = instances_needed(qps, load.load_rps, cfg.slack)
     added = max(0, n - load.live.get(card.name, 0))
     cost = card.cpus * n + cfg.load_weight_per_s * card.cpus * (card.load_ms / 1000.0) * added
@@ -176,8 +176,7 @@ def overflow_card(
     here = capacity if capacity is not None else Capacity()
 
     def cost(card: VariantCard) -> float:
-        qps = sustained_qps(card, here.factor(card.name), here.batch_stretch)
-        return card.cpus / max(qps, 1e-9)
+        return card.cpus / max(qps_here(card, here), 1e-9)
 
     eligible = [c for c in cards if meets(c, goals)]
     best = min(eligible, key=lambda c: (cost(c), -c.accuracy, c.name), default=None)
@@ -265,8 +264,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     here = [
         o
         for o in roomy
-        if meets_slo_at(o.card, load.capacity.factor(o.card.name), load.capacity.batch_stretch)
-        and tail_fits(o.card, load.capacity, cfg)
+        if _meets_slo_here(o.card, load.capacity) and tail_fits(o.card, load.capacity, cfg)
     ]
     steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
@@ -298,6 +296,13 @@ def _first_or_out(
         ahead = options(replace(load, load_rps=load.ahead_rps), cfg)
         best = _best_fitting(ahead, load.capacity, cfg) or best
     return best
+
+
+def _meets_slo_here(card: VariantCard, capacity: Capacity) -> bool:
+    """Whether some batch size of the card still fits the SLO here (`cards.meets_slo_at`
+    at its capacity factor, the batches' tail and what its instances measured)."""
+    factor, tail = capacity.factor(card.name), capacity.batch_stretch
+    return meets_slo_at(card, factor, tail, capacity.measured(card))
 
 
 def _pressed(now: Option, load: AppLoad, cfg: ModellessConfig) -> bool:

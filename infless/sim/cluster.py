@@ -28,7 +28,12 @@ from infless.control import desired as d
 from infless.control.port import ActivityView, FunctionState, Serving, Snapshot
 from infless.dataplane.config import BatchingConfig
 from infless.dataplane.dispatcher import RateShareDispatcher
-from infless.dataplane.latency import ExecModel, FunctionLatency, mean_tail_ratio
+from infless.dataplane.latency import (
+    ExecModel,
+    FunctionLatency,
+    mean_service_ms,
+    mean_tail_ratio,
+)
 from infless.dataplane.policy import choose_batch_size, instance_settings, powers_of_two_up_to
 from infless.scaling.available import config_label
 from infless.scaling.bounds import rate_bounds
@@ -357,4 +362,5 @@ def _serving(ready: Sequence[SimInstance]) -> Serving:
         max_cpus=max((i.config.cpus for i in ready), default=1),
         queued=sum(i.queued for i in ready),
         tail_ratio=mean_tail_ratio(i.model for i in ready),
+        service_ms_by_batch=mean_service_ms(i.model for i in ready),
     )

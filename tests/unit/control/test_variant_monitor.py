@@ -86,7 +86,7 @@ def test_a_window_sets_each_variants_state_through_the_catalogues_writer() -> No
     assert after.traffic is before.traffic
 
 
-def test_the_batches_tail_the_instances_measured_reaches_the_capacity() -> None:
+def test_what_the_instances_measured_of_their_batches_reaches_the_capacity() -> None:
     catalog = ModellessCatalog()
     catalog.publish(ModelEntry(model="m", slo_ms=50.0, profiles=tuple(three_variants())))
     target = FakeTarget()
@@ -94,11 +94,14 @@ def test_the_batches_tail_the_instances_measured_reaches_the_capacity() -> None:
     target.serving = {"m--fp32": serving(800, 100, 1800.0)}
     monitor.tick()
     target.now_s = 1.0
-    target.serving["m--fp32"] = replace(serving(880, 110, 1980.0), tail_ratio=1.3)
+    target.serving["m--fp32"] = replace(
+        serving(880, 110, 1980.0), tail_ratio=1.3, service_ms_by_batch={1: 5.0, 8: 19.0}
+    )
     monitor.tick()
     entry = catalog.get("m")
     assert entry is not None
     assert entry.capacity.batch_tail == 1.3
+    assert dict(entry.capacity.service["fp32"].ms_by_batch) == {1: 5.0, 8: 19.0}
 
 
 def test_nothing_registered_takes_no_snapshot() -> None:

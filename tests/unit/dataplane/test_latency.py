@@ -11,6 +11,7 @@ from infless.dataplane.latency import (
     ExecModel,
     FunctionLatency,
     LoopLag,
+    mean_service_ms,
     mean_tail_ratio,
     quantile,
 )
@@ -57,6 +58,30 @@ def test_only_measured_tail_ratios_are_averaged() -> None:
     assert steady.tail_measured
     assert mean_tail_ratio([fresh, None]) is None
     assert mean_tail_ratio([fresh, steady, noisy]) == pytest.approx((steady.tail_ratio + 1.5) / 2)
+
+
+def test_the_measured_service_times_are_averaged_per_batch_size() -> None:
+    fresh = ExecModel(WARMUP, max_batch=32)
+    slow, fast = ExecModel(WARMUP, max_batch=32), ExecModel(WARMUP, max_batch=32)
+    for _ in range(TAIL_EVERY):
+        slow.observe(8, 4.8)
+        fast.observe(8, 2.4)
+    assert mean_service_ms([fresh, None]) == {}  # nothing measured its tail yet
+    got = mean_service_ms([fresh, slow, fast])
+    assert set(got) == set(slow.by_batch())
+    assert got[8] == pytest.approx((slow.mean_ms(8) + fast.mean_ms(8)) / 2)
+    assert 2.4 < got[8] < 4.8
+
+
+def test_capacity_is_the_best_batch_whose_tail_fits_the_slo() -> None:
+    model = ExecModel({1: 10.0, 8: 20.0}, max_batch=8)
+    model.tail_ratio = 1.0
+    model.observe(1, 10.0)  # the level stays at 1: the tail table is rebuilt
+    assert model.capacity_rps(50.0) == pytest.approx(8 * 1000.0 / 20.0)  # b8 within 25 ms
+    # b4 interpolates to 14.3 ms: within the 15 a batch may take at a 30-ms SLO
+    assert model.capacity_rps(30.0) == pytest.approx(4 * 1000.0 / (10.0 + 3 / 7 * 10.0))
+    assert model.capacity_rps(20.0) == pytest.approx(1000.0 / 10.0)  # only b1 fits
+    assert model.capacity_rps(5.0) == 0.0
 
 
 def test_the_smallest_sustaining_batch_grows_with_the_rate() -> None:

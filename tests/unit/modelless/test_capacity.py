@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from infless.modelless.capacity import HIGHEST, Capacity, next_capacity, observed
+from infless.modelless.capacity import HIGHEST, Capacity, ServiceTimes, next_capacity, observed
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import WindowLoad
 
@@ -136,6 +136,31 @@ def test_without_a_measured_batch_tail_the_profile_counts_as_it_is() -> None:
     # a window with no measurement (idle, or no instance measured one) keeps the figure
     kept = next_capacity(Capacity(batch_tail=1.3), {"fp32": window(0, 0.0)}, CFG)
     assert kept.batch_tail == pytest.approx(1.3)
+
+
+def test_a_running_variants_measured_service_times_are_kept_until_it_stops() -> None:
+    measured = replace(window(10, 100.0), service_ms_by_batch={1: 5.0, 4: 30.0})
+    got = next_capacity(Capacity(), {"fp32": measured}, CFG)
+    assert got.service == {"fp32": ServiceTimes(1, {1: 5.0, 4: 30.0})}
+    # a window without a new table (its instances serve on): kept
+    kept = next_capacity(got, {"fp32": window(10, 100.0)}, CFG)
+    assert kept.service == got.service
+    # no ready instance left: judged by its profile again
+    gone = next_capacity(got, {"fp32": replace(window(0, 0.0), replicas=0)}, CFG)
+    assert gone.service == {}
+
+
+def test_measured_times_count_only_at_the_cards_core_count() -> None:
+    from infless.modelless.cards import card_for
+    from tests.unit.modelless.support import profile
+
+    card = card_for(profile("fp32", 1.0, 4.0, 2.0), slo_ms=50.0)
+    assert card is not None
+    assert card.cpus == 1
+    on_one = Capacity(service={"fp32": ServiceTimes(1, {8: 40.0})})
+    on_two = Capacity(service={"fp32": ServiceTimes(2, {8: 40.0})})
+    assert on_one.measured(card) == {8: 40.0}
+    assert on_two.measured(card) is None
 
 
 def test_a_config_out_of_range_is_refused() -> None:

@@ -72,6 +72,18 @@ def test_a_batch_whose_mean_fits_but_whose_tail_does_not_is_not_counted() -> Non
     assert not meets_slo_at(card, 0.1, tail=1.5)
 
 
+def test_a_batch_size_is_judged_at_what_the_instances_measured_for_it() -> None:
+    """Live, fp32's batch 8 of lstm-2365 took 44–58 ms on a busy host while its batch 1
+    took about its profile: one factor per variant, measured at the small batches served,
+    does not see it. Where the instances measured a batch size, that time counts."""
+    card = card_for(profile("fp32", 1.0, 4.0, 2.0), slo_ms=50.0)
+    assert card is not None
+    measured = {1: 4.0, 8: 40.0}  # b8 past the 25 ms a batch may take; b4 not measured
+    assert sustained_qps(card, 1.0, measured=measured) == pytest.approx(4 * 1000.0 / 10.0)
+    assert instance_qps(card, 8, 1, 1.0, measured=measured) == pytest.approx(400.0)
+    assert meets_slo_at(card, 0.1, measured={1: 4.0})  # b1 measured as profiled
+
+
 def test_failed_variants_have_no_card() -> None:
     assert card_for(profile("compile", 1.0, 1.0, 1.0, status="failed"), 50.0) is None
 

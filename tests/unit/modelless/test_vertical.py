@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from infless.modelless.capacity import Capacity, outserves
+from infless.modelless.capacity import Capacity, ServiceTimes, outserves
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals, LatencyPoint, VariantProfile
@@ -428,6 +428,23 @@ def test_a_peak_does_not_move_to_a_variant_whose_batches_fit_only_by_their_mean(
     assert (got.target, got.move, got.reason) == ("fp32", "upgrade", "unfit")
     got = decide(peak(1.15), "bf16", Hold(), CFG)
     assert (got.target, got.move) == ("bf16", "replicate")
+
+
+def test_a_standby_whose_batches_measured_slow_gives_way_to_the_target() -> None:
+    """R10 (session 17), round 1: bf16 carried a peak while the overflow variant, fp32, held
+    the other of two cores with one standby instance — fp32 by its profile serves the most
+    per core (batch 8). Its instance had measured batch 8 at 58 ms and batch 4 at 40 (25
+    allowed): the data plane served it one query at a time. Judged at what it measured,
+    fp32 costs four times bf16 per request, and the standby moves to bf16 (the target:
+    no second variant holds a core)."""
+    as_profiled = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(), current="fp32")
+    assert as_profiled is not None
+    assert as_profiled.name == "fp32"
+    slow = ServiceTimes(1, {1: 15.0, 2: 30.0, 4: 40.0, 8: 58.0})
+    measured = Capacity(service={"fp32": slow})
+    got = overflow_card(KNIFE_EDGE, KNIFE_GOALS, measured, current="fp32")
+    assert got is not None
+    assert got.name == "bf16"
 
 
 def test_a_target_outserves_its_bridge_only_by_a_margin_at_the_hosts_speed() -> None:
