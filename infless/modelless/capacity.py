@@ -173,13 +173,14 @@ def next_service(
     prev: Mapping[str, ServiceTimes], windows: Mapping[str, WindowLoad]
 ) -> dict[str, ServiceTimes]:
     """Each variant's measured service times after one window: the instances' table where
-    they measured one; kept while its instances have not re-measured; gone with its last
-    ready instance (a variant not running is judged by its profile at the factors)."""
+    they measured one past their warm-in; kept while its instances have not re-measured;
+    gone with its last ready instance (a variant not running is judged by its profile at
+    the factors)."""
     service = dict(prev)
     for variant, load in windows.items():
         if load.replicas <= 0:
             service.pop(variant, None)
-        elif load.service_ms_by_batch:
+        elif load.service_ms_by_batch and not load.warming:
             service[variant] = ServiceTimes(load.cpus, dict(load.service_ms_by_batch))
     return service
 
@@ -195,9 +196,15 @@ def qps_here(card: VariantCard, capacity: Capacity, factor: float | None = None)
 def next_batch_tail(prev: float | None, windows: Mapping[str, WindowLoad]) -> float | None:
     """The batches' tail over their mean after one window: the tail ratios the instances
     measured (`WindowLoad.tail_ratio`), averaged over the variants that served by their
-    batches, then into the running figure (the first one is taken as it is). A window
-    with none leaves it as it was: a host's jitter is not gone because nothing ran."""
-    seen = [(w.tail_ratio, w.batches) for w in windows.values() if w.tail_ratio and w.batches]
+    batches, then into the running figure (the first one is taken as it is). Windows of
+    instances in their warm-in do not count (live, a fresh worker's first batches put the
+    ratio at 4.9, and every batch size of every variant fell out). A window with none
+    leaves the figure as it was: a host's jitter is not gone because nothing ran."""
+    seen = [
+        (w.tail_ratio, w.batches)
+        for w in windows.values()
+        if w.tail_ratio and w.batches and not w.warming
+    ]
     batches = sum(b for _, b in seen)
     if batches <= 0:
         return prev

@@ -129,6 +129,13 @@ def test_the_batches_tail_averages_the_instances_ratios_by_batches() -> None:
     assert again.batch_tail == pytest.approx(0.5 * first.batch_stretch + 0.5 * 1.1)
 
 
+def test_instances_in_their_warm_in_measure_neither_the_tail_nor_the_times() -> None:
+    fresh = replace(window(10, 100.0), tail_ratio=4.9, service_ms_by_batch={1: 23.0}, warming=True)
+    got = next_capacity(Capacity(), {"bf16": fresh}, CFG)
+    assert got.batch_tail is None
+    assert got.service == {}
+
+
 def test_without_a_measured_batch_tail_the_profile_counts_as_it_is() -> None:
     assert Capacity().batch_stretch == 1.0
     unmeasured = next_capacity(Capacity(), {"fp32": window(10, 100.0)}, CFG)
