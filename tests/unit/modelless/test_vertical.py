@@ -364,18 +364,34 @@ def test_the_overflow_variant_is_the_cheapest_per_request_at_the_speed_measured_
     slow = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(host=0.75))
     assert slow is not None
     assert slow.name == "bf16"
-    slow_fp32 = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(own={"fp32": 0.75}))
+    # fp32's instance measured its batches past 1 at the 0.75 a slower host gives
+    measured = {b: ms / 0.75 for b, _, ms in KNIFE_EDGE[0].points}
+    slow_fp32 = overflow_card(
+        KNIFE_EDGE, KNIFE_GOALS, Capacity(service={"fp32": ServiceTimes(1, measured)})
+    )
     assert slow_fp32 is not None
     assert slow_fp32.name == "bf16"
 
 
+def test_the_overflow_variant_is_judged_at_the_hosts_speed_not_its_own_factor() -> None:
+    """bf16, the target, refuses through a peak and its own factor reads 0.5 (what it
+    delivered): by that, the fp32 standby would look twice as cheap and keep its core.
+    At the host's speed bf16 is cheaper, and the standby moves to it."""
+    refusing = Capacity(host=0.75, own={"bf16": 0.5, "fp32": 1.0})
+    got = overflow_card(KNIFE_EDGE, KNIFE_GOALS, refusing, current="fp32")
+    assert got is not None
+    assert got.name == "bf16"
+
+
 def test_the_overflow_variant_moves_only_to_one_cheaper_by_a_margin() -> None:
-    # back at profiled speed fp32 is cheaper by 340 / 278 = 1.22: within the margin, the
-    # current overflow stays; bf16 slowed to 0.9 makes it 1.36
+    # at profiled speed fp32 is cheaper by 340 / 278 = 1.22: within the margin, the
+    # current overflow stays; once fp32's instance measured batch 8 at 19.6 ms (408 rps a
+    # core) it is 1.47
     kept = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(), current="bf16")
     assert kept is not None
     assert kept.name == "bf16"
-    moved = overflow_card(KNIFE_EDGE, KNIFE_GOALS, Capacity(own={"bf16": 0.9}), current="bf16")
+    quick = Capacity(service={"fp32": ServiceTimes(1, {8: 19.6})})
+    moved = overflow_card(KNIFE_EDGE, KNIFE_GOALS, quick, current="bf16")
     assert moved is not None
     assert moved.name == "fp32"
 
