@@ -60,7 +60,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infless.modelless.cards import VariantCard, sustained_qps
 from infless.modelless.config import ModellessConfig
@@ -98,6 +98,19 @@ class Capacity:
 
     def factor(self, variant: str) -> float:
         return self.own.get(variant, self.host)
+
+    def slowed(self, by: float) -> Capacity:
+        """The same figures on a host `by` times slower: every factor divided by it, every
+        measured service time multiplied (the tails as they are)."""
+        return replace(
+            self,
+            host=self.host / by,
+            own={v: f / by for v, f in self.own.items()},
+            service={
+                v: ServiceTimes(t.cpus, {b: ms * by for b, ms in t.ms_by_batch.items()})
+                for v, t in self.service.items()
+            },
+        )
 
     def measured(self, card: VariantCard) -> Mapping[int, float] | None:
         """The service times the card's instances measured per batch size, where they run

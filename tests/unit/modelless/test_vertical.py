@@ -165,12 +165,13 @@ def test_variants_not_running_are_judged_with_the_host_contention() -> None:
 
 def test_a_downgrade_needs_headroom_over_the_load() -> None:
     cfg = ModellessConfig(scale_down_ticks=1, downgrade_headroom=0.5)
-    # at 500 rps one bf16 (592 rps) carries the load only just: int8 stays
-    assert decide(load(500.0, {"int8": 1}), "int8", Hold(), cfg).move == "keep"
+    # at 400 rps one bf16 (592 rps; 493 on a host `STEADY_SPEED_MARGIN` slower) carries
+    # the load with less than half of it again: int8 stays
+    assert decide(load(400.0, {"int8": 1}), "int8", Hold(), cfg).move == "keep"
     exact = ModellessConfig(scale_down_ticks=1, downgrade_headroom=0.0)
-    assert decide(load(500.0, {"int8": 1}), "int8", Hold(), exact).target == "bf16"
-    # at 300 rps, with half as much again, one bf16 still does: the more accurate one
-    got = decide(load(300.0, {"int8": 1}), "int8", Hold(), cfg)
+    assert decide(load(400.0, {"int8": 1}), "int8", Hold(), exact).target == "bf16"
+    # at 280 rps, with half as much again, one bf16 still does: the more accurate one
+    got = decide(load(280.0, {"int8": 1}), "int8", Hold(), cfg)
     assert (got.target, got.move) == ("bf16", "downgrade")
 
 
@@ -461,6 +462,22 @@ def test_a_standby_whose_batches_measured_slow_gives_way_to_the_target() -> None
     got = overflow_card(KNIFE_EDGE, KNIFE_GOALS, measured, current="fp32")
     assert got is not None
     assert got.name == "bf16"
+
+
+def test_a_downgrade_needs_its_variant_to_fit_on_a_slower_host_too() -> None:
+    """R12, round 2: bf16 at 91 rps; at a host factor of 0.94 fp32's batch 4 (21.5 ms
+    profiled) fits the 25 ms a batch may take, one fp32 instance carries the load, and
+    fp32 is more accurate: the application moved there, and 1.5 s later, the factor
+    reading 0.83, back. On a host `STEADY_SPEED_MARGIN` slower fp32 keeps only batch 1
+    and would need more cores than bf16: bf16 stays."""
+    cfg = ModellessConfig(scale_down_ticks=1)
+    measured = Capacity(host=0.94, batch_tail=1.1)
+    low = AppLoad("m", KNIFE_GOALS, KNIFE_EDGE, {"bf16": 1}, 91.0, None, measured)
+    assert decide(low, "bf16", Hold(), cfg).move == "keep"
+    # light enough for fp32 one query at a time, even on the slower host: it goes there
+    lighter = replace(low, load_rps=25.0)
+    got = decide(lighter, "bf16", Hold(), cfg)
+    assert (got.target, got.move) == ("fp32", "downgrade")
 
 
 def test_a_target_outserves_its_bridge_only_by_a_margin_at_the_hosts_speed() -> None:
