@@ -28,7 +28,7 @@ Those with no instance stay without. Once the target carries the load, the other
 go at once: they are marked `retired`, which the scaling stability does not hold back.
 
 With `[modelless] overflow`, one variant is not let go: the cheapest per request that
-meets the goals (`vertical.overflow_card`). It stays warm beside the target with the
+meets the goals (`overflow.overflow_card`). It stays warm beside the target with the
 demand it serves (queries the target has no room for spill over to it at admission,
 `catalog.choose`), and it starts once the target serves.
 
@@ -54,13 +54,13 @@ from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import AppDecision, PlannerMemory, VerticalPlan
 from infless.modelless.entry import ModelEntry
+from infless.modelless.overflow import overflow_card
 from infless.modelless.states import VariantState
 from infless.modelless.vertical import (
     AppLoad,
     Hold,
     VerticalDecision,
     decide,
-    overflow_card,
     retarget,
 )
 from infless.scaling.config import DemandConfig
@@ -320,7 +320,7 @@ def _make_room(
 
 
 def _overflow(entry: ModelEntry, present: list[VariantCard], cfg: ModellessConfig) -> str | None:
-    """The variant kept warm beside the target (`vertical.overflow_card`), if the
+    """The variant kept warm beside the target (`overflow.overflow_card`), if the
     `[modelless] overflow` setting asks for one."""
     if not cfg.overflow:
         return None

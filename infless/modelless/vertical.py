@@ -42,9 +42,11 @@ A move to a better option (fewer cores, or as many and more accurate: back to fp
 the load has fallen) waits until the same choice was made on `scale_down_ticks`
 consecutive ticks, like the reference's scale-down. It is judged at the load plus
 `downgrade_headroom` of it, so that a variant that only just carries the load is not
-upgraded from again at the next burst. Only variants that still meet the SLO at their
-capacity factor count (`cards.meets_slo_at`: on a busy host, fp32's batch-1 time can pass
-the SLO however light the load).
+upgraded from again at the next burst, and on a host `STEADY_SPEED_MARGIN` slower than
+measured (`Capacity.slowed`), so that a variant whose batches only just fit the SLO at
+this second's reading is not left again at the next one. Only variants that still meet
+the SLO at their capacity factor count (`cards.meets_slo_at`: on a busy host, fp32's
+batch-1 time can pass the SLO however light the load).
 
 The tail. A variant is chosen for its accuracy (at the start, by a downgrade, or kept)
 only while its predicted p99 here leaves headroom under the SLO (`tail_fits`): its
@@ -61,7 +63,7 @@ How many instances, with which <b, c>, stays Algorithm 1's business. This module
 which variant carries the application's load, and `retarget` moves the demand there
 (`modelless.planner` runs both in the autoscaler's planning pass).
 
-The overflow variant (`overflow_card`, with `[modelless] overflow`) is the one a fixed
+The overflow variant (`modelless.overflow`, with `[modelless] overflow`) is the one a fixed
 deployment would pick: the cheapest per request that meets the goals, at the speed
 measured here. It stays warm beside the target, and a query the target cannot admit in
 time goes there (`catalog.choose`). Its cores are not the other options' to take
@@ -82,7 +84,6 @@ from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
 
 Move = Literal["start", "keep", "replicate", "upgrade", "downgrade"]
-OVERFLOW_MARGIN = 1.25  # the overflow variant moves only to one this much cheaper per request
 # a downgrade's variant must carry the load on a host this much slower than measured: live,
 # the host factor read 0.94 and 0.83 1.5 s apart, and a variant whose batch 4 fitted the
 # SLO at the first reading was moved to and left again at the second (R12, session 17)
@@ -160,38 +161,6 @@ def _fits(opt: Option, load: AppLoad, cards: Mapping[str, VariantCard]) -> bool:
     if load.overflow is not None and load.overflow != opt.card.name and load.overflow in cards:
         reserved = cards[load.overflow].cpus
     return opt.instances * opt.card.cpus <= load.free_cpus + held - reserved
-
-
-def overflow_card(
-    cards: Sequence[VariantCard],
-    goals: Goals,
-    capacity: Capacity | None = None,
-    current: str | None = None,
-) -> VariantCard | None:
-    """The variant kept warm beside the target: the cheapest per request that meets `goals`
-    here (what one would deploy as a fixed variant: the most requests per core), at the
-    speed this host runs the variants (`capacity.per_core_here`: the host factor for all,
-    the batches' measured tail, and the service times a running variant's instances
-    measured; as profiled where nothing was measured). A variant whose larger batches fit
-    half the SLO only just loses them on a slower host: live, fp32's batch 2 to 8
-    (20.8–23.5 ms profiled, 25 ms allowed) fell out at a factor of 0.75, leaving it 52 rps
-    a core against bf16's 208, and the standby fp32 instance held one of two cores through
-    a peak bf16 needed both for. Each variant's own factor is not used: the target
-    refusing under a peak measures low (`capacity.delivered`), and by it a slower standby
-    kept its core through the peak (R11, session 17). `current`, the overflow variant now,
-    stays unless another is cheaper by `OVERFLOW_MARGIN` (a noisy factor must not move the
-    standby back and forth)."""
-    here = capacity if capacity is not None else Capacity()
-
-    def cost(card: VariantCard) -> float:
-        return 1.0 / max(per_core_here(card, here), 1e-9)
-
-    eligible = [c for c in cards if meets(c, goals)]
-    best = min(eligible, key=lambda c: (cost(c), -c.accuracy, c.name), default=None)
-    kept = next((c for c in eligible if c.name == current), None)
-    if best is not None and kept is not None and cost(kept) <= cost(best) * OVERFLOW_MARGIN:
-        return kept
-    return best
 
 
 def options(load: AppLoad, cfg: ModellessConfig) -> tuple[Option, ...]:

@@ -28,8 +28,9 @@ from infless.control.vertical import VerticalScaling
 from infless.errors import GoalsUnmet
 from infless.modelless.catalog import GOAL_HEADERS, ModelEntry, ModellessCatalog
 from infless.modelless.config import ModellessConfig
+from infless.modelless.overflow import overflow_card
 from infless.modelless.profiles import Goals, VariantProfile, variant_function
-from infless.modelless.vertical import AppLoad, Hold, decide, overflow_card
+from infless.modelless.vertical import AppLoad, Hold, decide
 from infless.scaling.config import DemandConfig
 from infless.scaling.predictors import LatencyPredictor
 from infless.sim.cluster import SimFunction, SimFunctionState

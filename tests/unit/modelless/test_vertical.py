@@ -10,13 +10,13 @@ import pytest
 from infless.modelless.capacity import Capacity, ServiceTimes, outserves
 from infless.modelless.cards import cards_for
 from infless.modelless.config import ModellessConfig
+from infless.modelless.overflow import overflow_card
 from infless.modelless.profiles import Goals, LatencyPoint, VariantProfile
 from infless.modelless.vertical import (
     AppLoad,
     Hold,
     decide,
     options,
-    overflow_card,
     retarget,
     tail_fits,
 )
