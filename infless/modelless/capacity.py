@@ -46,7 +46,12 @@ fit only by their mean is served in small batches, at a fraction of the rate its
 promises. `batch_tail` is that ratio, averaged over the application's instances by the
 batches they served (`WindowLoad.tail_ratio`) and into a running figure; a window that
 measured none leaves it as it was. Every rate a card is credited with here is judged at
-it (`cards.sustained_qps`).
+it (`cards.sustained_qps`). A variant that runs is judged, at the batch sizes its
+instances measured, by their mean service times (`service`: the data plane's own table,
+`WindowLoad.service_ms_by_batch`) rather than its profile at one factor: under
+contention fp32's batch 8 of lstm-2365 slowed to 44–58 ms while its batch 1 kept about
+its profile, and the factor, measured at the small batches served, did not move.
+`qps_here` is where a card's rate here is computed.
 
 Two judgements are made at the host factor alone, one factor for every variant: what a
 variant serves per core here (`per_core_here`: its profile's order, less the batches the
@@ -85,7 +90,9 @@ class ServiceTimes:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """An application's capacity factors: measured / profiled throughput."""
+    """What an application's variants measured of this host: capacity factors (measured
+    over profiled throughput), the tail stretch, the batches' tail and the running
+    variants' service times."""
 
     host: float = 1.0  # for a variant never measured
     own: Mapping[str, float] = field(default_factory=dict)  # by variant, from its windows
