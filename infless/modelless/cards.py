@@ -101,6 +101,18 @@ def cards_for(profiles: Iterable[VariantProfile], slo_ms: float) -> tuple[Varian
     return tuple(sorted(cards, key=lambda c: (c.cost_per_request, -c.accuracy, c.name)))
 
 
+def _times_here(
+    points: Sequence[tuple[int, float]], factor: float, measured: Mapping[int, float] | None
+) -> dict[int, float]:
+    """Each of `points`' batch sizes (b, t_exec ms) and its time here: what the variant's
+    instances measured for it where they did, else t_exec at `factor` of its speed."""
+    f = max(factor, 1e-3)
+    here = {b: t / f for b, t in points}
+    if measured:
+        here.update((b, ms) for b, ms in measured.items() if b in here and ms > 0)
+    return here
+
+
 def _best_rate(
     points: Sequence[tuple[int, float]],
     factor: float,
@@ -109,14 +121,10 @@ def _best_rate(
     measured: Mapping[int, float] | None,
 ) -> float:
     """Requests a second at the best of `points` (b, t_exec ms) still feasible for the SLO
-    here: a batch takes what the variant's instances measured for it (`measured`, mean
-    service ms by batch size) where they did, else t_exec / factor; it is judged at that
-    time · `tail`, as the data plane judges a batch (`ExecModel.capacity_rps`), and serves
-    b per that time. With none feasible, the smallest batch's rate."""
-    f = max(factor, 1e-3)
-    here = {b: t / f for b, t in points}
-    if measured:
-        here.update((b, ms) for b, ms in measured.items() if b in here and ms > 0)
+    here: a batch takes its time here (`_times_here`), is judged at that time · `tail`, as
+    the data plane judges a batch (`ExecModel.capacity_rps`), and serves b per that time.
+    With none feasible, the smallest batch's rate."""
+    here = _times_here(points, factor, measured)
     fits = [b * 1000.0 / ms for b, ms in here.items() if feasible(b, ms * tail, slo_ms)]
     if fits:
         return max(fits)
@@ -155,11 +163,9 @@ def meets_slo_at(
 ) -> bool:
     """Whether some batch size of the card is still feasible for the SLO at its tail here
     (`sustained_qps`' terms; without profiled points: yes, as admitted)."""
-    f = max(factor, 1e-3)
-    mine = {b: t / f for b, c, t in card.points if c == card.cpus and t > 0}
-    if measured:
-        mine.update((b, ms) for b, ms in measured.items() if b in mine and ms > 0)
-    return not mine or any(feasible(b, ms * tail, card.slo_ms) for b, ms in mine.items())
+    mine = [(b, t) for b, c, t in card.points if c == card.cpus and t > 0]
+    here = _times_here(mine, factor, measured)
+    return not here or any(feasible(b, ms * tail, card.slo_ms) for b, ms in here.items())
 
 
 def instance_qps(
