@@ -51,7 +51,8 @@ instances measured, by their mean service times (`service`: the data plane's own
 `WindowLoad.service_ms_by_batch`) rather than its profile at one factor: under
 contention fp32's batch 8 of lstm-2365 slowed to 44–58 ms while its batch 1 kept about
 its profile, and the factor, measured at the small batches served, did not move.
-`qps_here` is where a card's rate here is computed.
+`qps_here`, `instance_qps_here` and `meets_slo_here` are where a card is judged at this
+host's speed.
 
 Two judgements are made at the host factor alone, one factor for every variant: what a
 variant serves per core here (`per_core_here`: its profile's order, less the batches the
@@ -67,7 +68,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from infless.modelless.cards import VariantCard, sustained_qps
+from infless.modelless.cards import VariantCard, instance_qps, meets_slo_at, sustained_qps
 from infless.modelless.config import ModellessConfig
 from infless.modelless.states import WindowLoad
 
@@ -211,6 +212,22 @@ def qps_here(card: VariantCard, capacity: Capacity, factor: float | None = None)
     the batch sizes its instances measured at what they measured."""
     f = capacity.factor(card.name) if factor is None else factor
     return sustained_qps(card, f, capacity.batch_stretch, capacity.measured(card))
+
+
+def instance_qps_here(card: VariantCard, batch_size: int, cpus: int, capacity: Capacity) -> float:
+    """What one instance of the card at <batch_size, cpus> sustains here
+    (`cards.instance_qps`, in `qps_here`'s terms; its instances' measured times count only
+    at the card's core count)."""
+    measured = capacity.measured(card) if cpus == card.cpus else None
+    factor, tail = capacity.factor(card.name), capacity.batch_stretch
+    return instance_qps(card, batch_size, cpus, factor, tail, measured)
+
+
+def meets_slo_here(card: VariantCard, capacity: Capacity) -> bool:
+    """Whether some batch size of the card still fits the SLO here (`cards.meets_slo_at`,
+    in `qps_here`'s terms)."""
+    factor, tail = capacity.factor(card.name), capacity.batch_stretch
+    return meets_slo_at(card, factor, tail, capacity.measured(card))
 
 
 def next_batch_tail(prev: float | None, windows: Mapping[str, WindowLoad]) -> float | None:

@@ -48,8 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from infless.modelless.app_demand import app_key, count_arrivals, pinned_key
-from infless.modelless.capacity import Capacity, outserves, qps_here
-from infless.modelless.cards import VariantCard, instance_qps
+from infless.modelless.capacity import Capacity, instance_qps_here, outserves, qps_here
+from infless.modelless.cards import VariantCard
 from infless.modelless.catalog import ModelReading
 from infless.modelless.config import ModellessConfig
 from infless.modelless.decisions import AppDecision, PlannerMemory, VerticalPlan
@@ -365,20 +365,11 @@ def _qps(
     card: VariantCard, function: FunctionView, capacity: Capacity, ready: bool = False
 ) -> float:
     """What the function's live (not draining) instances sustain — only the ready ones with
-    `ready` — each at its own <b, c>, at the speed the variant runs here (in
-    `capacity.qps_here`'s terms)."""
-    factor, tail = capacity.factor(card.name), capacity.batch_stretch
-    measured = capacity.measured(card)  # at the card's core count
+    `ready` — each at its own <b, c>, at the speed the variant runs here
+    (`capacity.instance_qps_here`)."""
     counted = (InstanceState.READY,) if ready else (InstanceState.READY, InstanceState.STARTING)
     return sum(
-        instance_qps(
-            card,
-            i.config.batch_size,
-            i.config.cpus,
-            factor,
-            tail,
-            measured if i.config.cpus == card.cpus else None,
-        )
+        instance_qps_here(card, i.config.batch_size, i.config.cpus, capacity)
         for i in function.instances
         if i.state in counted
     )

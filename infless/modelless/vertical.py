@@ -45,7 +45,7 @@ consecutive ticks, like the reference's scale-down. It is judged at the load plu
 upgraded from again at the next burst, and on a host `STEADY_SPEED_MARGIN` slower than
 measured (`Capacity.slowed`), so that a variant whose batches only just fit the SLO at
 this second's reading is not left again at the next one. Only variants that still meet
-the SLO at their capacity factor count (`cards.meets_slo_at`: on a busy host, fp32's
+the SLO at their capacity factor count (`capacity.meets_slo_here`: on a busy host, fp32's
 batch-1 time can pass the SLO however light the load).
 
 The tail. A variant is chosen for its accuracy (at the start, by a downgrade, or kept)
@@ -77,8 +77,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from infless.modelless.capacity import Capacity, per_core_here, qps_here
-from infless.modelless.cards import VariantCard, instances_needed, meets_slo_at
+from infless.modelless.capacity import Capacity, meets_slo_here, per_core_here, qps_here
+from infless.modelless.cards import VariantCard, instances_needed
 from infless.modelless.config import ModellessConfig
 from infless.modelless.profiles import Goals
 from infless.modelless.selection import meets
@@ -248,7 +248,7 @@ def decide(  # noqa: PLR0911 - one return per move, in the order they are decide
     here = [
         o
         for o in roomy
-        if _meets_slo_here(o.card, load.capacity) and tail_fits(o.card, load.capacity, cfg)
+        if meets_slo_here(o.card, load.capacity) and tail_fits(o.card, load.capacity, cfg)
     ]
     steady = min(here, key=_steady_rank, default=now)
     if steady.card.name == current or _steady_rank(steady) >= _steady_rank(now):
@@ -280,13 +280,6 @@ def _first_or_out(
         ahead = options(replace(load, load_rps=load.ahead_rps), cfg)
         best = _best_fitting(ahead, load.capacity, cfg) or best
     return best
-
-
-def _meets_slo_here(card: VariantCard, capacity: Capacity) -> bool:
-    """Whether some batch size of the card still fits the SLO here (`cards.meets_slo_at`
-    at its capacity factor, the batches' tail and what its instances measured)."""
-    factor, tail = capacity.factor(card.name), capacity.batch_stretch
-    return meets_slo_at(card, factor, tail, capacity.measured(card))
 
 
 def _pressed(now: Option, load: AppLoad, cfg: ModellessConfig) -> bool:
